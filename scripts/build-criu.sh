@@ -1,0 +1,107 @@
+#!/usr/bin/env bash
+# Builds CRIU from Debian's source package into build/criu/<version>/install.
+#
+#   scripts/build-criu.sh [VERSION...]      (default: 4.2.1)
+#
+# Each version is downloaded once (cached in build/downloads), checked against its sha256, patched with
+# criu-patches/<version>/series (or criu-patches/series for the default version) and installed into a
+# prefix inside the build tree, so that it never clashes with a distribution's criu. A second run with the
+# same sources and patches does nothing.
+set -euo pipefail
+
+top=$(cd "$(dirname "$0")/.." && pwd)
+build=${BUILD_DIR:-$top/build}
+jobs=${JOBS:-$(nproc)}
+
+declare -A SHA256=(
+	[4.2.1]=29ec0ee09e296479fe7048c80980e8ef1d0684d0b0204c2b101dfea19f6725b9
+	[4.1.1]=f80a66cb3726bb2116266d4759ce3bcbfab7abdb6b6d430bf20dd41911717afe
+)
+# The Debian suite whose source index carries each version.
+declare -A SUITE=([4.2.1]=sid [4.1.1]=trixie)
+
+log() { printf '[build-criu] %s\n' "$*" >&2; }
+die() { printf '[build-criu] error: %s\n' "$*" >&2; exit 1; }
+
+patch_dir() { # the patch series applied to one version
+	if [ "$1" = 4.2.1 ]; then echo "$top/criu-patches"; else echo "$top/criu-patches/$1"; fi
+}
+
+patch_list() {
+	local dir; dir=$(patch_dir "$1")
+	[ -f "$dir/series" ] || return 0
+	grep -v -e '^#' -e '^[[:space:]]*$' "$dir/series" | sed "s|^|$dir/|"
+}
+
+# Fingerprint of everything that decides the build: the tarball and the patches.
+fingerprint() {
+	{ echo "${SHA256[$1]}"; patch_list "$1" | xargs -r sha256sum; } | sha256sum | cut -d' ' -f1
+}
+
+fetch() { # version -> path of the verified orig tarball
+	local ver=$1 suite=${SUITE[$1]} file="criu_$1.orig.tar.xz" dest="$build/downloads"
+	mkdir -p "$dest"
+	if [ -f "$dest/$file" ] && echo "${SHA256[$ver]}  $dest/$file" | sha256sum -c --status; then
+		echo "$dest/$file"; return
+	fi
+	local list=/etc/apt/sources.list.d/cuda-criu-src.sources
+	if ! grep -qs "Suites:.*$suite" "$list"; then
+		log "adding a source-only apt entry for $suite ($list)"
+		local suites; suites=$(sed -n 's/^Suites: //p' "$list" 2>/dev/null)
+		cat >"$list" <<EOT
+Types: deb-src
+URIs: http://deb.debian.org/debian
+Suites: $(echo $suites $suite | tr ' ' '\n' | sort -u | xargs)
+Components: main
+Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
+EOT
+		apt-get update -qq
+	elif ! apt-cache showsrc criu 2>/dev/null | grep -q "criu_$ver.orig"; then
+		apt-get update -qq
+	fi
+	# The source index gives the pool directory; the orig tarball is all we need (the matching
+	# .debian.tar.xz is not used).
+	local dir
+	dir=$(apt-cache showsrc criu 2>/dev/null | awk -v f="$file" '
+		/^Package:/ {d=""; found=0} /^Directory:/ {d=$2} index($0, " " f) {found=1}
+		/^$/ && found && d {print d; exit} END {if (found && d) print d}' | head -n1)
+	[ -n "$dir" ] || die "criu $ver is not in the $suite source index (apt-cache showsrc criu)"
+	local mirror; mirror=$(sed -n 's/^URIs: //p' "$list" | head -n1)
+	log "downloading $mirror/$dir/$file"
+	curl -fsSL --retry 3 -o "$dest/$file.part" "$mirror/$dir/$file" || die "download of $file failed"
+	echo "${SHA256[$ver]}  $dest/$file.part" | sha256sum -c --status ||
+		die "$file: sha256 mismatch (expected ${SHA256[$ver]})"
+	mv "$dest/$file.part" "$dest/$file"
+	echo "$dest/$file"
+}
+
+build_one() {
+	local ver=$1
+	[ -n "${SHA256[$ver]:-}" ] || die "unknown CRIU version $ver (known: ${!SHA256[*]})"
+	local root="$build/criu/$ver" fp; fp=$(fingerprint "$ver")
+	if [ -x "$root/install/sbin/criu" ] && [ "$(cat "$root/stamp" 2>/dev/null)" = "$fp" ]; then
+		log "criu $ver is up to date in $root/install"; return
+	fi
+	local tarball; tarball=$(fetch "$ver")
+	rm -rf "$root"; mkdir -p "$root"
+	tar -xf "$tarball" -C "$root"
+	mv "$root/criu-$ver" "$root/src"
+	local p
+	for p in $(patch_list "$ver"); do
+		log "applying $(basename "$p")"
+		patch -d "$root/src" -p1 --forward --quiet <"$p" || die "patch $p does not apply to criu $ver"
+	done
+	log "building criu $ver ($jobs jobs)"
+	# The in-tree CUDA plugin is built too: it is the baseline of the benchmarks.
+	make -C "$root/src" -j"$jobs" criu cuda_plugin >"$root/build.log" 2>&1 ||
+		{ tail -n 30 "$root/build.log" >&2; die "criu $ver build failed (log: $root/build.log)"; }
+	make -C "$root/src" PREFIX="$root/install" install-criu >>"$root/build.log" 2>&1 ||
+		die "criu $ver install failed (log: $root/build.log)"
+	install -D -m 755 "$root/src/plugins/cuda/cuda_plugin.so" "$root/install/lib/criu-intree/cuda_plugin.so"
+	echo "$fp" >"$root/stamp"
+	log "criu $ver installed in $root/install ($("$root/install/sbin/criu" --version | head -n1))"
+}
+
+[ $# -gt 0 ] || set -- 4.2.1
+"$top/scripts/install-deps.sh"
+for v in "$@"; do build_one "$v"; done

@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Installs, with apt, the Debian packages needed to build CRIU, the plugin and the tests.
+# Only missing packages are installed, so a second run costs one dpkg query.
+set -euo pipefail
+
+pkgs=(
+	# toolchain and test framework
+	build-essential cmake pkg-config libgtest-dev libgmock-dev
+	# CRIU's build dependencies
+	libprotobuf-dev libprotobuf-c-dev protobuf-c-compiler protobuf-compiler python3-protobuf
+	libnl-3-dev libnet1-dev libcap-dev libbsd-dev libgnutls28-dev libnftables-dev uuid-dev libaio-dev
+	# CRIU's run-time helpers and the download of its source
+	iproute2 iptables curl ca-certificates xz-utils patch
+)
+
+missing=()
+for p in "${pkgs[@]}"; do
+	dpkg-query -W -f='${db:Status-Status}' "$p" 2>/dev/null | grep -qx installed || missing+=("$p")
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
+
+[ "$(id -u)" -eq 0 ] || { echo "install-deps: run as root to install: ${missing[*]}" >&2; exit 1; }
+echo "[install-deps] installing: ${missing[*]}" >&2
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq
+apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
