@@ -1,0 +1,33 @@
+// CRIU's internal functions that the plugin may use, looked up at run time (criu is linked with
+// -rdynamic). Each is optional: a CRIU without it loses only what the comment says.
+#pragma once
+
+#include <optional>
+
+namespace cuda_criu {
+
+struct CriuHost {
+	// The image directory fd (CRIU's public plugin API).
+	int (*get_image_dir)() = nullptr;
+	// Routes the plugin's log into CRIU's log (else: stderr).
+	void (*print_on_level)(unsigned int level, const char *fmt, ...) = nullptr;
+	// Records "cuda_plugin" in the inventory, so that restore insists on a CUDA plugin (CRIU 4.1+).
+	int (*add_inventory_plugin)(const char *name) = nullptr;
+	// Takes our entry off the inventory's list at restore (CRIU 4.1+; else restore fails with
+	// "Missing required plugin").
+	bool (*check_and_remove_inventory_plugin)(const char *name, size_t n) = nullptr;
+	// Makes CRIU seize with PTRACE_INTERRUPT rather than the freezer cgroup, so that a frozen cgroup
+	// cannot hold the driver's restore thread (CRIU 4.0+).
+	void (*set_compel_interrupt_only_mode)() = nullptr;
+	// CRIU's options; its first member, final_state, has been first in every CRIU 4.x.
+	const int *opts_final_state = nullptr;
+	// Set by criu-patches/: CRIU fails a restore when RESUME_DEVICES_LATE fails.
+	bool resume_late_errors_fatal = false;
+
+	static CriuHost lookup();
+
+	// What happens to the dumped tasks after exit(DUMP): nullopt when unknown.
+	std::optional<bool> tasks_keep_running() const;
+};
+
+} // namespace cuda_criu

@@ -1,0 +1,259 @@
+// The C ABI shim: CRIU's plugin descriptor and one short extern "C" function per hook, each running
+// its C++ body through guard(). This is the only file that includes CRIU's header.
+#include <dlfcn.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <memory>
+#include <new>
+#include <optional>
+
+extern "C" {
+#include <criu/criu-plugin.h>
+}
+
+#include "abi/criu_host.h"
+#include "base/log.h"
+#include "core/options.h"
+#include "core/session.h"
+#include "driver/libcuda.h"
+#include "image/image.h"
+#include "os/host.h"
+
+namespace cuda_criu {
+namespace {
+
+// CRIU 4.0 and 4.1 refuse a plugin whose max_hooks exceeds 12; 4.2.1's header says 13 (POST_FORKING,
+// which we do not use). Declaring 12 loads us into all of them.
+constexpr unsigned kMaxHooks = CR_PLUGIN_HOOK__CHECKPOINT_DEVICES + 1;
+static_assert(CR_PLUGIN_HOOK__RESUME_DEVICES_LATE == 9 && CR_PLUGIN_HOOK__PAUSE_DEVICES == 10 &&
+	      CR_PLUGIN_HOOK__CHECKPOINT_DEVICES == 11);
+
+struct State {
+	CriuHost criu;
+	Options options;
+	SystemHost host;
+	std::unique_ptr<DumpSession> dump;
+	std::unique_ptr<RestoreSession> restore;
+	bool inventory_added = false;
+	bool image_written = false;
+	uint64_t started_us = 0;
+};
+State *g_state = nullptr; // one CRIU run: created in init, destroyed in exit
+
+CriuHost g_criu_for_log;
+
+void criu_log_sink(LogLevel level, const char *line)
+{
+	g_criu_for_log.print_on_level(static_cast<unsigned>(level), "%s", line);
+}
+
+// Runs a hook body; nothing escapes into CRIU's C code.
+template <typename F>
+int guard(const char *hook, F &&body) noexcept
+{
+	try {
+		return body();
+	} catch (const std::bad_alloc &) {
+		LOG_ERROR("%s: out of memory", hook);
+		return -ENOMEM;
+	} catch (const std::exception &e) {
+		LOG_ERROR("%s: internal error: %s", hook, e.what());
+		return -EIO;
+	} catch (...) {
+		LOG_ERROR("%s: internal error", hook);
+		return -EIO;
+	}
+}
+
+int fail(const Error &e)
+{
+	LOG_ERROR("%s", e.message().c_str());
+	return -(e.errno_value() > 0 ? e.errno_value() : EIO);
+}
+
+// Abandoned driver calls (timeouts) may still run on our threads after CRIU's dlclose: stay mapped.
+void pin_self()
+{
+	Dl_info info;
+	if (dladdr(reinterpret_cast<void *>(&pin_self), &info) && info.dli_fname)
+		dlopen(info.dli_fname, RTLD_NOW | RTLD_NOLOAD | RTLD_NODELETE);
+}
+
+DriverSource driver_source(const Options &o)
+{
+	std::string path = o.libcuda;
+	return [path] { return load_libcuda(path); };
+}
+
+int init_dump(State &s)
+{
+	if (!nvidia_driver_present(s.options.libcuda)) {
+		LOG_INFO("no NVIDIA driver on this machine; CUDA plugin inactive");
+		return 0;
+	}
+	if (s.criu.set_compel_interrupt_only_mode)
+		s.criu.set_compel_interrupt_only_mode();
+	else
+		LOG_WARN("this CRIU cannot seize in interrupt-only mode: a CUDA process in a frozen cgroup cannot be "
+			 "checkpointed");
+	s.dump = std::make_unique<DumpSession>(s.options, s.host, driver_source(s.options));
+	LOG_INFO("ready to dump CUDA processes (lock timeout %.1f s)", s.options.lock_timeout_ms / 1000.0);
+	return 0;
+}
+
+int init_restore(State &s)
+{
+	bool listed = true; // the inventory names a CUDA plugin (or predates the list)
+	if (s.criu.check_and_remove_inventory_plugin)
+		listed = s.criu.check_and_remove_inventory_plugin(CR_PLUGIN_DESC.name, std::strlen(CR_PLUGIN_DESC.name));
+	if (!listed) {
+		LOG_INFO("the image holds no CUDA process; CUDA plugin inactive");
+		return 0;
+	}
+	auto image = read_image(s.criu.get_image_dir());
+	if (!image)
+		return fail(std::move(image).error().context("%s", "cannot restore: the CUDA plugin's image is unusable"));
+	bool driver = nvidia_driver_present(s.options.libcuda);
+	if (image->has_value() && !driver)
+		return fail(make_error(ENODEV,
+				       "the image holds %zu CUDA process(es) (dumped with NVIDIA driver %s) but this "
+				       "machine has no NVIDIA driver: restore on a machine with the driver and GPUs",
+				       (*image)->processes.size(), (*image)->driver_version.c_str()));
+	if (!driver) {
+		LOG_INFO("no NVIDIA driver on this machine; CUDA plugin inactive");
+		return 0;
+	}
+	s.restore = std::make_unique<RestoreSession>(s.options, s.host, driver_source(s.options), std::move(*image),
+						     s.criu.resume_late_errors_fatal);
+	LOG_INFO("ready to restore CUDA processes%s", image->has_value() ? "" : " (image without cuda-plugin.img)");
+	return 0;
+}
+
+} // namespace
+} // namespace cuda_criu
+
+using namespace cuda_criu;
+
+extern "C" {
+
+static int cuda_plugin_init(int stage)
+{
+	return guard("init", [&] {
+		g_criu_for_log = CriuHost::lookup();
+		if (g_criu_for_log.print_on_level)
+			set_log_sink(criu_log_sink);
+		delete g_state;
+		g_state = nullptr;
+		if (stage == CR_PLUGIN_STAGE__PRE_DUMP) {
+			LOG_INFO("pre-dump: GPU state is not pre-dumped; CUDA plugin inactive");
+			return 0;
+		}
+		auto options = load_options_from_environment();
+		if (!options)
+			return fail(std::move(options).error().context("%s", "bad CUDA plugin option"));
+		pin_self();
+		if (!g_criu_for_log.get_image_dir)
+			return fail(make_error(ENOSYS, "%s", "the host program is not CRIU 4.x (no criu_get_image_dir)"));
+		auto s = std::make_unique<State>();
+		s->criu = g_criu_for_log;
+		s->options = std::move(*options);
+		s->started_us = now_us();
+		int ret = stage == CR_PLUGIN_STAGE__DUMP ? init_dump(*s) : init_restore(*s);
+		if (ret == 0)
+			g_state = s.release();
+		return ret;
+	});
+}
+
+static void cuda_plugin_fini(int stage, int ret)
+{
+	guard("exit", [&] {
+		std::unique_ptr<State> s(std::exchange(g_state, nullptr));
+		if (!s)
+			return 0;
+		if (stage == CR_PLUGIN_STAGE__DUMP && s->dump && s->dump->has_cuda_processes()) {
+			std::optional<bool> keep = s->criu.tasks_keep_running();
+			if (!keep)
+				LOG_WARN("cannot tell whether CRIU leaves the tasks running; assuming it does");
+			Status st = s->dump->finish(ret != 0, keep.value_or(true));
+			if (!st)
+				LOG_ERROR("%s", st.error().message().c_str());
+			if (ret == 0)
+				LOG_INFO("%s", s->dump->summary().c_str());
+		}
+		if (stage == CR_PLUGIN_STAGE__RESTORE && s->restore)
+			LOG_INFO("%s", s->restore->summary().c_str());
+		return 0;
+	});
+}
+
+static int cuda_plugin_pause_devices(int pid)
+{
+	return guard("PAUSE_DEVICES", [&] {
+		if (!g_state || !g_state->dump)
+			return -ENOTSUP;
+		State &s = *g_state;
+		auto r = s.dump->pause(pid);
+		if (!r)
+			return fail(r.error());
+		if (!*r)
+			return -ENOTSUP;
+		if (!s.inventory_added && s.criu.add_inventory_plugin) {
+			if (s.criu.add_inventory_plugin(CR_PLUGIN_DESC.name))
+				return fail(make_error(ENOMEM, "cannot add %s to CRIU's inventory", CR_PLUGIN_DESC.name));
+			s.inventory_added = true;
+		}
+		return 0;
+	});
+}
+
+static int cuda_plugin_checkpoint_devices(int pid)
+{
+	return guard("CHECKPOINT_DEVICES", [&] {
+		if (!g_state || !g_state->dump)
+			return -ENOTSUP;
+		State &s = *g_state;
+		auto r = s.dump->checkpoint(pid);
+		if (!r)
+			return fail(r.error());
+		if (!*r)
+			return -ENOTSUP;
+		if (!s.image_written) {
+			s.image_written = true;
+			if (auto st = write_image(s.criu.get_image_dir(), s.dump->image_record()); !st)
+				return fail(std::move(st).error().context("%s", "cannot write the CUDA plugin's image"));
+		}
+		return 0;
+	});
+}
+
+static int cuda_plugin_resume_devices_late(int pid)
+{
+	return guard("RESUME_DEVICES_LATE", [&] {
+		if (!g_state || !g_state->restore)
+			return -ENOTSUP;
+		auto r = g_state->restore->resume(pid);
+		if (!r)
+			return fail(r.error());
+		return *r ? 0 : -ENOTSUP;
+	});
+}
+
+// Owned by this library; CRIU reads it after dlopen and never writes it.
+__attribute__((visibility("default"))) cr_plugin_desc_t CR_PLUGIN_DESC = {
+	"cuda_plugin",
+	cuda_plugin_init,
+	cuda_plugin_fini,
+	CRIU_PLUGIN_VERSION,
+	kMaxHooks,
+	{
+		nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr,
+		reinterpret_cast<void *>(cuda_plugin_resume_devices_late), // 9
+		reinterpret_cast<void *>(cuda_plugin_pause_devices),       // 10
+		reinterpret_cast<void *>(cuda_plugin_checkpoint_devices),  // 11
+	},
+};
+
+} // extern "C"

@@ -1,0 +1,20 @@
+// The one log sink. Inside CRIU it forwards to CRIU's print_on_level (installed by the ABI layer);
+// elsewhere (CLI, tests) it writes to stderr. Every line gets the "cuda_plugin: " prefix.
+#pragma once
+
+namespace cuda_criu {
+
+enum class LogLevel { Error = 1, Warn = 2, Info = 3, Debug = 4 }; // CRIU's loglevel numbers
+
+// level: CRIU's numeric level; line: a complete message ending in '\n' (owned by the caller).
+using LogSink = void (*)(LogLevel level, const char *line);
+
+void set_log_sink(LogSink sink);
+void log_write(LogLevel level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+#define LOG_ERROR(...) ::cuda_criu::log_write(::cuda_criu::LogLevel::Error, __VA_ARGS__)
+#define LOG_WARN(...) ::cuda_criu::log_write(::cuda_criu::LogLevel::Warn, __VA_ARGS__)
+#define LOG_INFO(...) ::cuda_criu::log_write(::cuda_criu::LogLevel::Info, __VA_ARGS__)
+#define LOG_DEBUG(...) ::cuda_criu::log_write(::cuda_criu::LogLevel::Debug, __VA_ARGS__)
+
+} // namespace cuda_criu

@@ -1,0 +1,29 @@
+// The plugin's options: environment variables CUDA_CRIU_*, over a config file (podman passes no
+// environment to CRIU), over the defaults. See docs/options.md.
+#pragma once
+
+#include <map>
+#include <string>
+
+#include "base/result.h"
+
+namespace cuda_criu {
+
+struct Options {
+	unsigned lock_timeout_ms = 10000;        // lock-timeout: wait for in-flight CUDA work (CRIU's default)
+	unsigned checkpoint_timeout_ms = 600000; // checkpoint-timeout: per process
+	unsigned restore_timeout_ms = 600000;    // restore-timeout: per process (restore and unlock)
+	unsigned parallel = 0;                   // parallel: processes handled at once, 0 = all
+	std::string libcuda;                     // libcuda: path of libcuda.so.1 (default: loader's search)
+	std::string device_map;                  // device-map: OLD=NEW,... GPU remapping on restore
+	std::string config_file;                 // the file that was read, if any
+};
+
+// Default config file; CUDA_CRIU_CONFIG names another.
+inline constexpr const char *kDefaultConfigFile = "/etc/criu/cuda_plugin.conf";
+
+// env: variable lookup (getenv in production). Unknown keys and bad values are errors naming the key.
+Result<Options> load_options(const std::map<std::string, std::string> &env);
+Result<Options> load_options_from_environment();
+
+} // namespace cuda_criu

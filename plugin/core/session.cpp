@@ -1,0 +1,453 @@
+#include "core/session.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <ctime>
+#include <memory>
+#include <set>
+
+#include "base/log.h"
+#include "core/parallel.h"
+
+#ifndef CUDA_CRIU_VERSION
+#define CUDA_CRIU_VERSION "dev"
+#endif
+
+namespace cuda_criu {
+
+uint64_t now_us()
+{
+	return static_cast<uint64_t>(
+		std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now().time_since_epoch())
+			.count());
+}
+
+namespace {
+
+std::string human_bytes(uint64_t b)
+{
+	if (b >= (1ULL << 30))
+		return format("%.2f GiB", static_cast<double>(b) / (1ULL << 30));
+	return format("%.1f MiB", static_cast<double>(b) / (1ULL << 20));
+}
+
+std::string seconds(uint64_t us) { return format("%.3f s", static_cast<double>(us) / 1e6); }
+
+// Lets each listed restore thread run (on the calling thread, the tracer), runs the jobs on workers,
+// then stops the threads again, whatever happened. A thread that cannot be let run fails its job.
+std::vector<Status> run_with_restore_threads(Host &host, const std::vector<pid_t> &tids, std::vector<Job> jobs,
+					     unsigned parallel, unsigned timeout_ms)
+{
+	std::vector<std::unique_ptr<RunningThread>> runs(tids.size());
+	std::vector<std::optional<Error>> start_errors(tids.size());
+	std::vector<Job> runnable;
+	std::vector<size_t> index;
+	for (size_t i = 0; i < tids.size(); i++) {
+		auto run = host.let_run(tids[i]);
+		if (!run) {
+			start_errors[i] = std::move(run).error().context("%s", jobs[i].what.c_str());
+			continue;
+		}
+		runs[i] = std::move(*run);
+		runnable.push_back(std::move(jobs[i]));
+		index.push_back(i);
+	}
+	std::vector<Status> done = run_jobs(std::move(runnable), parallel, timeout_ms);
+	std::vector<Status> out(tids.size());
+	for (size_t k = 0; k < index.size(); k++)
+		out[index[k]] = std::move(done[k]);
+	for (size_t i = 0; i < tids.size(); i++) {
+		if (start_errors[i]) {
+			out[i] = std::move(*start_errors[i]);
+			continue;
+		}
+		if (auto st = runs[i]->stop(); !st) {
+			if (out[i])
+				out[i] = std::move(st).error().context("%s", "stop the restore thread again");
+			else
+				LOG_ERROR("%s", st.error().message().c_str());
+		}
+	}
+	return out;
+}
+
+} // namespace
+
+// ---------------------------------------------------------------------------------------------- dump
+
+DumpSession::DumpSession(Options options, Host &host, DriverSource driver)
+	: options_(std::move(options)), host_(host), driver_source_(std::move(driver))
+{
+}
+
+Result<bool> DumpSession::pause(pid_t pid)
+{
+	if (!host_.uses_libcuda(pid))
+		return false;
+	if (!driver_) {
+		auto d = driver_source_();
+		if (!d)
+			return std::move(d).error().context("pid %d uses CUDA, but its GPU state cannot be saved", pid);
+		driver_ = *d;
+	}
+	auto tid = driver_->restore_thread_id(pid);
+	if (!tid) {
+		// libcuda is loaded but no CUDA context exists (e.g. a worker that imported a CUDA library).
+		LOG_INFO("pid %d has libcuda loaded but no CUDA state to save (%s); dumping it as a plain process",
+			 pid, tid.error().message().c_str());
+		return false;
+	}
+	auto state = driver_->state(pid);
+	if (!state)
+		return std::move(state).error().context("pid %d", pid);
+	Proc p;
+	p.pid = pid;
+	p.restore_tid = *tid;
+	p.initial = *state;
+	TaskInfo info = host_.task_info(pid);
+	p.ns_pid = info.ns_pid;
+	p.rss_before = info.rss_bytes;
+	if (!info.nvidia_minors.empty() && machine_gpus_.empty())
+		if (auto gpus = driver_->gpus())
+			machine_gpus_ = std::move(*gpus);
+	for (unsigned minor : info.nvidia_minors) {
+		std::string uuid = host_.gpu_uuid_of_minor(minor);
+		if (uuid.empty() && minor < machine_gpus_.size()) // no /proc/driver/nvidia: minors follow ordinals
+			uuid = machine_gpus_[minor].uuid.str();
+		if (!uuid.empty())
+			p.gpu_uuids.push_back(uuid);
+	}
+
+	switch (*state) {
+	case CudaState::Failed:
+		return make_error(EIO,
+				  "pid %d: its CUDA state is 'failed' (an earlier checkpoint or restore of it went "
+				  "wrong); it cannot be checkpointed",
+				  pid);
+	case CudaState::Locked:
+	case CudaState::Checkpointed:
+		LOG_INFO("pid %d was already %s; it is dumped as it is and left %s", pid, to_string(*state),
+			 to_string(*state));
+		break;
+	case CudaState::Running: {
+		uint64_t t0 = now_us();
+		Status st = driver_->lock(pid, options_.lock_timeout_ms);
+		p.lock_us = now_us() - t0;
+		if (!st) {
+			Error err = std::move(st).error().context("lock pid %d", pid);
+			if (err.errno_value() == ETIMEDOUT)
+				err = std::move(err).context("%s", format("CUDA work in flight did not finish within the lock "
+									 "timeout of %.1f s (raise CUDA_CRIU_LOCK_TIMEOUT)",
+									 options_.lock_timeout_ms / 1000.0)
+									  .c_str());
+			// A lock that failed half way must not leave the process blocked.
+			if (auto now = driver_->state(pid); now && *now == CudaState::Locked)
+				(void)driver_->unlock(pid);
+			return err;
+		}
+		p.locked_by_us = true;
+		break;
+	}
+	}
+	LOG_DEBUG("pid %d: %s, restore thread %d, %zu GPU(s); lock %.1f ms", pid, to_string(p.initial), p.restore_tid,
+		  p.gpu_uuids.size(), p.lock_us / 1000.0);
+	procs_.push_back(std::move(p));
+	return true;
+}
+
+Status DumpSession::checkpoint_all()
+{
+	std::vector<pid_t> tids;
+	std::vector<Job> jobs;
+	std::vector<Proc *> targets;
+	for (Proc &p : procs_) {
+		if (p.initial == CudaState::Checkpointed)
+			continue;
+		targets.push_back(&p);
+		tids.push_back(p.restore_tid);
+		Driver *d = driver_;
+		pid_t pid = p.pid;
+		uint64_t *spent = &p.checkpoint_us; // each job writes only its own process's slot
+		jobs.push_back({format("checkpoint pid %d", pid), [d, pid, spent]() {
+					uint64_t t0 = now_us();
+					Status st = d->checkpoint(pid);
+					*spent = now_us() - t0;
+					return st;
+				}});
+	}
+	if (targets.empty())
+		return {};
+	LOG_INFO("checkpointing %zu CUDA process(es)%s", targets.size(),
+		 targets.size() > 1 ? " in parallel" : "");
+	uint64_t t0 = now_us();
+	std::vector<Status> results =
+		run_with_restore_threads(host_, tids, std::move(jobs), options_.parallel, options_.checkpoint_timeout_ms);
+	device_phase_us_ = now_us() - t0;
+	Status first_failure;
+	for (size_t i = 0; i < targets.size(); i++) {
+		Proc &p = *targets[i];
+		if (results[i]) {
+			p.checkpointed_by_us = true;
+			uint64_t rss = host_.task_info(p.pid).rss_bytes;
+			p.state_bytes = rss > p.rss_before ? rss - p.rss_before : 0;
+			continue;
+		}
+		// A timed-out or failed checkpoint may still have moved the state: ask, so rollback knows.
+		if (auto now = driver_->state(p.pid); now && *now == CudaState::Checkpointed)
+			p.checkpointed_by_us = true;
+		p.checkpoint_error = std::move(results[i]).error();
+		LOG_ERROR("%s", p.checkpoint_error->message().c_str());
+		if (first_failure)
+			first_failure = *p.checkpoint_error;
+	}
+	return first_failure;
+}
+
+Result<bool> DumpSession::checkpoint(pid_t pid)
+{
+	auto it = std::find_if(procs_.begin(), procs_.end(), [&](const Proc &p) { return p.pid == pid; });
+	if (it == procs_.end())
+		return false;
+	if (!checkpointed_) {
+		checkpointed_ = true;
+		// Any failure fails the dump at once (at whichever pid CRIU asks first): every process is then
+		// returned to its state in finish().
+		if (auto st = checkpoint_all(); !st)
+			return make_error(st.error().errno_value(), "%s", "checkpoint of the CUDA processes failed (see above)");
+	}
+	if (it->checkpoint_error)
+		return make_error(it->checkpoint_error->errno_value(), "checkpoint of pid %d failed (see above)", pid);
+	return true;
+}
+
+Status DumpSession::finish(bool dump_failed, bool leave_running)
+{
+	if (!dump_failed && !leave_running)
+		return {}; // CRIU kills the tasks now; their GPU state is in the image
+	std::vector<pid_t> tids;
+	std::vector<Job> jobs;
+	std::vector<Proc *> targets;
+	for (Proc &p : procs_) {
+		bool restore = p.checkpointed_by_us;
+		bool unlock = p.locked_by_us;
+		if (!restore && !unlock)
+			continue;
+		targets.push_back(&p);
+		tids.push_back(p.restore_tid);
+		Driver *d = driver_;
+		pid_t pid = p.pid;
+		jobs.push_back({format("return pid %d to %s", pid, to_string(p.initial)), [d, pid, restore, unlock]() -> Status {
+					if (restore)
+						if (auto st = d->restore(pid, {}); !st)
+							return std::move(st).error();
+					if (unlock)
+						if (auto st = d->unlock(pid); !st)
+							return std::move(st).error();
+					return {};
+				}});
+	}
+	if (targets.empty())
+		return {};
+	LOG_INFO("%s: returning %zu CUDA process(es) to the state they were found in",
+		 dump_failed ? "dump failed" : "leave-running", targets.size());
+	uint64_t t0 = now_us();
+	std::vector<Status> results =
+		run_with_restore_threads(host_, tids, std::move(jobs), options_.parallel, options_.restore_timeout_ms);
+	rollback_us_ = now_us() - t0;
+	std::string failed;
+	for (size_t i = 0; i < targets.size(); i++) {
+		Proc &p = *targets[i];
+		if (results[i]) {
+			p.checkpointed_by_us = p.locked_by_us = false;
+			continue;
+		}
+		std::string now = "unknown";
+		if (auto s = driver_->state(p.pid))
+			now = to_string(*s);
+		LOG_ERROR("could not return pid %d to its CUDA state '%s' (it is now '%s'): %s; if it still runs, "
+			  "resume it with: cuda-criu resume %d",
+			  p.pid, to_string(p.initial), now.c_str(), results[i].error().message().c_str(), p.pid);
+		failed += (failed.empty() ? "" : ", ") + std::to_string(p.pid);
+	}
+	if (!failed.empty())
+		return make_error(EIO, "CUDA processes not returned to their state: %s", failed.c_str());
+	LOG_INFO("all CUDA processes are back as they were found (%s)", seconds(rollback_us_).c_str());
+	return {};
+}
+
+std::vector<GpuRecord> DumpSession::gpus_used() const
+{
+	std::set<std::string> used;
+	for (const Proc &p : procs_)
+		used.insert(p.gpu_uuids.begin(), p.gpu_uuids.end());
+	std::vector<GpuRecord> out;
+	for (const GpuInfo &g : machine_gpus_)
+		if (used.count(g.uuid.str()))
+			out.push_back({g.uuid.str(), g.name, g.memory_bytes, g.pci_bus_id, g.ordinal});
+	return out;
+}
+
+ImageRecord DumpSession::image_record() const
+{
+	ImageRecord r;
+	r.driver_version = driver_ ? driver_->version() : "";
+	r.plugin_version = CUDA_CRIU_VERSION;
+	r.gpus = gpus_used();
+	for (const Proc &p : procs_)
+		r.processes.push_back({p.pid, p.ns_pid, to_string(p.initial), p.gpu_uuids, p.state_bytes, p.lock_us,
+				       p.checkpoint_us});
+	r.device_phase_us = device_phase_us_;
+	r.created_unix = static_cast<uint64_t>(std::time(nullptr));
+	char host[256] = {};
+	gethostname(host, sizeof(host) - 1);
+	r.hostname = host;
+	return r;
+}
+
+std::string DumpSession::summary() const
+{
+	uint64_t bytes = 0, lock = 0;
+	for (const Proc &p : procs_) {
+		bytes += p.state_bytes;
+		lock += p.lock_us;
+	}
+	return format("dump: %zu CUDA process(es), %s of GPU state, lock %s, checkpoint %s (wall, all processes)",
+		      procs_.size(), human_bytes(bytes).c_str(), seconds(lock).c_str(), seconds(device_phase_us_).c_str());
+}
+
+// ------------------------------------------------------------------------------------------- restore
+
+RestoreSession::RestoreSession(Options options, Host &host, DriverSource driver, std::optional<ImageRecord> image,
+			       bool criu_fails_on_error)
+	: options_(std::move(options)), host_(host), driver_source_(std::move(driver)), image_(std::move(image)),
+	  criu_fails_on_error_(criu_fails_on_error)
+{
+}
+
+Result<std::vector<GpuPair>> RestoreSession::gpu_pairs() { return std::vector<GpuPair>(); }
+
+void RestoreSession::restore_batch(const std::vector<pid_t> &candidates)
+{
+	std::set<pid_t> in_image;
+	if (image_)
+		for (const ProcessRecord &p : image_->processes)
+			in_image.insert(p.ns_pid);
+
+	// Which candidates are CUDA processes: libcuda mapped (no driver call) and a restore thread.
+	Driver *driver = nullptr;
+	std::vector<pid_t> pids, tids;
+	for (pid_t pid : candidates) {
+		if (seen_.count(pid))
+			continue;
+		seen_[pid] = false;
+		TaskInfo info = host_.task_info(pid);
+		bool expected = in_image.count(info.ns_pid) > 0;
+		if (!expected && !host_.uses_libcuda(pid))
+			continue;
+		if (!driver) {
+			auto d = driver_source_();
+			if (!d) {
+				seen_[pid] = true;
+				outcomes_[pid].error = std::move(d).error().context("restore GPU state of pid %d", pid);
+				continue;
+			}
+			driver = *d;
+		}
+		auto tid = driver->restore_thread_id(pid);
+		if (!tid) {
+			if (expected) {
+				seen_[pid] = true;
+				outcomes_[pid].error = std::move(tid).error().context("restore pid %d", pid);
+			}
+			continue;
+		}
+		seen_[pid] = true;
+		outcomes_[pid].ns_pid = info.ns_pid;
+		pids.push_back(pid);
+		tids.push_back(*tid);
+	}
+
+	auto pairs = gpu_pairs();
+	std::vector<Job> jobs;
+	for (pid_t pid : pids) {
+		uint64_t *spent = &outcomes_[pid].restore_us; // std::map nodes are stable
+		std::vector<GpuPair> p = pairs ? *pairs : std::vector<GpuPair>();
+		jobs.push_back({format("restore pid %d", pid), [driver, pid, spent, p]() -> Status {
+					uint64_t t0 = now_us();
+					Status st = driver->restore(pid, p);
+					if (st)
+						st = driver->unlock(pid);
+					*spent = now_us() - t0;
+					return st;
+				}});
+	}
+	if (!jobs.empty()) {
+		LOG_INFO("restoring %zu CUDA process(es)%s", jobs.size(), jobs.size() > 1 ? " in parallel" : "");
+		uint64_t t0 = now_us();
+		std::vector<Status> results =
+			run_with_restore_threads(host_, tids, std::move(jobs), options_.parallel, options_.restore_timeout_ms);
+		device_phase_us_ += now_us() - t0;
+		for (size_t i = 0; i < pids.size(); i++)
+			if (!results[i])
+				outcomes_[pids[i]].error = std::move(results[i]).error();
+	}
+
+	if (image_) {
+		std::set<pid_t> found;
+		for (const auto &[pid, o] : outcomes_)
+			found.insert(o.ns_pid);
+		for (const ProcessRecord &p : image_->processes)
+			if (!found.count(p.ns_pid) && !missing_reported_.count(p.ns_pid)) {
+				missing_reported_.insert(p.ns_pid);
+				LOG_WARN("process %d of the image (pid %d in its namespace) was not found among the restored "
+					 "tasks yet",
+					 p.pid, p.ns_pid);
+			}
+	}
+}
+
+Result<bool> RestoreSession::resume(pid_t pid)
+{
+	if (!seen_.count(pid)) {
+		std::vector<pid_t> candidates = host_.stopped_tasks();
+		if (std::find(candidates.begin(), candidates.end(), pid) == candidates.end())
+			candidates.push_back(pid);
+		restore_batch(candidates);
+		if (any_failed() && !criu_fails_on_error_ && !killed_) {
+			// This CRIU would report success anyway: make sure no process runs without its GPU state.
+			killed_ = true;
+			for (const auto &[p, o] : outcomes_)
+				if (o.error)
+					LOG_ERROR("%s", o.error->message().c_str());
+			LOG_ERROR("GPU state could not be restored; this CRIU does not fail a restore for that, so the "
+				  "restored processes are killed now (apply criu-patches/ to make criu restore fail instead)");
+			for (pid_t p : candidates)
+				host_.kill(p);
+		}
+	}
+	auto it = outcomes_.find(pid);
+	if (it == outcomes_.end())
+		return false;
+	if (it->second.error)
+		return *it->second.error;
+	return true;
+}
+
+bool RestoreSession::any_failed() const
+{
+	return std::any_of(outcomes_.begin(), outcomes_.end(), [](const auto &kv) { return kv.second.error.has_value(); });
+}
+
+std::string RestoreSession::summary() const
+{
+	size_t failed = 0;
+	for (const auto &[pid, o] : outcomes_)
+		failed += o.error ? 1 : 0;
+	return format("restore: %zu CUDA process(es), %zu failed, restore+unlock %s (wall, all processes)%s",
+		      outcomes_.size(), failed, seconds(device_phase_us_).c_str(),
+		      image_ ? "" : " [image of CRIU's own cuda plugin: no cuda-plugin.img]");
+}
+
+} // namespace cuda_criu

@@ -1,0 +1,112 @@
+// The core: one dump or one restore, driving every CUDA process through the driver's state machine
+// (running -> locked -> checkpointed -> locked -> running) and putting each back as it was found when
+// anything fails. Pure C++: no CRIU header; the ABI layer calls it from the hooks.
+#pragma once
+
+#include <sys/types.h>
+
+#include <functional>
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "base/result.h"
+#include "core/options.h"
+#include "driver/driver.h"
+#include "image/record.h"
+#include "os/host.h"
+
+namespace cuda_criu {
+
+// Loads the driver on first need (libcuda is never touched for a dump without CUDA processes).
+using DriverSource = std::function<Result<Driver *>()>;
+
+// Microseconds of a steady clock.
+uint64_t now_us();
+
+class DumpSession {
+public:
+	DumpSession(Options options, Host &host, DriverSource driver);
+
+	// PAUSE_DEVICES: locks pid if it is a CUDA process. false: not a CUDA process (nothing done).
+	Result<bool> pause(pid_t pid);
+	// CHECKPOINT_DEVICES: the first call checkpoints every paused process at once; every call answers
+	// for its pid. false: not one of ours.
+	Result<bool> checkpoint(pid_t pid);
+	// exit(DUMP): when the dump failed or the tasks go on running, returns every process to the state it
+	// was found in. Errors name each process that could not be returned.
+	Status finish(bool dump_failed, bool leave_running);
+
+	bool has_cuda_processes() const { return !procs_.empty(); }
+	ImageRecord image_record() const;
+	std::string summary() const;
+
+private:
+	struct Proc {
+		pid_t pid = 0;
+		pid_t ns_pid = 0;
+		pid_t restore_tid = 0;
+		CudaState initial = CudaState::Running;
+		bool locked_by_us = false;
+		bool checkpointed_by_us = false;
+		std::optional<Error> checkpoint_error;
+		std::vector<std::string> gpu_uuids;
+		uint64_t rss_before = 0;
+		uint64_t state_bytes = 0;
+		uint64_t lock_us = 0;
+		uint64_t checkpoint_us = 0;
+	};
+
+	Status checkpoint_all();
+	std::vector<GpuRecord> gpus_used() const;
+
+	Options options_;
+	Host &host_;
+	DriverSource driver_source_;
+	Driver *driver_ = nullptr;
+	std::vector<Proc> procs_; // in pause order
+	bool checkpointed_ = false;
+	uint64_t device_phase_us_ = 0;
+	uint64_t rollback_us_ = 0;
+	std::vector<GpuInfo> machine_gpus_;
+};
+
+class RestoreSession {
+public:
+	// image: our image, or nullopt for an image of CRIU's own plugin. criu_fails_on_error: CRIU turns a
+	// RESUME_DEVICES_LATE failure into a failed restore (our patch); without it, the session kills
+	// the restored tasks itself so that no process runs without its GPU state.
+	RestoreSession(Options options, Host &host, DriverSource driver, std::optional<ImageRecord> image,
+		       bool criu_fails_on_error);
+
+	// RESUME_DEVICES_LATE: the first call restores and unlocks every restored CUDA process at once.
+	// false: pid is not a CUDA process.
+	Result<bool> resume(pid_t pid);
+	std::string summary() const;
+	bool any_failed() const;
+
+private:
+	struct Outcome {
+		std::optional<Error> error;
+		pid_t ns_pid = 0;
+		uint64_t restore_us = 0;
+	};
+
+	void restore_batch(const std::vector<pid_t> &candidates);
+	Result<std::vector<GpuPair>> gpu_pairs();
+
+	Options options_;
+	Host &host_;
+	DriverSource driver_source_;
+	std::optional<ImageRecord> image_;
+	bool criu_fails_on_error_;
+	std::map<pid_t, Outcome> outcomes_; // CUDA processes handled so far
+	std::map<pid_t, bool> seen_;        // every pid looked at: true when it is a CUDA process
+	bool killed_ = false;
+	std::set<pid_t> missing_reported_;
+	uint64_t device_phase_us_ = 0;
+};
+
+} // namespace cuda_criu

@@ -1,0 +1,59 @@
+// The driver seam: the CUDA driver's checkpoint API, named after its calls. Production code uses
+// LibCuda (libcuda.so.1 loaded at run time); unit tests use an in-process fake.
+#pragma once
+
+#include <sys/types.h>
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "base/result.h"
+
+namespace cuda_criu {
+
+// Mirrors CUprocessState.
+enum class CudaState { Running, Locked, Checkpointed, Failed };
+const char *to_string(CudaState state);
+
+struct GpuUuid {
+	std::array<uint8_t, 16> bytes{};
+
+	// "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx", as nvidia-smi prints it.
+	std::string str() const;
+	static Result<GpuUuid> parse(const std::string &text);
+	bool operator==(const GpuUuid &) const = default;
+};
+
+struct GpuPair {
+	GpuUuid from; // GPU the process was checkpointed on
+	GpuUuid to;   // GPU to restore it onto
+};
+
+struct GpuInfo {
+	int ordinal = 0;
+	GpuUuid uuid;
+	std::string name;
+	uint64_t memory_bytes = 0;
+	std::string pci_bus_id; // "0000:19:00.0", lower case
+};
+
+class Driver {
+public:
+	virtual ~Driver() = default;
+
+	virtual Result<pid_t> restore_thread_id(pid_t pid) = 0;
+	virtual Result<CudaState> state(pid_t pid) = 0;
+	virtual Status lock(pid_t pid, unsigned timeout_ms) = 0;
+	virtual Status checkpoint(pid_t pid) = 0;
+	virtual Status restore(pid_t pid, const std::vector<GpuPair> &pairs) = 0;
+	virtual Status unlock(pid_t pid) = 0;
+
+	// The kernel driver's version ("580.159.04") or, failing that, the CUDA version ("13.0").
+	virtual std::string version() const = 0;
+	// The GPUs this machine offers, in the driver's ordinal order.
+	virtual Result<std::vector<GpuInfo>> gpus() = 0;
+};
+
+} // namespace cuda_criu

@@ -1,0 +1,276 @@
+#include "driver/libcuda.h"
+
+#include <cuda.h>
+#include <dirent.h>
+#include <dlfcn.h>
+#include <sys/stat.h>
+
+#include <fstream>
+#include <mutex>
+
+#include "base/log.h"
+
+namespace cuda_criu {
+namespace {
+
+#define CUDA_SYMBOL_NAME_(name) #name
+#define CUDA_SYMBOL_NAME(name) CUDA_SYMBOL_NAME_(name) // expands cuda.h's renames (cuDeviceTotalMem_v2)
+
+// The typed table. Members are typed from the real header so that a signature change breaks the build.
+struct Api {
+	decltype(&::cuInit) init = nullptr;
+	decltype(&::cuDriverGetVersion) driver_get_version = nullptr;
+	decltype(&::cuGetErrorName) get_error_name = nullptr;
+	decltype(&::cuGetErrorString) get_error_string = nullptr;
+	decltype(&::cuCheckpointProcessGetRestoreThreadId) get_restore_thread_id = nullptr;
+	decltype(&::cuCheckpointProcessGetState) get_state = nullptr;
+	decltype(&::cuCheckpointProcessLock) lock = nullptr;
+	decltype(&::cuCheckpointProcessCheckpoint) checkpoint = nullptr;
+	decltype(&::cuCheckpointProcessRestore) restore = nullptr;
+	decltype(&::cuCheckpointProcessUnlock) unlock = nullptr;
+	// Optional: only used to describe GPUs.
+	decltype(&::cuDeviceGetCount) device_get_count = nullptr;
+	decltype(&::cuDeviceGet) device_get = nullptr;
+	decltype(&::cuDeviceGetName) device_get_name = nullptr;
+	decltype(&::cuDeviceGetUuid) device_get_uuid = nullptr;
+	decltype(&::cuDeviceTotalMem) device_total_mem = nullptr;
+	decltype(&::cuDeviceGetPCIBusId) device_get_pci_bus_id = nullptr;
+};
+
+class LibCuda final : public Driver {
+public:
+	LibCuda(Api api, std::string version) : api_(api), version_(std::move(version)) {}
+
+	Result<pid_t> restore_thread_id(pid_t pid) override
+	{
+		int tid = 0;
+		if (auto st = check(api_.get_restore_thread_id(pid, &tid), "cuCheckpointProcessGetRestoreThreadId"); !st)
+			return std::move(st).error();
+		return static_cast<pid_t>(tid);
+	}
+
+	Result<CudaState> state(pid_t pid) override
+	{
+		CUprocessState s = CU_PROCESS_STATE_RUNNING;
+		if (auto st = check(api_.get_state(pid, &s), "cuCheckpointProcessGetState"); !st)
+			return std::move(st).error();
+		switch (s) {
+		case CU_PROCESS_STATE_RUNNING:
+			return CudaState::Running;
+		case CU_PROCESS_STATE_LOCKED:
+			return CudaState::Locked;
+		case CU_PROCESS_STATE_CHECKPOINTED:
+			return CudaState::Checkpointed;
+		case CU_PROCESS_STATE_FAILED:
+			return CudaState::Failed;
+		}
+		return make_error(EIO, "cuCheckpointProcessGetState returned unknown state %d", static_cast<int>(s));
+	}
+
+	Status lock(pid_t pid, unsigned timeout_ms) override
+	{
+		CUcheckpointLockArgs args{};
+		args.timeoutMs = timeout_ms;
+		return check(api_.lock(pid, &args), "cuCheckpointProcessLock");
+	}
+
+	Status checkpoint(pid_t pid) override
+	{
+		CUcheckpointCheckpointArgs args{};
+		return check(api_.checkpoint(pid, &args), "cuCheckpointProcessCheckpoint");
+	}
+
+	Status restore(pid_t pid, const std::vector<GpuPair> &pairs) override
+	{
+		std::vector<CUcheckpointGpuPair> cu_pairs(pairs.size());
+		for (size_t i = 0; i < pairs.size(); i++) {
+			std::copy(pairs[i].from.bytes.begin(), pairs[i].from.bytes.end(), cu_pairs[i].oldUuid.bytes);
+			std::copy(pairs[i].to.bytes.begin(), pairs[i].to.bytes.end(), cu_pairs[i].newUuid.bytes);
+		}
+		CUcheckpointRestoreArgs args{};
+		if (!cu_pairs.empty()) {
+			args.gpuPairs = cu_pairs.data(); // borrowed for the duration of the call
+			args.gpuPairsCount = static_cast<unsigned>(cu_pairs.size());
+		}
+		return check(api_.restore(pid, &args), "cuCheckpointProcessRestore");
+	}
+
+	Status unlock(pid_t pid) override
+	{
+		CUcheckpointUnlockArgs args{};
+		return check(api_.unlock(pid, &args), "cuCheckpointProcessUnlock");
+	}
+
+	std::string version() const override { return version_; }
+
+	Result<std::vector<GpuInfo>> gpus() override
+	{
+		if (!api_.device_get_count || !api_.device_get || !api_.device_get_uuid)
+			return make_error(ENOTSUP, "the driver library lacks the device query functions");
+		int count = 0;
+		if (auto st = check(api_.device_get_count(&count), "cuDeviceGetCount"); !st)
+			return std::move(st).error();
+		std::vector<GpuInfo> out;
+		for (int i = 0; i < count; i++) {
+			CUdevice dev = 0;
+			if (auto st = check(api_.device_get(&dev, i), "cuDeviceGet"); !st)
+				return std::move(st).error();
+			GpuInfo info;
+			info.ordinal = i;
+			CUuuid uuid{};
+			if (auto st = check(api_.device_get_uuid(&uuid, dev), "cuDeviceGetUuid"); !st)
+				return std::move(st).error();
+			std::copy(std::begin(uuid.bytes), std::end(uuid.bytes), info.uuid.bytes.begin());
+			char buf[256] = {};
+			if (api_.device_get_name && api_.device_get_name(buf, sizeof(buf) - 1, dev) == CUDA_SUCCESS)
+				info.name = buf;
+			size_t mem = 0;
+			if (api_.device_total_mem && api_.device_total_mem(&mem, dev) == CUDA_SUCCESS)
+				info.memory_bytes = mem;
+			char bus[64] = {};
+			if (api_.device_get_pci_bus_id && api_.device_get_pci_bus_id(bus, sizeof(bus) - 1, dev) == CUDA_SUCCESS) {
+				info.pci_bus_id = bus;
+				for (auto &c : info.pci_bus_id)
+					c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+			}
+			out.push_back(std::move(info));
+		}
+		return out;
+	}
+
+	// "cuCheckpointProcessLock failed: CUDA_ERROR_TIMEOUT (909): the operation timed out"
+	Status check(CUresult res, const char *call) const
+	{
+		if (res == CUDA_SUCCESS)
+			return {};
+		const char *name = nullptr;
+		const char *text = nullptr;
+		if (api_.get_error_name(res, &name) != CUDA_SUCCESS || !name)
+			name = "CUDA_ERROR_UNKNOWN_CODE";
+		if (api_.get_error_string(res, &text) != CUDA_SUCCESS || !text)
+			text = "no description";
+		int err = res == CUDA_ERROR_TIMEOUT ? ETIMEDOUT : EIO;
+		return make_error(err, "%s failed: %s (%d): %s", call, name, static_cast<int>(res), text);
+	}
+
+private:
+	Api api_;
+	std::string version_;
+};
+
+template <typename T>
+bool resolve(void *lib, T &slot, const char *name)
+{
+	slot = reinterpret_cast<T>(dlsym(lib, name));
+	return slot != nullptr;
+}
+
+Result<Driver *> load_once(const std::string &path)
+{
+	const char *file = path.empty() ? "libcuda.so.1" : path.c_str();
+	// RTLD_NODELETE: the library starts threads in cuInit; it must never be unmapped under them.
+	void *lib = dlopen(file, RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE);
+	if (!lib)
+		return make_error(ENOENT,
+				  "cannot load the NVIDIA driver library %s: %s (install the NVIDIA driver, or set "
+				  "CUDA_CRIU_LIBCUDA to the path of libcuda.so.1)",
+				  file, dlerror());
+
+	Api api;
+	std::string missing;
+	auto need = [&](auto &slot, const char *name) {
+		if (!resolve(lib, slot, name))
+			missing += missing.empty() ? name : std::string(", ") + name;
+	};
+	need(api.init, CUDA_SYMBOL_NAME(cuInit));
+	need(api.driver_get_version, CUDA_SYMBOL_NAME(cuDriverGetVersion));
+	need(api.get_error_name, CUDA_SYMBOL_NAME(cuGetErrorName));
+	need(api.get_error_string, CUDA_SYMBOL_NAME(cuGetErrorString));
+	std::string basic_missing = missing;
+	need(api.get_restore_thread_id, CUDA_SYMBOL_NAME(cuCheckpointProcessGetRestoreThreadId));
+	need(api.get_state, CUDA_SYMBOL_NAME(cuCheckpointProcessGetState));
+	need(api.lock, CUDA_SYMBOL_NAME(cuCheckpointProcessLock));
+	need(api.checkpoint, CUDA_SYMBOL_NAME(cuCheckpointProcessCheckpoint));
+	need(api.restore, CUDA_SYMBOL_NAME(cuCheckpointProcessRestore));
+	need(api.unlock, CUDA_SYMBOL_NAME(cuCheckpointProcessUnlock));
+	resolve(lib, api.device_get_count, CUDA_SYMBOL_NAME(cuDeviceGetCount));
+	resolve(lib, api.device_get, CUDA_SYMBOL_NAME(cuDeviceGet));
+	resolve(lib, api.device_get_name, CUDA_SYMBOL_NAME(cuDeviceGetName));
+	resolve(lib, api.device_get_uuid, CUDA_SYMBOL_NAME(cuDeviceGetUuid));
+	resolve(lib, api.device_total_mem, CUDA_SYMBOL_NAME(cuDeviceTotalMem));
+	resolve(lib, api.device_get_pci_bus_id, CUDA_SYMBOL_NAME(cuDeviceGetPCIBusId));
+
+	if (!basic_missing.empty())
+		return make_error(ENOTSUP, "%s is not a usable CUDA driver library: missing %s", file,
+				  basic_missing.c_str());
+
+	int cuda_version = 0;
+	api.driver_get_version(&cuda_version);
+	std::string version = kernel_driver_version();
+	std::string cuda = format("%d.%d", cuda_version / 1000, (cuda_version % 1000) / 10);
+	if (version.empty())
+		version = "CUDA " + cuda;
+	if (!missing.empty())
+		return make_error(ENOTSUP,
+				  "NVIDIA driver %s (CUDA %s, %s) has no checkpoint API (missing %s): CUDA "
+				  "checkpoint/restore needs driver r570 or newer; upgrade the driver",
+				  version.c_str(), cuda.c_str(), file, missing.c_str());
+
+	CUresult res = api.init(0);
+	if (res != CUDA_SUCCESS) {
+		const char *name = nullptr;
+		api.get_error_name(res, &name);
+		return make_error(EIO, "cuInit failed: %s (%d) (driver %s): is the NVIDIA kernel module loaded?",
+				  name ? name : "?", static_cast<int>(res), version.c_str());
+	}
+	LOG_DEBUG("loaded %s: driver %s, CUDA %s", file, version.c_str(), cuda.c_str());
+	return static_cast<Driver *>(new LibCuda(api, version)); // lives as long as the process
+}
+
+} // namespace
+
+Result<Driver *> load_libcuda(const std::string &path)
+{
+	static std::once_flag once;
+	static Result<Driver *> loaded = make_error(EINVAL, "not loaded");
+	std::call_once(once, [&] { loaded = load_once(path); });
+	return loaded;
+}
+
+bool nvidia_driver_present(const std::string &path)
+{
+	if (!path.empty()) {
+		struct stat st;
+		return stat(path.c_str(), &st) == 0;
+	}
+	DIR *dir = opendir("/proc/driver/nvidia/gpus");
+	if (!dir)
+		return false;
+	bool any = false;
+	while (dirent *de = readdir(dir)) {
+		if (de->d_name[0] != '.') {
+			any = true;
+			break;
+		}
+	}
+	closedir(dir);
+	return any;
+}
+
+std::string kernel_driver_version()
+{
+	std::string v;
+	if (std::ifstream("/sys/module/nvidia/version") >> v)
+		return v;
+	// "NVRM version: NVIDIA UNIX x86_64 Kernel Module  580.159.04  Thu ..."
+	std::ifstream f("/proc/driver/nvidia/version");
+	std::string word, prev;
+	while (f >> word) {
+		if (prev == "Module")
+			return word;
+		prev = word;
+	}
+	return {};
+}
+
+} // namespace cuda_criu

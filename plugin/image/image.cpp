@@ -1,0 +1,204 @@
+#include "image/image.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <memory>
+
+#include "cuda_plugin.pb-c.h"
+#include "os/unique_fd.h"
+
+namespace cuda_criu {
+namespace {
+
+constexpr char kMagic[8] = {'C', 'U', 'D', 'A', 'C', 'R', 'I', 'U'};
+constexpr size_t kHeader = sizeof(kMagic) + 4;
+
+// protobuf-c keeps pointers into these; they must outlive the pack call.
+struct PackedStrings {
+	std::vector<std::unique_ptr<char[]>> strings;
+	char *keep(const std::string &s)
+	{
+		strings.emplace_back(new char[s.size() + 1]);
+		std::memcpy(strings.back().get(), s.c_str(), s.size() + 1);
+		return strings.back().get();
+	}
+};
+
+std::string str_or_empty(const char *s) { return s ? s : ""; }
+
+} // namespace
+
+std::vector<uint8_t> encode_image(const ImageRecord &record)
+{
+	PackedStrings keep;
+	std::vector<CudaGpu> gpus(record.gpus.size());
+	std::vector<CudaGpu *> gpu_ptrs;
+	for (size_t i = 0; i < record.gpus.size(); i++) {
+		const GpuRecord &g = record.gpus[i];
+		CudaGpu &m = gpus[i];
+		cuda_gpu__init(&m);
+		m.uuid = keep.keep(g.uuid);
+		m.name = keep.keep(g.name);
+		m.has_memory_bytes = true;
+		m.memory_bytes = g.memory_bytes;
+		m.pci_bus_id = keep.keep(g.pci_bus_id);
+		m.has_ordinal = true;
+		m.ordinal = g.ordinal;
+		gpu_ptrs.push_back(&m);
+	}
+	std::vector<CudaProcess> procs(record.processes.size());
+	std::vector<CudaProcess *> proc_ptrs;
+	std::vector<std::vector<char *>> uuid_lists(record.processes.size());
+	for (size_t i = 0; i < record.processes.size(); i++) {
+		const ProcessRecord &p = record.processes[i];
+		CudaProcess &m = procs[i];
+		cuda_process__init(&m);
+		m.pid = p.pid;
+		m.has_ns_pid = true;
+		m.ns_pid = p.ns_pid;
+		m.initial_state = keep.keep(p.initial_state);
+		for (const auto &u : p.gpu_uuids)
+			uuid_lists[i].push_back(keep.keep(u));
+		m.n_gpu_uuids = uuid_lists[i].size();
+		m.gpu_uuids = uuid_lists[i].data();
+		m.has_state_bytes = m.has_lock_us = m.has_checkpoint_us = true;
+		m.state_bytes = p.state_bytes;
+		m.lock_us = p.lock_us;
+		m.checkpoint_us = p.checkpoint_us;
+		proc_ptrs.push_back(&m);
+	}
+	CudaPluginImage img;
+	cuda_plugin_image__init(&img);
+	img.version = kImageVersion;
+	img.driver_version = keep.keep(record.driver_version);
+	img.plugin_version = keep.keep(record.plugin_version);
+	img.n_gpus = gpu_ptrs.size();
+	img.gpus = gpu_ptrs.data();
+	img.n_processes = proc_ptrs.size();
+	img.processes = proc_ptrs.data();
+	img.has_device_phase_us = img.has_created_unix = true;
+	img.device_phase_us = record.device_phase_us;
+	img.created_unix = record.created_unix;
+	img.hostname = keep.keep(record.hostname);
+
+	size_t len = cuda_plugin_image__get_packed_size(&img);
+	std::vector<uint8_t> out(kHeader + len);
+	std::memcpy(out.data(), kMagic, sizeof(kMagic));
+	for (int i = 0; i < 4; i++)
+		out[sizeof(kMagic) + i] = static_cast<uint8_t>(len >> (8 * i));
+	cuda_plugin_image__pack(&img, out.data() + kHeader);
+	return out;
+}
+
+Result<ImageRecord> decode_image(const uint8_t *data, size_t size)
+{
+	if (size < kHeader || std::memcmp(data, kMagic, sizeof(kMagic)) != 0)
+		return make_error(EINVAL, "not a cuda_plugin image (bad magic): the file is corrupt or of another kind");
+	uint32_t len = 0;
+	for (int i = 0; i < 4; i++)
+		len |= static_cast<uint32_t>(data[sizeof(kMagic) + i]) << (8 * i);
+	if (len != size - kHeader)
+		return make_error(EINVAL, "truncated or padded image: header says %u bytes of data, file has %zu", len,
+				  size - kHeader);
+	std::unique_ptr<CudaPluginImage, void (*)(CudaPluginImage *)> img(
+		cuda_plugin_image__unpack(nullptr, len, data + kHeader),
+		[](CudaPluginImage *p) { cuda_plugin_image__free_unpacked(p, nullptr); });
+	if (!img)
+		return make_error(EINVAL, "corrupt image: its data does not parse");
+	if (img->version > kImageVersion)
+		return make_error(EPROTO,
+				  "image format version %u was written by a newer cuda_plugin (%s); this plugin reads "
+				  "versions up to %u: restore with that plugin version or newer",
+				  img->version, str_or_empty(img->plugin_version).c_str(), kImageVersion);
+	if (img->version == 0)
+		return make_error(EINVAL, "corrupt image: version 0");
+	ImageRecord r;
+	r.version = img->version;
+	r.driver_version = str_or_empty(img->driver_version);
+	r.plugin_version = str_or_empty(img->plugin_version);
+	for (size_t i = 0; i < img->n_gpus; i++) {
+		const CudaGpu *g = img->gpus[i];
+		r.gpus.push_back({str_or_empty(g->uuid), str_or_empty(g->name), g->memory_bytes,
+				  str_or_empty(g->pci_bus_id), g->has_ordinal ? g->ordinal : -1});
+	}
+	for (size_t i = 0; i < img->n_processes; i++) {
+		const CudaProcess *p = img->processes[i];
+		if (p->pid <= 0)
+			return make_error(EINVAL, "corrupt image: process %zu has pid %d", i, p->pid);
+		ProcessRecord pr;
+		pr.pid = p->pid;
+		pr.ns_pid = p->has_ns_pid && p->ns_pid > 0 ? p->ns_pid : p->pid;
+		pr.initial_state = str_or_empty(p->initial_state);
+		for (size_t j = 0; j < p->n_gpu_uuids; j++)
+			pr.gpu_uuids.push_back(str_or_empty(p->gpu_uuids[j]));
+		pr.state_bytes = p->state_bytes;
+		pr.lock_us = p->lock_us;
+		pr.checkpoint_us = p->checkpoint_us;
+		r.processes.push_back(std::move(pr));
+	}
+	r.device_phase_us = img->device_phase_us;
+	r.created_unix = img->created_unix;
+	r.hostname = str_or_empty(img->hostname);
+	return r;
+}
+
+Status write_image(int dir_fd, const ImageRecord &record)
+{
+	std::vector<uint8_t> bytes = encode_image(record);
+	UniqueFd fd(openat(dir_fd, kImageFileName, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600));
+	if (!fd.valid())
+		return errno_error("create %s in the image directory", kImageFileName);
+	size_t off = 0;
+	while (off < bytes.size()) {
+		ssize_t n = write(fd.get(), bytes.data() + off, bytes.size() - off);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			return errno_error("write %s", kImageFileName);
+		off += static_cast<size_t>(n);
+	}
+	if (fsync(fd.get()) != 0 && errno != EINVAL)
+		return errno_error("fsync %s", kImageFileName);
+	return {};
+}
+
+Result<std::optional<ImageRecord>> read_image(int dir_fd)
+{
+	UniqueFd fd(openat(dir_fd, kImageFileName, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK));
+	if (!fd.valid()) {
+		if (errno == ENOENT)
+			return std::optional<ImageRecord>();
+		if (errno == ELOOP)
+			return make_error(ELOOP, "%s is a symbolic link: refusing to follow it", kImageFileName);
+		return errno_error("open %s", kImageFileName);
+	}
+	struct stat st;
+	if (fstat(fd.get(), &st) != 0)
+		return errno_error("stat %s", kImageFileName);
+	if (!S_ISREG(st.st_mode))
+		return make_error(EINVAL, "%s is not a regular file", kImageFileName);
+	if (static_cast<uint64_t>(st.st_size) > kImageMaxBytes)
+		return make_error(EFBIG, "%s is %lld bytes, more than any image this plugin writes (%zu): corrupt?",
+				  kImageFileName, static_cast<long long>(st.st_size), kImageMaxBytes);
+	std::vector<uint8_t> data(static_cast<size_t>(st.st_size));
+	size_t off = 0;
+	while (off < data.size()) {
+		ssize_t n = read(fd.get(), data.data() + off, data.size() - off);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0)
+			return errno_error("read %s", kImageFileName);
+		if (n == 0)
+			break;
+		off += static_cast<size_t>(n);
+	}
+	auto rec = decode_image(data.data(), off);
+	if (!rec)
+		return std::move(rec).error().context("%s", kImageFileName);
+	return std::optional<ImageRecord>(std::move(*rec));
+}
+
+} // namespace cuda_criu

@@ -1,0 +1,27 @@
+// Reading and writing cuda-plugin.img.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "base/result.h"
+#include "image/record.h"
+
+namespace cuda_criu {
+
+inline constexpr const char *kImageFileName = "cuda-plugin.img";
+inline constexpr uint32_t kImageVersion = 1;
+inline constexpr size_t kImageMaxBytes = 4 << 20; // far above any real image; bounds what a hostile one costs
+
+// Bytes of a complete image file for record (version is set to kImageVersion).
+std::vector<uint8_t> encode_image(const ImageRecord &record);
+// Parses a complete image file; every malformed input is an error that says what is wrong.
+Result<ImageRecord> decode_image(const uint8_t *data, size_t size);
+
+// Writes the image into the directory dir_fd (0600, like CRIU's images; never through a symlink).
+Status write_image(int dir_fd, const ImageRecord &record);
+// Reads it; std::nullopt when the directory has no such file (an image of CRIU's own CUDA plugin).
+Result<std::optional<ImageRecord>> read_image(int dir_fd);
+
+} // namespace cuda_criu

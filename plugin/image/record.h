@@ -1,0 +1,39 @@
+// What our image holds, as plain C++ data. image.h converts it to and from the file.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace cuda_criu {
+
+struct GpuRecord {
+	std::string uuid; // "GPU-..."
+	std::string name;
+	uint64_t memory_bytes = 0;
+	std::string pci_bus_id;
+	int ordinal = -1;
+};
+
+struct ProcessRecord {
+	int pid = 0;
+	int ns_pid = 0;
+	std::string initial_state; // "running", "locked", "checkpointed"
+	std::vector<std::string> gpu_uuids;
+	uint64_t state_bytes = 0;
+	uint64_t lock_us = 0;
+	uint64_t checkpoint_us = 0;
+};
+
+struct ImageRecord {
+	uint32_t version = 0;
+	std::string driver_version;
+	std::string plugin_version;
+	std::vector<GpuRecord> gpus;
+	std::vector<ProcessRecord> processes;
+	uint64_t device_phase_us = 0;
+	uint64_t created_unix = 0;
+	std::string hostname;
+};
+
+} // namespace cuda_criu

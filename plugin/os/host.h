@@ -1,0 +1,54 @@
+// What the core needs from the operating system around the driver. SystemHost is the real one; unit
+// tests substitute a fake.
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "base/result.h"
+
+namespace cuda_criu {
+
+// A restore thread let run by Host::let_run; stop() (or destruction) stops it again.
+class RunningThread {
+public:
+	virtual ~RunningThread() = default;
+	virtual Status stop() = 0;
+};
+
+struct TaskInfo {
+	pid_t ns_pid = 0;                     // pid inside the task's own pid namespace
+	uint64_t rss_bytes = 0;               // resident memory
+	std::vector<unsigned> nvidia_minors;  // /dev/nvidiaN devices it holds open
+};
+
+class Host {
+public:
+	virtual ~Host() = default;
+	// Whether pid has libcuda mapped; no driver call.
+	virtual bool uses_libcuda(pid_t pid) = 0;
+	virtual TaskInfo task_info(pid_t pid) = 0;
+	// Lets the (ptrace-stopped) thread tid run; see os/thread_run.h.
+	virtual Result<std::unique_ptr<RunningThread>> let_run(pid_t tid) = 0;
+	// The processes this CRIU process holds ptrace-stopped among the descendants of itself and of its
+	// parent (a tree restored as CRIU's child, or as its sibling with --restore-sibling as runc does).
+	virtual std::vector<pid_t> stopped_tasks() = 0;
+	virtual void kill(pid_t pid) = 0;
+	// Maps an nvidia device minor to the GPU's UUID ("GPU-...") from /proc/driver/nvidia, or "".
+	virtual std::string gpu_uuid_of_minor(unsigned minor) = 0;
+};
+
+class SystemHost final : public Host {
+public:
+	bool uses_libcuda(pid_t pid) override;
+	TaskInfo task_info(pid_t pid) override;
+	Result<std::unique_ptr<RunningThread>> let_run(pid_t tid) override;
+	std::vector<pid_t> stopped_tasks() override;
+	void kill(pid_t pid) override;
+	std::string gpu_uuid_of_minor(unsigned minor) override;
+};
+
+} // namespace cuda_criu

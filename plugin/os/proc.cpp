@@ -1,0 +1,105 @@
+#include "os/proc.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+namespace cuda_criu {
+
+bool maps_libcuda(pid_t pid)
+{
+	char path[64];
+	std::snprintf(path, sizeof(path), "/proc/%d/maps", pid);
+	FILE *f = std::fopen(path, "re");
+	if (!f)
+		return false;
+	char line[4096];
+	bool found = false;
+	while (!found && std::fgets(line, sizeof(line), f)) {
+		const char *slash = std::strrchr(line, '/');
+		found = slash && std::strncmp(slash + 1, "libcuda.so", 10) == 0;
+	}
+	std::fclose(f);
+	return found;
+}
+
+Result<TaskStatus> read_task_status(pid_t tid)
+{
+	char path[64];
+	std::snprintf(path, sizeof(path), "/proc/%d/status", tid);
+	std::ifstream f(path);
+	if (!f)
+		return errno_error("read %s", path);
+	TaskStatus st;
+	std::string line;
+	while (std::getline(f, line)) {
+		auto value = [&](const char *key) -> const char * {
+			size_t n = std::strlen(key);
+			return line.compare(0, n, key) == 0 ? line.c_str() + n : nullptr;
+		};
+		if (const char *v = value("TracerPid:"))
+			st.tracer = std::atoi(v);
+		else if (const char *v = value("Seccomp:"))
+			st.seccomp = std::atoi(v);
+		else if (const char *v = value("State:")) {
+			while (*v == ' ' || *v == '\t')
+				v++;
+			st.state = *v;
+		} else if (const char *v = value("VmRSS:")) {
+			st.rss_bytes = std::strtoull(v, nullptr, 10) * 1024;
+		} else if (const char *v = value("NSpid:")) {
+			std::istringstream in(v);
+			pid_t p = 0;
+			while (in >> p)
+				st.innermost_pid = p;
+		}
+	}
+	return st;
+}
+
+std::vector<pid_t> children_of(pid_t pid)
+{
+	std::vector<pid_t> out;
+	char path[64];
+	std::snprintf(path, sizeof(path), "/proc/%d/task", pid);
+	DIR *dir = opendir(path);
+	if (!dir)
+		return out;
+	while (dirent *de = readdir(dir)) {
+		if (de->d_name[0] == '.')
+			continue;
+		std::ifstream f(std::string(path) + "/" + de->d_name + "/children");
+		pid_t child = 0;
+		while (f >> child)
+			out.push_back(child);
+	}
+	closedir(dir);
+	return out;
+}
+
+pid_t parent_of(pid_t pid)
+{
+	char path[64];
+	std::snprintf(path, sizeof(path), "/proc/%d/status", pid);
+	std::ifstream f(path);
+	std::string line;
+	while (std::getline(f, line))
+		if (line.compare(0, 5, "PPid:") == 0)
+			return std::atoi(line.c_str() + 5);
+	return 0;
+}
+
+bool process_exists(pid_t pid)
+{
+	char path[64];
+	std::snprintf(path, sizeof(path), "/proc/%d", pid);
+	struct stat st;
+	return stat(path, &st) == 0;
+}
+
+} // namespace cuda_criu

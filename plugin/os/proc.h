@@ -1,0 +1,37 @@
+// Reading /proc: what the plugin learns about a task without a driver call.
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "base/result.h"
+
+namespace cuda_criu {
+
+// Whether pid has a library whose file name starts with "libcuda.so" mapped (the real driver's or a
+// fake's). A process without it cannot be a CUDA process.
+bool maps_libcuda(pid_t pid);
+
+// Fields of /proc/PID/status.
+struct TaskStatus {
+	pid_t tracer = 0;            // TracerPid
+	int seccomp = 0;             // Seccomp mode (0: disabled)
+	pid_t innermost_pid = 0;     // last NSpid entry: the pid inside the task's own pid namespace
+	char state = '?';            // first letter of State
+	uint64_t rss_bytes = 0;      // VmRSS
+};
+Result<TaskStatus> read_task_status(pid_t tid);
+
+// Children of every thread of pid (/proc/PID/task/*/children).
+std::vector<pid_t> children_of(pid_t pid);
+
+// Parent pid (PPid), or 0.
+pid_t parent_of(pid_t pid);
+
+// Whether /proc/PID exists.
+bool process_exists(pid_t pid);
+
+} // namespace cuda_criu
