@@ -234,6 +234,10 @@ Status DumpSession::finish(bool dump_failed, bool leave_running)
 		bool unlock = p.locked_by_us;
 		if (!restore && !unlock)
 			continue;
+		if (!host_.alive(p.pid)) {
+			LOG_WARN("pid %d exited during the dump; there is nothing to return to its state", p.pid);
+			continue;
+		}
 		targets.push_back(&p);
 		tids.push_back(p.restore_tid);
 		Driver *d = driver_;

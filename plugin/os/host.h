@@ -37,6 +37,8 @@ public:
 	// parent (a tree restored as CRIU's child, or as its sibling with --restore-sibling as runc does).
 	virtual std::vector<pid_t> stopped_tasks() = 0;
 	virtual void kill(pid_t pid) = 0;
+	// Whether the process still exists (and is not a zombie).
+	virtual bool alive(pid_t pid) = 0;
 	// Maps an nvidia device minor to the GPU's UUID ("GPU-...") from /proc/driver/nvidia, or "".
 	virtual std::string gpu_uuid_of_minor(unsigned minor) = 0;
 };
@@ -48,6 +50,7 @@ public:
 	Result<std::unique_ptr<RunningThread>> let_run(pid_t tid) override;
 	std::vector<pid_t> stopped_tasks() override;
 	void kill(pid_t pid) override;
+	bool alive(pid_t pid) override;
 	std::string gpu_uuid_of_minor(unsigned minor) override;
 };
 

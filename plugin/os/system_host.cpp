@@ -120,6 +120,12 @@ std::vector<pid_t> SystemHost::stopped_tasks()
 
 void SystemHost::kill(pid_t pid) { ::kill(pid, SIGKILL); }
 
+bool SystemHost::alive(pid_t pid)
+{
+	auto st = read_task_status(pid);
+	return st && st->state != 'Z' && st->state != 'X';
+}
+
 std::string SystemHost::gpu_uuid_of_minor(unsigned minor)
 {
 	DIR *d = opendir("/proc/driver/nvidia/gpus");

@@ -1,0 +1,102 @@
+#include "fakes.h"
+
+namespace cuda_criu::testing {
+
+Status FakeDriver::step(const char *op, pid_t pid, CudaState from, CudaState to, bool needs_thread)
+{
+	std::lock_guard<std::mutex> g(mu);
+	calls.push_back(std::string(op) + " " + std::to_string(pid));
+	auto f = fail.find(op);
+	if (f != fail.end() && (f->second.count(pid) || f->second.count(0)))
+		return make_error(EIO, "%s failed: CUDA_ERROR_UNKNOWN (999): injected", op);
+	auto it = procs.find(pid);
+	if (it == procs.end())
+		return make_error(EIO, "%s failed: CUDA_ERROR_NOT_FOUND (500)", op);
+	if (it->second.state != from)
+		return make_error(EIO, "%s failed: CUDA_ERROR_ILLEGAL_STATE (401): process is %s", op,
+				  to_string(it->second.state));
+	if (needs_thread && running_threads && !running_threads->count(it->second.tid))
+		return make_error(EIO, "%s failed: restore thread %d is not running", op, it->second.tid);
+	it->second.state = to;
+	return {};
+}
+
+Result<pid_t> FakeDriver::restore_thread_id(pid_t pid)
+{
+	std::lock_guard<std::mutex> g(mu);
+	if (fail.count("getrestoretid") && (fail["getrestoretid"].count(pid) || fail["getrestoretid"].count(0)))
+		return make_error(EIO, "injected");
+	auto it = procs.find(pid);
+	if (it == procs.end())
+		return make_error(EIO, "cuCheckpointProcessGetRestoreThreadId failed: CUDA_ERROR_NOT_FOUND (500)");
+	return it->second.tid;
+}
+
+Result<CudaState> FakeDriver::state(pid_t pid)
+{
+	std::lock_guard<std::mutex> g(mu);
+	auto it = procs.find(pid);
+	if (it == procs.end())
+		return make_error(EIO, "not found");
+	return it->second.state;
+}
+
+Status FakeDriver::lock(pid_t pid, unsigned) { return step("lock", pid, CudaState::Running, CudaState::Locked, false); }
+Status FakeDriver::checkpoint(pid_t pid)
+{
+	return step("checkpoint", pid, CudaState::Locked, CudaState::Checkpointed, true);
+}
+Status FakeDriver::restore(pid_t pid, const std::vector<GpuPair> &pairs)
+{
+	{
+		std::lock_guard<std::mutex> g(mu);
+		last_pairs = pairs;
+	}
+	return step("restore", pid, CudaState::Checkpointed, CudaState::Locked, true);
+}
+Status FakeDriver::unlock(pid_t pid) { return step("unlock", pid, CudaState::Locked, CudaState::Running, false); }
+
+Result<std::vector<GpuInfo>> FakeDriver::gpus()
+{
+	GpuInfo g;
+	g.name = "Fake GPU";
+	g.memory_bytes = 1ULL << 34;
+	g.uuid.bytes[0] = 0xab;
+	return std::vector<GpuInfo>{g};
+}
+
+TaskInfo FakeHost::task_info(pid_t pid)
+{
+	TaskInfo t;
+	auto it = ns_pids.find(pid);
+	t.ns_pid = it != ns_pids.end() ? it->second : pid;
+	t.rss_bytes = 1 << 20;
+	return t;
+}
+
+namespace {
+class FakeRun final : public RunningThread {
+public:
+	FakeRun(std::set<pid_t> &running, pid_t tid) : running_(running), tid_(tid) { running_.insert(tid); }
+	~FakeRun() override { running_.erase(tid_); }
+	Status stop() override
+	{
+		running_.erase(tid_);
+		return {};
+	}
+
+private:
+	std::set<pid_t> &running_;
+	pid_t tid_;
+};
+} // namespace
+
+Result<std::unique_ptr<RunningThread>> FakeHost::let_run(pid_t tid)
+{
+	let_runs++;
+	if (fail_let_run.count(tid))
+		return make_error(ESRCH, "restore thread %d: read /proc/%d/status: No such file or directory", tid, tid);
+	return std::unique_ptr<RunningThread>(new FakeRun(running_threads, tid));
+}
+
+} // namespace cuda_criu::testing

@@ -1,0 +1,67 @@
+// In-process fakes of the driver and the host for unit tests of the core.
+#pragma once
+
+#include <map>
+#include <mutex>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "driver/driver.h"
+#include "os/host.h"
+
+namespace cuda_criu::testing {
+
+// A driver with the real one's state machine: running -lock-> locked -checkpoint-> checkpointed
+// -restore-> locked -unlock-> running; a call in the wrong state fails like CUDA_ERROR_ILLEGAL_STATE.
+// Checkpoint and restore also fail unless the host let the process's restore thread run.
+class FakeDriver final : public Driver {
+public:
+	struct Proc {
+		CudaState state = CudaState::Running;
+		pid_t tid = 0;
+	};
+	std::map<pid_t, Proc> procs;
+	std::map<std::string, std::set<pid_t>> fail; // op -> pids failing it (0: every pid)
+	std::vector<std::string> calls;              // "lock 10", "checkpoint 10", ...
+	std::set<pid_t> *running_threads = nullptr;  // the host's; checked by checkpoint/restore
+	std::vector<GpuPair> last_pairs;
+	mutable std::mutex mu;
+
+	void add(pid_t pid, CudaState s = CudaState::Running) { procs[pid] = {s, pid + 1000}; }
+	CudaState state_of(pid_t pid) { return procs.at(pid).state; }
+
+	Result<pid_t> restore_thread_id(pid_t pid) override;
+	Result<CudaState> state(pid_t pid) override;
+	Status lock(pid_t pid, unsigned timeout_ms) override;
+	Status checkpoint(pid_t pid) override;
+	Status restore(pid_t pid, const std::vector<GpuPair> &pairs) override;
+	Status unlock(pid_t pid) override;
+	std::string version() const override { return "999.1"; }
+	Result<std::vector<GpuInfo>> gpus() override;
+
+private:
+	Status step(const char *op, pid_t pid, CudaState from, CudaState to, bool needs_thread);
+};
+
+class FakeHost final : public Host {
+public:
+	std::set<pid_t> cuda_pids;        // pids with libcuda mapped
+	std::set<pid_t> running_threads;  // restore threads currently let run
+	std::set<pid_t> fail_let_run;     // tids whose let_run fails (thread gone)
+	std::vector<pid_t> stopped;       // what stopped_tasks() returns
+	std::set<pid_t> killed;
+	std::set<pid_t> dead;
+	std::map<pid_t, pid_t> ns_pids;   // host pid -> ns pid (default: same)
+	int let_runs = 0;
+
+	bool uses_libcuda(pid_t pid) override { return cuda_pids.count(pid) > 0; }
+	TaskInfo task_info(pid_t pid) override;
+	Result<std::unique_ptr<RunningThread>> let_run(pid_t tid) override;
+	std::vector<pid_t> stopped_tasks() override { return stopped; }
+	void kill(pid_t pid) override { killed.insert(pid); }
+	bool alive(pid_t pid) override { return !dead.count(pid); }
+	std::string gpu_uuid_of_minor(unsigned) override { return {}; }
+};
+
+} // namespace cuda_criu::testing

@@ -1,0 +1,138 @@
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <string>
+
+#include "image/image.h"
+#include "os/unique_fd.h"
+
+namespace cuda_criu {
+namespace {
+
+ImageRecord sample()
+{
+	ImageRecord r;
+	r.driver_version = "580.159.04";
+	r.plugin_version = "0.1.0";
+	r.gpus.push_back({"GPU-01234567-89ab-cdef-0123-456789abcdef", "NVIDIA H200", 150000000000ULL, "0000:19:00.0", 0});
+	r.processes.push_back({4242, 1, "running", {"GPU-01234567-89ab-cdef-0123-456789abcdef"}, 4ULL << 30, 1200, 3400000});
+	r.processes.push_back({4243, 2, "locked", {}, 0, 0, 0});
+	r.device_phase_us = 3500000;
+	r.created_unix = 1764460800;
+	r.hostname = "node1";
+	return r;
+}
+
+TEST(Image, RoundTrip)
+{
+	auto bytes = encode_image(sample());
+	auto r = decode_image(bytes.data(), bytes.size());
+	ASSERT_TRUE(r.ok()) << r.error().message();
+	EXPECT_EQ(r->version, kImageVersion);
+	EXPECT_EQ(r->driver_version, "580.159.04");
+	ASSERT_EQ(r->gpus.size(), 1u);
+	EXPECT_EQ(r->gpus[0].name, "NVIDIA H200");
+	EXPECT_EQ(r->gpus[0].memory_bytes, 150000000000ULL);
+	ASSERT_EQ(r->processes.size(), 2u);
+	EXPECT_EQ(r->processes[0].pid, 4242);
+	EXPECT_EQ(r->processes[0].ns_pid, 1);
+	EXPECT_EQ(r->processes[0].state_bytes, 4ULL << 30);
+	EXPECT_EQ(r->processes[0].gpu_uuids.size(), 1u);
+	EXPECT_EQ(r->processes[1].initial_state, "locked");
+	EXPECT_EQ(r->hostname, "node1");
+}
+
+TEST(Image, EveryTruncationIsAClearError)
+{
+	auto bytes = encode_image(sample());
+	for (size_t n = 0; n < bytes.size(); n++) {
+		auto r = decode_image(bytes.data(), n);
+		EXPECT_FALSE(r.ok()) << "truncated to " << n;
+	}
+}
+
+TEST(Image, BadMagicIsRefused)
+{
+	auto bytes = encode_image(sample());
+	bytes[0] = 'X';
+	auto r = decode_image(bytes.data(), bytes.size());
+	ASSERT_FALSE(r.ok());
+	EXPECT_NE(r.error().message().find("magic"), std::string::npos);
+}
+
+TEST(Image, NewerVersionIsRefusedWithAHint)
+{
+	auto bytes = encode_image(sample());
+	// The version is field 1, a varint right after the 12-byte header: 0x08 <version>.
+	ASSERT_EQ(bytes[12], 0x08);
+	bytes[13] = static_cast<uint8_t>(kImageVersion + 1);
+	auto r = decode_image(bytes.data(), bytes.size());
+	ASSERT_FALSE(r.ok());
+	EXPECT_NE(r.error().message().find("newer"), std::string::npos) << r.error().message();
+}
+
+TEST(Image, CorruptPayloadIsRefused)
+{
+	auto bytes = encode_image(sample());
+	for (size_t i = 12; i < bytes.size(); i++)
+		bytes[i] = 0xff;
+	EXPECT_FALSE(decode_image(bytes.data(), bytes.size()).ok());
+}
+
+class ImageDir : public ::testing::Test {
+protected:
+	std::string dir;
+	UniqueFd fd;
+	void SetUp() override
+	{
+		char tmpl[] = "/tmp/cuda-criu-image-XXXXXX";
+		dir = mkdtemp(tmpl);
+		fd = UniqueFd(open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+	}
+	void TearDown() override { std::system(("rm -rf " + dir).c_str()); }
+};
+
+TEST_F(ImageDir, WriteThenRead)
+{
+	ASSERT_TRUE(write_image(fd.get(), sample()).ok());
+	struct stat st;
+	ASSERT_EQ(stat((dir + "/" + kImageFileName).c_str(), &st), 0);
+	EXPECT_EQ(st.st_mode & 0777, 0600u) << "same permissions as CRIU's images";
+	auto r = read_image(fd.get());
+	ASSERT_TRUE(r.ok()) << r.error().message();
+	ASSERT_TRUE(r->has_value());
+	EXPECT_EQ((*r)->processes.size(), 2u);
+}
+
+TEST_F(ImageDir, MissingFileMeansInTreeImage)
+{
+	auto r = read_image(fd.get());
+	ASSERT_TRUE(r.ok());
+	EXPECT_FALSE(r->has_value());
+}
+
+TEST_F(ImageDir, SymlinkIsRefused)
+{
+	ASSERT_EQ(symlink("/etc/passwd", (dir + "/" + kImageFileName).c_str()), 0);
+	auto r = read_image(fd.get());
+	ASSERT_FALSE(r.ok());
+	EXPECT_NE(r.error().message().find("symbolic link"), std::string::npos);
+	EXPECT_FALSE(write_image(fd.get(), sample()).ok()) << "never writes through a symlink";
+}
+
+TEST_F(ImageDir, OversizedFileIsRefusedWithoutReadingIt)
+{
+	int f = open((dir + "/" + kImageFileName).c_str(), O_WRONLY | O_CREAT, 0600);
+	ASSERT_GE(f, 0);
+	ASSERT_EQ(ftruncate(f, 1LL << 40), 0); // sparse 1 TiB
+	close(f);
+	auto r = read_image(fd.get());
+	ASSERT_FALSE(r.ok());
+	EXPECT_EQ(r.error().errno_value(), EFBIG);
+}
+
+} // namespace
+} // namespace cuda_criu

@@ -1,0 +1,86 @@
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <fstream>
+
+#include "core/options.h"
+#include "driver/driver.h"
+
+namespace cuda_criu {
+namespace {
+
+std::map<std::string, std::string> no_file(std::map<std::string, std::string> env = {})
+{
+	env.emplace("CUDA_CRIU_CONFIG", "/dev/null");
+	return env;
+}
+
+TEST(Options, Defaults)
+{
+	auto o = load_options(no_file());
+	ASSERT_TRUE(o.ok()) << o.error().message();
+	EXPECT_EQ(o->lock_timeout_ms, 10000u);
+	EXPECT_EQ(o->parallel, 0u);
+}
+
+TEST(Options, EnvironmentValues)
+{
+	auto o = load_options(no_file({{"CUDA_CRIU_LOCK_TIMEOUT", "2.5"}, {"CUDA_CRIU_PARALLEL", "4"},
+				       {"CUDA_CRIU_LIBCUDA", "/opt/libcuda.so.1"}}));
+	ASSERT_TRUE(o.ok()) << o.error().message();
+	EXPECT_EQ(o->lock_timeout_ms, 2500u);
+	EXPECT_EQ(o->parallel, 4u);
+	EXPECT_EQ(o->libcuda, "/opt/libcuda.so.1");
+}
+
+TEST(Options, BadValuesNameTheVariable)
+{
+	auto o = load_options(no_file({{"CUDA_CRIU_LOCK_TIMEOUT", "soon"}}));
+	ASSERT_FALSE(o.ok());
+	EXPECT_NE(o.error().message().find("CUDA_CRIU_LOCK_TIMEOUT"), std::string::npos) << o.error().message();
+	EXPECT_FALSE(load_options(no_file({{"CUDA_CRIU_PARALLEL", "-1"}})).ok());
+}
+
+TEST(Options, ConfigFileWithUpstreamKeyFormAndEnvironmentOverride)
+{
+	char path[] = "/tmp/cuda-criu-conf-XXXXXX";
+	int fd = mkstemp(path);
+	ASSERT_GE(fd, 0);
+	close(fd);
+	std::ofstream(path) << "# comment\nlock-timeout = 3\ncuda.device-map=0=1\nparallel=2\n";
+	auto o = load_options({{"CUDA_CRIU_CONFIG", path}, {"CUDA_CRIU_PARALLEL", "8"}});
+	std::remove(path);
+	ASSERT_TRUE(o.ok()) << o.error().message();
+	EXPECT_EQ(o->lock_timeout_ms, 3000u);
+	EXPECT_EQ(o->device_map, "0=1");
+	EXPECT_EQ(o->parallel, 8u);
+}
+
+TEST(Options, UnknownConfigKeyIsAnErrorWithLineNumber)
+{
+	char path[] = "/tmp/cuda-criu-conf-XXXXXX";
+	int fd = mkstemp(path);
+	close(fd);
+	std::ofstream(path) << "lock-timeout=1\nlock-timeuot=2\n";
+	auto o = load_options({{"CUDA_CRIU_CONFIG", path}});
+	std::remove(path);
+	ASSERT_FALSE(o.ok());
+	EXPECT_NE(o.error().message().find(":2"), std::string::npos) << o.error().message();
+}
+
+TEST(Options, MissingExplicitConfigFileIsAnError)
+{
+	EXPECT_FALSE(load_options({{"CUDA_CRIU_CONFIG", "/nonexistent/cuda.conf"}}).ok());
+}
+
+TEST(GpuUuid, ParseAndPrint)
+{
+	auto u = GpuUuid::parse("GPU-01234567-89ab-cdef-0123-456789ABCDEF");
+	ASSERT_TRUE(u.ok());
+	EXPECT_EQ(u->str(), "GPU-01234567-89ab-cdef-0123-456789abcdef");
+	EXPECT_FALSE(GpuUuid::parse("GPU-0123").ok());
+	EXPECT_FALSE(GpuUuid::parse("GPU-0123456789abcdef0123456789abcdeg").ok());
+}
+
+} // namespace
+} // namespace cuda_criu

@@ -1,0 +1,306 @@
+#include <gtest/gtest.h>
+
+#include "core/session.h"
+#include "fakes.h"
+
+namespace cuda_criu::testing {
+namespace {
+
+class DumpTest : public ::testing::Test {
+protected:
+	FakeDriver driver;
+	FakeHost host;
+	Options options;
+	int driver_loads = 0;
+
+	void SetUp() override { driver.running_threads = &host.running_threads; }
+
+	DriverSource source()
+	{
+		return [this]() -> Result<Driver *> {
+			driver_loads++;
+			return static_cast<Driver *>(&driver);
+		};
+	}
+
+	void add_cuda(pid_t pid, CudaState s = CudaState::Running)
+	{
+		driver.add(pid, s);
+		host.cuda_pids.insert(pid);
+	}
+};
+
+TEST_F(DumpTest, NonCudaProcessCostsNoDriverCall)
+{
+	DumpSession s(options, host, source());
+	auto r = s.pause(42);
+	ASSERT_TRUE(r.ok());
+	EXPECT_FALSE(*r);
+	auto c = s.checkpoint(42);
+	ASSERT_TRUE(c.ok());
+	EXPECT_FALSE(*c);
+	EXPECT_EQ(driver_loads, 0);
+	EXPECT_TRUE(driver.calls.empty());
+	EXPECT_FALSE(s.has_cuda_processes());
+	EXPECT_TRUE(s.finish(false, false).ok());
+}
+
+TEST_F(DumpTest, LibcudaWithoutContextIsNotOurs)
+{
+	host.cuda_pids.insert(7); // libcuda mapped, but the driver does not know the process
+	DumpSession s(options, host, source());
+	auto r = s.pause(7);
+	ASSERT_TRUE(r.ok());
+	EXPECT_FALSE(*r);
+	EXPECT_TRUE(driver.calls.empty()); // only the restore-thread query, which is not a state change
+}
+
+TEST_F(DumpTest, CheckpointsAllAtFirstCallAndAnswersLaterCalls)
+{
+	add_cuda(10);
+	add_cuda(11);
+	add_cuda(12);
+	DumpSession s(options, host, source());
+	for (pid_t p : {10, 11, 12, 13})
+		ASSERT_TRUE(s.pause(p).ok());
+	EXPECT_EQ(driver.state_of(10), CudaState::Locked);
+	auto first = s.checkpoint(10);
+	ASSERT_TRUE(first.ok()) << first.error().message();
+	EXPECT_TRUE(*first);
+	for (pid_t p : {10, 11, 12})
+		EXPECT_EQ(driver.state_of(p), CudaState::Checkpointed);
+	EXPECT_TRUE(host.running_threads.empty()) << "restore threads must be stopped again";
+	size_t calls = driver.calls.size();
+	EXPECT_TRUE(*s.checkpoint(11));
+	EXPECT_TRUE(*s.checkpoint(12));
+	EXPECT_FALSE(*s.checkpoint(13));
+	EXPECT_EQ(driver.calls.size(), calls) << "later calls answer from the first";
+	EXPECT_EQ(driver_loads, 1);
+
+	// Default dump: the tasks are killed; nothing is rolled back.
+	ASSERT_TRUE(s.finish(false, false).ok());
+	EXPECT_EQ(driver.state_of(10), CudaState::Checkpointed);
+	ImageRecord rec = s.image_record();
+	ASSERT_EQ(rec.processes.size(), 3u);
+	EXPECT_EQ(rec.processes[0].initial_state, "running");
+	EXPECT_EQ(rec.driver_version, "999.1");
+}
+
+TEST_F(DumpTest, LeaveRunningReturnsEveryProcessToItsState)
+{
+	add_cuda(10, CudaState::Running);
+	add_cuda(11, CudaState::Locked);
+	add_cuda(12, CudaState::Checkpointed);
+	DumpSession s(options, host, source());
+	for (pid_t p : {10, 11, 12})
+		ASSERT_TRUE(*s.pause(p));
+	for (pid_t p : {10, 11, 12})
+		ASSERT_TRUE(*s.checkpoint(p));
+	EXPECT_EQ(driver.state_of(12), CudaState::Checkpointed);
+	ASSERT_TRUE(s.finish(false, true).ok());
+	EXPECT_EQ(driver.state_of(10), CudaState::Running);
+	EXPECT_EQ(driver.state_of(11), CudaState::Locked);
+	EXPECT_EQ(driver.state_of(12), CudaState::Checkpointed);
+	EXPECT_TRUE(host.running_threads.empty());
+}
+
+TEST_F(DumpTest, LockFailureFailsThePauseAndLeavesTheProcessRunning)
+{
+	add_cuda(10);
+	driver.fail["lock"] = {10};
+	DumpSession s(options, host, source());
+	auto r = s.pause(10);
+	ASSERT_FALSE(r.ok());
+	EXPECT_NE(r.error().message().find("lock pid 10"), std::string::npos) << r.error().message();
+	EXPECT_EQ(driver.state_of(10), CudaState::Running);
+	EXPECT_TRUE(s.finish(true, false).ok());
+}
+
+TEST_F(DumpTest, LockFailureOfASecondProcessRollsBackTheFirst)
+{
+	add_cuda(10);
+	add_cuda(11);
+	driver.fail["lock"] = {11};
+	DumpSession s(options, host, source());
+	ASSERT_TRUE(*s.pause(10));
+	ASSERT_FALSE(s.pause(11).ok());
+	ASSERT_TRUE(s.finish(true, false).ok());
+	EXPECT_EQ(driver.state_of(10), CudaState::Running);
+	EXPECT_EQ(driver.state_of(11), CudaState::Running);
+}
+
+TEST_F(DumpTest, CheckpointFailureOfOneProcessFailsTheDumpAndRollsBackAll)
+{
+	add_cuda(10);
+	add_cuda(11);
+	driver.fail["checkpoint"] = {11};
+	DumpSession s(options, host, source());
+	ASSERT_TRUE(*s.pause(10));
+	ASSERT_TRUE(*s.pause(11));
+	auto r = s.checkpoint(10);
+	ASSERT_FALSE(r.ok()) << "a failure fails the first call";
+	EXPECT_FALSE(s.checkpoint(11).ok());
+	ASSERT_TRUE(s.finish(true, false).ok());
+	EXPECT_EQ(driver.state_of(10), CudaState::Running);
+	EXPECT_EQ(driver.state_of(11), CudaState::Running);
+}
+
+TEST_F(DumpTest, LaterCriuFailureRollsBackCheckpointedProcesses)
+{
+	add_cuda(10);
+	DumpSession s(options, host, source());
+	ASSERT_TRUE(*s.pause(10));
+	ASSERT_TRUE(*s.checkpoint(10));
+	ASSERT_TRUE(s.finish(/*dump_failed=*/true, false).ok());
+	EXPECT_EQ(driver.state_of(10), CudaState::Running);
+	std::vector<std::string> want = {"lock 10", "checkpoint 10", "restore 10", "unlock 10"};
+	EXPECT_EQ(driver.calls, want);
+}
+
+TEST_F(DumpTest, TargetDyingMidDumpIsReportedAndTheOthersRolledBack)
+{
+	add_cuda(10);
+	add_cuda(11);
+	host.fail_let_run.insert(1011); // pid 11 died: its restore thread is gone
+	host.dead.insert(11);
+	DumpSession s(options, host, source());
+	ASSERT_TRUE(*s.pause(10));
+	ASSERT_TRUE(*s.pause(11));
+	auto r = s.checkpoint(10);
+	ASSERT_FALSE(r.ok());
+	auto r11 = s.checkpoint(11);
+	ASSERT_FALSE(r11.ok());
+	EXPECT_NE(r11.error().message().find("pid 11"), std::string::npos) << r11.error().message();
+	ASSERT_TRUE(s.finish(true, false).ok());
+	EXPECT_EQ(driver.state_of(10), CudaState::Running);
+}
+
+TEST_F(DumpTest, RollbackFailureIsReportedWithThePid)
+{
+	add_cuda(10);
+	DumpSession s(options, host, source());
+	ASSERT_TRUE(*s.pause(10));
+	ASSERT_TRUE(*s.checkpoint(10));
+	driver.fail["restore"] = {10};
+	Status st = s.finish(true, false);
+	ASSERT_FALSE(st.ok());
+	EXPECT_NE(st.error().message().find("10"), std::string::npos);
+}
+
+TEST_F(DumpTest, FailedStateIsRefused)
+{
+	add_cuda(10, CudaState::Failed);
+	DumpSession s(options, host, source());
+	auto r = s.pause(10);
+	ASSERT_FALSE(r.ok());
+	EXPECT_NE(r.error().message().find("failed"), std::string::npos);
+}
+
+TEST_F(DumpTest, DriverMissingFailsOnlyForCudaProcesses)
+{
+	host.cuda_pids.insert(10);
+	DumpSession s(options, host, [] { return Result<Driver *>(make_error(ENOENT, "cannot load libcuda.so.1")); });
+	EXPECT_FALSE(*s.pause(9));
+	auto r = s.pause(10);
+	ASSERT_FALSE(r.ok());
+	EXPECT_NE(r.error().message().find("pid 10 uses CUDA"), std::string::npos) << r.error().message();
+}
+
+TEST_F(DumpTest, ParallelismBoundIsHonoured)
+{
+	options.parallel = 1;
+	for (pid_t p = 10; p < 16; p++)
+		add_cuda(p);
+	DumpSession s(options, host, source());
+	for (pid_t p = 10; p < 16; p++)
+		ASSERT_TRUE(*s.pause(p));
+	ASSERT_TRUE(*s.checkpoint(10));
+	for (pid_t p = 10; p < 16; p++)
+		EXPECT_EQ(driver.state_of(p), CudaState::Checkpointed);
+}
+
+// ---------------------------------------------------------------------------------------- restore
+
+class RestoreTest : public DumpTest {
+protected:
+	ImageRecord image_with(std::vector<int> ns_pids)
+	{
+		ImageRecord r;
+		r.version = 1;
+		for (int p : ns_pids)
+			r.processes.push_back({p, p, "running", {}, 0, 0, 0});
+		return r;
+	}
+};
+
+TEST_F(RestoreTest, RestoresEveryCudaProcessAtTheFirstCall)
+{
+	add_cuda(20, CudaState::Checkpointed);
+	add_cuda(21, CudaState::Checkpointed);
+	host.stopped = {19, 20, 21};
+	RestoreSession s(options, host, source(), image_with({20, 21}), true);
+	auto r = s.resume(19);
+	ASSERT_TRUE(r.ok());
+	EXPECT_FALSE(*r);
+	EXPECT_EQ(driver.state_of(20), CudaState::Running);
+	EXPECT_EQ(driver.state_of(21), CudaState::Running);
+	EXPECT_TRUE(*s.resume(20));
+	EXPECT_TRUE(*s.resume(21));
+	EXPECT_TRUE(host.running_threads.empty());
+	EXPECT_FALSE(s.any_failed());
+}
+
+TEST_F(RestoreTest, FindsProcessesRestoredUnderNewPids)
+{
+	// Restored into a new pid namespace: host pids differ; the namespace pids match the image.
+	add_cuda(5020, CudaState::Checkpointed);
+	host.ns_pids[5020] = 20;
+	host.stopped = {5019, 5020};
+	RestoreSession s(options, host, source(), image_with({20}), true);
+	EXPECT_FALSE(*s.resume(5019));
+	EXPECT_EQ(driver.state_of(5020), CudaState::Running);
+	EXPECT_TRUE(*s.resume(5020));
+}
+
+TEST_F(RestoreTest, ImageOfTheInTreePluginIsRestoredByDetection)
+{
+	add_cuda(20, CudaState::Checkpointed);
+	host.stopped = {20, 21};
+	RestoreSession s(options, host, source(), std::nullopt, true);
+	EXPECT_TRUE(*s.resume(20));
+	EXPECT_FALSE(*s.resume(21));
+	EXPECT_EQ(driver.state_of(20), CudaState::Running);
+}
+
+TEST_F(RestoreTest, FailureIsReturnedWhenCriuFailsTheRestore)
+{
+	add_cuda(20, CudaState::Checkpointed);
+	host.stopped = {20};
+	driver.fail["restore"] = {20};
+	RestoreSession s(options, host, source(), image_with({20}), true);
+	EXPECT_FALSE(s.resume(20).ok());
+	EXPECT_TRUE(host.killed.empty());
+}
+
+TEST_F(RestoreTest, FailureKillsTheRestoredTasksWhenCriuWouldIgnoreIt)
+{
+	add_cuda(20, CudaState::Checkpointed);
+	add_cuda(21, CudaState::Checkpointed);
+	host.stopped = {19, 20, 21};
+	driver.fail["unlock"] = {21};
+	RestoreSession s(options, host, source(), image_with({20, 21}), false);
+	EXPECT_FALSE(*s.resume(19));
+	EXPECT_FALSE(s.resume(21).ok());
+	EXPECT_EQ(host.killed, (std::set<pid_t>{19, 20, 21}));
+}
+
+TEST_F(RestoreTest, ProcessOfTheImageWithoutRestoreThreadFails)
+{
+	host.cuda_pids.insert(20); // libcuda mapped, but the driver does not know it
+	host.stopped = {20};
+	RestoreSession s(options, host, source(), image_with({20}), true);
+	EXPECT_FALSE(s.resume(20).ok());
+}
+
+} // namespace
+} // namespace cuda_criu::testing
