@@ -1,0 +1,355 @@
+#!/usr/bin/env bash
+# Checkpoint/restore tests on a real NVIDIA GPU, run from the root of the bundle that scripts/gpu-bundle.sh
+# builds (CRIU, its libraries, the plugin, the workloads):
+#
+#   bash build/gpu-bundle/run-gpu-tests.sh [TEST...]      (as root; default: all tests)
+#
+# Tests: memcheck-4g torch tree leave-running. Each prints one line, "PASS name (figures)", "FAIL name: why"
+# or "SKIP name: why"; the exit status is 1 when any test failed. Only criu runs with the bundle's lib/ in
+# LD_LIBRARY_PATH: the workloads use the machine's own libraries and its libcuda.so.1.
+#
+# Environment:
+#   GPU_TESTS_WORK   scratch folder for images and logs (default /var/tmp/cuda-criu-gpu-tests; emptied first)
+#   OUT              if set, results.txt and logs.tar.gz (all CRIU and workload logs) are written there
+#   GPU_TESTS_PYTHON the python with PyTorch (default python3)
+#   MEMCHECK_MB, TORCH_GB, TREE_MB, LEAVE_MB   workload sizes (4096, 4, 1024, 1024); the test names stay
+set -uo pipefail
+
+bundle=$(cd "$(dirname "$0")" && pwd)
+work=${GPU_TESTS_WORK:-/var/tmp/cuda-criu-gpu-tests}
+python=${GPU_TESTS_PYTHON:-python3}
+all_tests=(memcheck-4g torch tree leave-running)
+memcheck_mb=${MEMCHECK_MB:-4096}
+torch_gb=${TORCH_GB:-4}
+tree_mb=${TREE_MB:-1024}
+leave_mb=${LEAVE_MB:-1024}
+
+# Everything printed also goes to $work/results.txt: run again behind tee.
+if [ -z "${GPU_TESTS_TEED:-}" ]; then
+	rm -rf "$work" && mkdir -p "$work" || { echo "cannot create $work" >&2; exit 2; }
+	GPU_TESTS_TEED=1 bash "$0" "$@" 2>&1 | tee "$work/results.txt"
+	rc=${PIPESTATUS[0]}
+	if [ -n "${OUT:-}" ]; then
+		mkdir -p "$OUT"
+		cp "$work/results.txt" "$OUT/results.txt"
+		# Logs only: the images are GBs.
+		(cd "$work" && find . -type f ! -path '*/img/*' -print0 |
+			tar --null -czf "$OUT/logs.tar.gz" -T -) || echo "could not write $OUT/logs.tar.gz" >&2
+	fi
+	exit "$rc"
+fi
+
+failures=0
+started=() # every workload pid we saw, killed on exit
+
+criu_cmd=(env "LD_LIBRARY_PATH=$bundle/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "$bundle/sbin/criu")
+criu() { "${criu_cmd[@]}" "$@"; }
+
+now() { echo "$EPOCHREALTIME"; }
+since() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.2f", b - a }'; }
+gib() { awk -v b="$1" 'BEGIN { printf "%.2f", b / 1073741824 }'; }
+
+pass() { echo "PASS $1 ($2)"; }
+fail() { echo "FAIL $1: $2"; failures=$((failures + 1)); }
+skip() { echo "SKIP $1: $2"; }
+
+# state FILE KEY: one value from a workload's state file (empty when absent).
+state() { sed -n "s/^$2=//p" "$1" 2>/dev/null | head -n1; }
+
+# wait_state FILE TIMEOUT_S MIN_ITERATIONS: until the workload has done MIN_ITERATIONS verified passes.
+# Sets why on failure.
+wait_state() {
+	local file=$1 deadline=$(($(date +%s) + $2)) min=$3 st it
+	while [ "$(date +%s)" -lt "$deadline" ]; do
+		st=$(state "$file" status)
+		it=$(state "$file" iterations)
+		case "$st" in
+		ok) [ "${it:-0}" -ge "$min" ] && return 0 ;;
+		"") ;;
+		*) why="$(basename "$file") says status=$st"; return 1 ;;
+		esac
+		sleep 0.2
+	done
+	why="$(basename "$file") did not reach $min iteration(s) with status=ok in $2 s (iterations=${it:-none}, status=${st:-none})"
+	return 1
+}
+
+# advance TIMEOUT_S FILE BASELINE [FILE BASELINE...]: until every file shows more iterations than its
+# baseline, status=ok throughout; then watches 3 s more and wants status=ok still. Sets why, and after.
+advance() {
+	local t=$1; shift
+	local -a files=() base=()
+	while [ $# -gt 0 ]; do files+=("$1"); base+=("$2"); shift 2; done
+	local deadline=$(($(date +%s) + t)) i st it done_all
+	after=""
+	while :; do
+		done_all=1
+		for i in "${!files[@]}"; do
+			st=$(state "${files[$i]}" status)
+			it=$(state "${files[$i]}" iterations)
+			if [ -n "$st" ] && [ "$st" != ok ]; then
+				why="$(basename "${files[$i]}") says status=$st"; return 1
+			fi
+			[ "${it:-0}" -gt "${base[$i]}" ] || done_all=0
+		done
+		[ "$done_all" = 1 ] && break
+		if [ "$(date +%s)" -ge "$deadline" ]; then
+			why="iterations did not advance within $t s:"
+			for i in "${!files[@]}"; do
+				why+=" $(basename "${files[$i]}") ${base[$i]}->$(state "${files[$i]}" iterations)"
+			done
+			return 1
+		fi
+		sleep 0.2
+	done
+	sleep 3
+	for i in "${!files[@]}"; do
+		st=$(state "${files[$i]}" status)
+		[ "$st" = ok ] || { why="$(basename "${files[$i]}") says status=$st"; return 1; }
+		after+="${after:+, }${base[$i]}->$(state "${files[$i]}" iterations)"
+	done
+}
+
+# The pids of a process tree, root first.
+tree_pids() {
+	local p c
+	for p in "$@"; do
+		[ -d "/proc/$p" ] || continue
+		echo "$p"
+		c=$(cat /proc/"$p"/task/*/children 2>/dev/null)
+		[ -n "$c" ] && tree_pids $c
+	done
+}
+
+alive() { local p; for p in "$@"; do [ -d "/proc/$p" ] || return 1; done; }
+
+# wait_gone TIMEOUT_S PID...: a restore needs the pids free again.
+wait_gone() {
+	local deadline=$(($(date +%s) + $1)) p; shift
+	for p in "$@"; do
+		while [ -d "/proc/$p" ]; do
+			[ "$(date +%s)" -lt "$deadline" ] || return 1
+			sleep 0.05
+		done
+	done
+}
+
+kill_pids() {
+	[ $# -gt 0 ] || return 0
+	kill -9 "$@" 2>/dev/null
+	wait_gone 20 "$@" || echo "  warning: pids $* still exist after SIGKILL"
+}
+
+# GPU memory (GiB) the given pids hold, as nvidia-smi sees it.
+gpu_gib() {
+	local pids=" $* "
+	nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader,nounits 2>/dev/null |
+		awk -F', *' -v pids="$pids" 'index(pids, " " $1 " ") { m += $2 } END { printf "%.2f", m / 1024 }'
+}
+
+# Logs of a failed step: the end of the CRIU log and what our plugin said.
+show_log() {
+	local log=$1
+	[ -f "$log" ] || { echo "  (no $log)"; return; }
+	echo "  --- last 30 lines of $log"
+	tail -n 30 "$log" | sed 's/^/  | /'
+	if grep -q 'cuda_plugin' "$log"; then
+		echo "  --- cuda_plugin lines of $log (last 25)"
+		grep 'cuda_plugin' "$log" | tail -n 25 | sed 's/^/  | /'
+	fi
+}
+
+show_workload() {
+	local dir=$1 f
+	for f in "$dir"/stdout "$dir"/stderr; do
+		[ -s "$f" ] && { echo "  --- $(basename "$f") of the workload (last 10)"; tail -n 10 "$f" | sed 's/^/  | /'; }
+	done
+}
+
+plugin_line() { grep -o "cuda_plugin: $2:.*" "$1" 2>/dev/null | tail -n1; }
+
+# start DIR CMD...: the workload in its own session, not a child of this shell, stdio to files.
+start() {
+	local dir=$1; shift
+	mkdir -p "$dir"
+	(cd "$dir" && exec setsid -f "$@" >"$dir/stdout" 2>"$dir/stderr" </dev/null)
+}
+
+# dump DIR PID EXTRA...: sets dump_s, img_bytes; why on failure.
+dump() {
+	local dir=$1 pid=$2; shift 2
+	local t0 rc
+	mkdir -p "$dir/img"
+	t0=$(now)
+	timeout -k 10 300 "${criu_cmd[@]}" dump -t "$pid" -D "$dir/img" -L "$bundle/plugin" -v4 -o "$dir/dump.log" "$@"
+	rc=$?
+	dump_s=$(since "$t0")
+	img_bytes=$(du -sb "$dir/img" | cut -f1)
+	[ "$rc" = 0 ] || { why="criu dump exited with $rc after $dump_s s"; return 1; }
+}
+
+# restore DIR: sets restore_s; why on failure.
+restore() {
+	local dir=$1 t0 rc
+	t0=$(now)
+	timeout -k 10 300 "${criu_cmd[@]}" restore -D "$dir/img" -d -L "$bundle/plugin" -v4 -o "$dir/restore.log"
+	rc=$?
+	restore_s=$(since "$t0")
+	[ "$rc" = 0 ] || { why="criu restore exited with $rc after $restore_s s"; return 1; }
+}
+
+# dump_restore_test NAME DIR STARTUP_S STATE_FILE...: the workload is already started in DIR; its root pid
+# is in the first state file. Dump it, restore it, check that every state file advances.
+dump_restore_test() {
+	local name=$1 dir=$2 startup=$3; shift 3
+	local files=("$@") f root pids gpu gpu_after frozen=() args=() extra=""
+	for f in "${files[@]}"; do
+		wait_state "$f" "$startup" 1 || { fail "$name" "before the dump: $why"; show_workload "$dir"; return; }
+	done
+	root=$(state "${files[0]}" pid)
+	pids=($(tree_pids "$root"))
+	started+=("${pids[@]}")
+	gpu=$(gpu_gib "${pids[@]}")
+	echo "  $name: ${#pids[@]} process(es) (${pids[*]}), $gpu GiB on the GPU, dumping"
+
+	if ! dump "$dir" "$root"; then
+		local left="the tree is gone"
+		alive "${pids[@]}" && left="the tree still runs, status=$(state "${files[0]}" status)"
+		fail "$name" "$why; $left"
+		show_log "$dir/dump.log"
+		kill_pids "${pids[@]}"
+		return
+	fi
+	wait_gone 30 "${pids[@]}" || { fail "$name" "pids ${pids[*]} still exist 30 s after the dump"; kill_pids "${pids[@]}"; return; }
+	for f in "${files[@]}"; do frozen+=("$(state "$f" iterations)"); done
+
+	if ! restore "$dir"; then
+		fail "$name" "$why (dump $dump_s s, image $(gib "$img_bytes") GiB, GPU $gpu GiB)"
+		show_log "$dir/restore.log"
+		kill_pids $(tree_pids "$root")
+		return
+	fi
+	if ! alive "${pids[@]}"; then
+		fail "$name" "criu restore succeeded but not all of ${pids[*]} are alive ($(for p in "${pids[@]}"; do [ -d /proc/$p ] || echo -n "$p gone "; done))"
+		show_log "$dir/restore.log"; show_workload "$dir"
+		kill_pids $(tree_pids "$root")
+		return
+	fi
+	for f in "${!files[@]}"; do args+=("${files[$f]}" "${frozen[$f]}"); done
+	if ! advance 60 "${args[@]}"; then
+		fail "$name" "after restore: $why (dump $dump_s s, restore $restore_s s)"
+		show_log "$dir/restore.log"; show_workload "$dir"
+		kill_pids $(tree_pids "$root")
+		return
+	fi
+	gpu_after=$(gpu_gib "${pids[@]}")
+	pass "$name" "dump $dump_s s, restore $restore_s s, image $(gib "$img_bytes") GiB, GPU $gpu GiB (after restore $gpu_after GiB), iterations $after"
+	f=$(plugin_line "$dir/dump.log" dump); echo "  ${f:-no 'cuda_plugin: dump:' line in dump.log}"
+	f=$(plugin_line "$dir/restore.log" restore); echo "  ${f:-no 'cuda_plugin: restore:' line in restore.log}"
+	kill_pids "${pids[@]}"
+	rm -rf "$dir/img"
+}
+
+test_memcheck_4g() {
+	local dir=$work/memcheck-4g
+	start "$dir" "$bundle/bin/cuda_memcheck" --mb "$memcheck_mb" --state "$dir/state" --interval-ms 100
+	dump_restore_test memcheck-4g "$dir" 120 "$dir/state"
+}
+
+test_torch() {
+	local dir=$work/torch
+	if ! "$python" -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
+		skip torch "$python has no PyTorch with CUDA"
+		return
+	fi
+	start "$dir" "$python" -u "$bundle/torch_workload.py" --gb "$torch_gb" --state "$dir/state" --interval-ms 100
+	dump_restore_test torch "$dir" 240 "$dir/state"
+}
+
+test_tree() {
+	local dir=$work/tree
+	start "$dir" "$bundle/bin/cuda_memcheck" --mb "$tree_mb" --children 1 --plain-children 1 --state "$dir/state"
+	# The root writes state, its CUDA child state.0; the plain child writes nothing but must come back too.
+	dump_restore_test tree "$dir" 120 "$dir/state" "$dir/state.0"
+}
+
+test_leave_running() {
+	local name=leave-running dir=$work/leave-running pid pids gpu base line f
+	start "$dir" "$bundle/bin/cuda_memcheck" --mb "$leave_mb" --state "$dir/state"
+	wait_state "$dir/state" 120 1 || { fail $name "before the dump: $why"; show_workload "$dir"; return; }
+	pid=$(state "$dir/state" pid)
+	pids=($(tree_pids "$pid"))
+	started+=("${pids[@]}")
+	gpu=$(gpu_gib "${pids[@]}")
+	if ! dump "$dir" "$pid" -R; then
+		fail $name "$why; the workload is $(alive "$pid" && echo alive || echo gone)"
+		show_log "$dir/dump.log"; kill_pids "${pids[@]}"
+		return
+	fi
+	alive "$pid" || { fail $name "pid $pid is gone after criu dump -R"; show_log "$dir/dump.log"; show_workload "$dir"; return; }
+	base=$(state "$dir/state" iterations)
+	if ! advance 30 "$dir/state" "$base"; then
+		fail $name "after the dump: $why"
+		show_log "$dir/dump.log"; show_workload "$dir"; kill_pids "${pids[@]}"
+		return
+	fi
+	line=$(grep -E 'cuda_plugin: .*(back as they were found|returned to|returning [0-9]+ CUDA)' "$dir/dump.log" | tail -n1)
+	if [ -z "$line" ]; then
+		fail $name "the workload runs on, but cuda_plugin did not log that it returned the processes to their state"
+		show_log "$dir/dump.log"; kill_pids "${pids[@]}"
+		return
+	fi
+	pass $name "dump $dump_s s, image $(gib "$img_bytes") GiB, GPU $gpu GiB, iterations $after"
+	echo "  ${line#*\] }"
+	f=$(plugin_line "$dir/dump.log" dump); echo "  ${f:-no 'cuda_plugin: dump:' line in dump.log}"
+	kill_pids "${pids[@]}"
+	rm -rf "$dir/img"
+}
+
+# Workloads still running in a folder of ours (also those that never wrote their pid).
+pids_in() {
+	local p cwd
+	for p in /proc/[0-9]*; do
+		cwd=$(readlink "$p/cwd" 2>/dev/null) || continue
+		case "$cwd" in "$1" | "$1"/*) echo "${p#/proc/}" ;; esac
+	done
+}
+
+cleanup() {
+	local p left=()
+	for p in "${started[@]}" $(pids_in "$work"); do
+		[ "$p" != $$ ] && [ -d "/proc/$p" ] && left+=("$p")
+	done
+	[ ${#left[@]} -eq 0 ] || kill -9 "${left[@]}" 2>/dev/null
+	rm -rf "$work"/*/img
+}
+trap cleanup EXIT
+
+# ---------------------------------------------------------------------------------------------------------
+echo "== $(date -u +%Y-%m-%dT%H:%M:%SZ) $(hostname) $(uname -r); bundle $bundle"
+sed -n 's/^\(built\|source\)=/  bundle \1: /p' "$bundle/bundle-info.txt" 2>/dev/null
+[ "$(id -u)" = 0 ] || echo "warning: not root: criu dump/restore will fail"
+nvidia-smi --query-gpu=name,driver_version,memory.total,memory.used --format=csv,noheader 2>&1 | sed 's/^/  GPU: /'
+"$python" -c 'import torch; print("  torch", torch.__version__, "CUDA", torch.version.cuda)' 2>/dev/null || echo "  torch: not importable"
+echo "== criu --version"
+criu --version 2>&1 | sed 's/^/  /'
+echo "== criu check"
+criu check >"$work/criu-check.txt" 2>&1
+check_rc=$?
+sed 's/^/  /' "$work/criu-check.txt" | tail -n 20
+echo "  (criu check exit status $check_rc)"
+
+[ $# -gt 0 ] || set -- "${all_tests[@]}"
+for t in "$@"; do
+	case "$t" in
+	memcheck-4g) test_memcheck_4g ;;
+	torch) test_torch ;;
+	tree) test_tree ;;
+	leave-running) test_leave_running ;;
+	*) fail "$t" "no such test (known: ${all_tests[*]})"; continue ;;
+	esac
+	kill_pids $(pids_in "$work/$t") # whatever a failed test left running
+	rm -rf "$work/$t/img"
+done
+echo "== $failures test(s) failed"
+[ "$failures" = 0 ]
