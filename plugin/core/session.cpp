@@ -33,6 +33,9 @@ std::string human_bytes(uint64_t b)
 	return format("%.1f MiB", static_cast<double>(b) / (1ULL << 20));
 }
 
+// How long past its own timeout a driver call may take before we stop waiting for it.
+constexpr unsigned kDriverGraceMs = 5000;
+
 std::string seconds(uint64_t us) { return format("%.3f s", static_cast<double>(us) / 1e6); }
 
 // Lets each listed restore thread run (on the calling thread, the tracer), runs the jobs on workers,
@@ -132,8 +135,14 @@ Result<bool> DumpSession::pause(pid_t pid)
 			 to_string(*state));
 		break;
 	case CudaState::Running: {
+		// The driver honours the lock timeout itself; the job's own limit only guards against a driver
+		// that does not return at all.
+		Driver *d = driver_;
+		unsigned ms = options_.lock_timeout_ms;
+		std::vector<Job> job;
+		job.push_back({format("lock pid %d", pid), [d, pid, ms] { return d->lock(pid, ms); }});
 		uint64_t t0 = now_us();
-		Status st = driver_->lock(pid, options_.lock_timeout_ms);
+		Status st = std::move(run_jobs(std::move(job), 1, ms ? ms + kDriverGraceMs : 0)[0]);
 		p.lock_us = now_us() - t0;
 		if (!st) {
 			Error err = std::move(st).error().context("lock pid %d", pid);

@@ -223,7 +223,8 @@ Result<Driver *> load_once(const std::string &path)
 		return make_error(EIO, "cuInit failed: %s (%d) (driver %s): is the NVIDIA kernel module loaded?",
 				  name ? name : "?", static_cast<int>(res), version.c_str());
 	}
-	LOG_DEBUG("loaded %s: driver %s, CUDA %s", file, version.c_str(), cuda.c_str());
+	LOG_DEBUG("loaded %s: NVIDIA driver %s, CUDA %s", file, version.rfind("CUDA", 0) == 0 ? "unknown" : version.c_str(),
+		  cuda.c_str());
 	return static_cast<Driver *>(new LibCuda(api, version)); // lives as long as the process
 }
 

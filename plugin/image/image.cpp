@@ -148,7 +148,7 @@ Result<ImageRecord> decode_image(const uint8_t *data, size_t size)
 Status write_image(int dir_fd, const ImageRecord &record)
 {
 	std::vector<uint8_t> bytes = encode_image(record);
-	UniqueFd fd(openat(dir_fd, kImageFileName, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600));
+	UniqueFd fd(openat(dir_fd, kImageFileName, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644));
 	if (!fd.valid())
 		return errno_error("create %s in the image directory", kImageFileName);
 	size_t off = 0;

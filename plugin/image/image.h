@@ -19,7 +19,7 @@ std::vector<uint8_t> encode_image(const ImageRecord &record);
 // Parses a complete image file; every malformed input is an error that says what is wrong.
 Result<ImageRecord> decode_image(const uint8_t *data, size_t size);
 
-// Writes the image into the directory dir_fd (0600, like CRIU's images; never through a symlink).
+// Writes the image into the directory dir_fd (0644, like CRIU's images; never through a symlink).
 Status write_image(int dir_fd, const ImageRecord &record);
 // Reads it; std::nullopt when the directory has no such file (an image of CRIU's own CUDA plugin).
 Result<std::optional<ImageRecord>> read_image(int dir_fd);

@@ -113,3 +113,29 @@ alive() { [ -e "/proc/$1" ] && [ "$(sed -n 's/^State:\s*\(.\).*/\1/p' "/proc/$1/
 
 # The plugin's error lines in a CRIU log.
 plugin_errors() { grep -E 'Error .*cuda_plugin:|cuda_plugin: .*error' "$1" || true; }
+
+CUDA_CRIU=$BUILD_DIR/bin/cuda-criu
+
+# start_memcheck NAME MB [more cuda_memcheck options]: a fake-GPU workload; sets $LAST_PID and $STATE.
+start_memcheck() {
+	local name=$1 mb=$2
+	shift 2
+	STATE=$T/$name.state
+	start_cuda "$name" "$MEMCHECK" --mb "$mb" --state "$STATE" --interval-ms 20 "$@"
+	wait_for "$name to fill its device memory" 20 test -f "$STATE"
+}
+
+# expect_healthy STATE [SECONDS]: the workload runs on, verifies its data, and counts past its value now.
+expect_healthy() {
+	local state=$1 secs=${2:-10}
+	local start; start=$(state_value "$state" iterations)
+	wait_for "$state to advance past $start" "$secs" sh -c \
+		"[ \"\$(sed -n 's/^iterations=//p' $state)\" -gt $((start + 2)) ]"
+	[ "$(state_value "$state" status)" = ok ] || fail "$state: $(cat "$state")"
+}
+
+cuda_state() { LD_LIBRARY_PATH=$(dirname "$FAKE_LIB") CUDA_CRIU_LIBCUDA=$FAKE_LIB "$CUDA_CRIU" status "$1" | awk '{print $2}'; }
+cuda_criu() { LD_LIBRARY_PATH=$(dirname "$FAKE_LIB") CUDA_CRIU_LIBCUDA=$FAKE_LIB "$CUDA_CRIU" "$@"; }
+
+# expect_log FILE PATTERN WHAT
+expect_log() { grep -qE "$2" "$1" || fail "$3 (no line matching '$2' in $(basename "$1"))"; }

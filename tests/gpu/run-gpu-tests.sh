@@ -12,6 +12,7 @@
 #   GPU_TESTS_WORK   scratch folder for images and logs (default /var/tmp/cuda-criu-gpu-tests; emptied first)
 #   OUT              if set, results.txt and logs.tar.gz (all CRIU and workload logs) are written there
 #   GPU_TESTS_PYTHON the python with PyTorch (default python3)
+#   GPU_TESTS_CRIU_TIMEOUT  seconds a criu dump or restore may take before it is killed (default 120)
 #   MEMCHECK_MB, TORCH_GB, TREE_MB, LEAVE_MB   workload sizes (4096, 4, 1024, 1024); the test names stay
 set -uo pipefail
 
@@ -23,14 +24,18 @@ memcheck_mb=${MEMCHECK_MB:-4096}
 torch_gb=${TORCH_GB:-4}
 tree_mb=${TREE_MB:-1024}
 leave_mb=${LEAVE_MB:-1024}
+criu_timeout=${GPU_TESTS_CRIU_TIMEOUT:-120}
 
-# Everything printed also goes to $work/results.txt: run again behind tee.
+# Everything printed also goes to $work/results.txt (and $OUT/results.txt, as it happens, so that a run cut
+# short still leaves its lines there): run again behind tee.
 if [ -z "${GPU_TESTS_TEED:-}" ]; then
 	rm -rf "$work" && mkdir -p "$work" || { echo "cannot create $work" >&2; exit 2; }
-	GPU_TESTS_TEED=1 bash "$0" "$@" 2>&1 | tee "$work/results.txt"
+	[ -z "${OUT:-}" ] || mkdir -p "$OUT"
+	# A TERM (from timeout, which signals the whole group) ends the tests; the logs are still packed.
+	trap 'echo "interrupted" >>"$work/results.txt"' INT TERM
+	GPU_TESTS_TEED=1 bash "$0" "$@" 2>&1 | tee "$work/results.txt" ${OUT:+"$OUT/results.txt"}
 	rc=${PIPESTATUS[0]}
 	if [ -n "${OUT:-}" ]; then
-		mkdir -p "$OUT"
 		cp "$work/results.txt" "$OUT/results.txt"
 		# Logs only: the images are GBs.
 		(cd "$work" && find . -type f ! -path '*/img/*' -print0 |
@@ -181,10 +186,11 @@ dump() {
 	local t0 rc
 	mkdir -p "$dir/img"
 	t0=$(now)
-	timeout -k 10 300 "${criu_cmd[@]}" dump -t "$pid" -D "$dir/img" -L "$bundle/plugin" -v4 -o "$dir/dump.log" "$@"
+	timeout -k 10 "$criu_timeout" "${criu_cmd[@]}" dump -t "$pid" -D "$dir/img" -L "$bundle/plugin" -v4 -o "$dir/dump.log" "$@"
 	rc=$?
 	dump_s=$(since "$t0")
 	img_bytes=$(du -sb "$dir/img" | cut -f1)
+	[ "$rc" = 124 ] && { why="criu dump did not finish within $criu_timeout s (killed)"; return 1; }
 	[ "$rc" = 0 ] || { why="criu dump exited with $rc after $dump_s s"; return 1; }
 }
 
@@ -192,9 +198,10 @@ dump() {
 restore() {
 	local dir=$1 t0 rc
 	t0=$(now)
-	timeout -k 10 300 "${criu_cmd[@]}" restore -D "$dir/img" -d -L "$bundle/plugin" -v4 -o "$dir/restore.log"
+	timeout -k 10 "$criu_timeout" "${criu_cmd[@]}" restore -D "$dir/img" -d -L "$bundle/plugin" -v4 -o "$dir/restore.log"
 	rc=$?
 	restore_s=$(since "$t0")
+	[ "$rc" = 124 ] && { why="criu restore did not finish within $criu_timeout s (killed)"; return 1; }
 	[ "$rc" = 0 ] || { why="criu restore exited with $rc after $restore_s s"; return 1; }
 }
 
@@ -324,12 +331,14 @@ cleanup() {
 	rm -rf "$work"/*/img
 }
 trap cleanup EXIT
+trap 'exit 130' INT TERM # the EXIT trap kills the workloads
 
 # ---------------------------------------------------------------------------------------------------------
 echo "== $(date -u +%Y-%m-%dT%H:%M:%SZ) $(hostname) $(uname -r); bundle $bundle"
 sed -n 's/^\(built\|source\)=/  bundle \1: /p' "$bundle/bundle-info.txt" 2>/dev/null
 [ "$(id -u)" = 0 ] || echo "warning: not root: criu dump/restore will fail"
-nvidia-smi --query-gpu=name,driver_version,memory.total,memory.used --format=csv,noheader 2>&1 | sed 's/^/  GPU: /'
+nvidia-smi --query-gpu=name,driver_version,memory.total,memory.used --format=csv,noheader 2>/dev/null |
+	sed 's/^/  GPU: /' | grep . || echo "  GPU: nvidia-smi does not answer"
 "$python" -c 'import torch; print("  torch", torch.__version__, "CUDA", torch.version.cuda)' 2>/dev/null || echo "  torch: not importable"
 echo "== criu --version"
 criu --version 2>&1 | sed 's/^/  /'

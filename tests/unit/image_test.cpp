@@ -100,7 +100,7 @@ TEST_F(ImageDir, WriteThenRead)
 	ASSERT_TRUE(write_image(fd.get(), sample()).ok());
 	struct stat st;
 	ASSERT_EQ(stat((dir + "/" + kImageFileName).c_str(), &st), 0);
-	EXPECT_EQ(st.st_mode & 0777, 0600u) << "same permissions as CRIU's images";
+	EXPECT_EQ(st.st_mode & 0777, 0644u) << "same permissions as CRIU's images";
 	auto r = read_image(fd.get());
 	ASSERT_TRUE(r.ok()) << r.error().message();
 	ASSERT_TRUE(r->has_value());

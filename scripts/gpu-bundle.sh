@@ -1,0 +1,142 @@
+#!/usr/bin/env bash
+# Builds the folder that the real-GPU tests need on a machine that has the NVIDIA driver but neither CRIU
+# nor its libraries (see docs/gpu-results.md):
+#
+#   scripts/gpu-bundle.sh            -> build/gpu-bundle/
+#
+#   gpu-bundle/
+#     run-gpu-tests.sh, torch_workload.py, ...   the scripts from tests/gpu/
+#     sbin/criu                                   CRIU 4.2.1 (scripts/build-criu.sh)
+#     lib/                                        the shared libraries criu and the plugins need, but glibc's
+#     plugin/cuda_plugin.so                       this project's plugin (the only .so there: CRIU's --libdir)
+#     intree/cuda_plugin.so                       CRIU's own CUDA plugin, for comparison
+#     bin/cuda_memcheck                           the driver-API test workload
+#     bundle-info.txt                             what went in, and from which sources
+#
+# Only criu gets lib/ (through LD_LIBRARY_PATH in run-gpu-tests.sh); the workloads use the target's own
+# libraries, libcuda.so.1 above all. The folder is rebuilt from scratch each time (a few MB of copies), so a
+# second run costs only the up-to-date checks of CRIU and of the CMake build.
+#
+# Environment: BUILD_DIR (default: build), JOBS (default: nproc), BUNDLE_DIR (default: $BUILD_DIR/gpu-bundle).
+set -euo pipefail
+
+top=$(cd "$(dirname "$0")/.." && pwd)
+build=${BUILD_DIR:-$top/build}
+jobs=${JOBS:-$(nproc)}
+criu_ver=4.2.1
+out=${BUNDLE_DIR:-$build/gpu-bundle}
+max_mb=64 # what the GPU machine's file transfer takes
+
+log() { printf '[gpu-bundle] %s\n' "$*" >&2; }
+die() { printf '[gpu-bundle] error: %s\n' "$*" >&2; exit 1; }
+
+# glibc's own libraries come from the target (Ubuntu 24.04 has glibc 2.39, newer than ours). libstdc++ and
+# libgcc_s too: the target's are newer and backward compatible, an older copy first in the search path could
+# only break things. linux-vdso has no file.
+is_system_lib() {
+	case "$(basename "$1")" in
+	libc.so.* | libm.so.* | libpthread.so.* | libdl.so.* | librt.so.* | libresolv.so.* | ld-linux*.so.* | \
+		libstdc++.so.* | libgcc_s.so.* | linux-vdso.so.*) return 0 ;;
+	esac
+	return 1
+}
+
+# The resolved paths of the shared libraries one ELF file needs (recursively, as ldd reports them).
+needed_libs() {
+	local line
+	ldd "$1" | while read -r line; do
+		case "$line" in
+		*"not found"*) die "$1 needs a library that is missing here: $line" ;;
+		*"=> /"*) line=${line#*=> }; echo "${line%% (*}" ;;
+		esac
+	done
+}
+
+# No RPATH/RUNPATH may point into this build tree: on the target the system loader must find the real
+# libcuda.so.1 (and never a stub or the fake one from tests/fakegpu).
+check_rpath() {
+	local f=$1 rp
+	rp=$(readelf -d "$f" | sed -n 's/.*(\(RPATH\|RUNPATH\)).*\[\(.*\)\]/\2/p')
+	[ -z "$rp" ] && return 0
+	log "$(basename "$f") carries an RPATH/RUNPATH ($rp): removing it from the bundled copy"
+	command -v patchelf >/dev/null || die "patchelf is needed to remove it (apt-get install patchelf)"
+	patchelf --remove-rpath "$f"
+	[ -z "$(readelf -d "$f" | grep -E 'R(UN)?PATH')" ] || die "could not remove the RPATH of $f"
+}
+
+# 1. CRIU (does nothing when it is up to date).
+"$top/scripts/build-criu.sh" "$criu_ver"
+criu_root=$build/criu/$criu_ver/install
+[ -x "$criu_root/sbin/criu" ] || die "no criu in $criu_root/sbin"
+[ -f "$criu_root/lib/criu-intree/cuda_plugin.so" ] || die "CRIU's in-tree CUDA plugin is missing in $criu_root"
+
+# 2. The plugin and the workload.
+if [ ! -f "$build/CMakeCache.txt" ]; then
+	log "configuring $build"
+	cmake -S "$top" -B "$build" >/dev/null
+fi
+targets=(cuda_plugin cuda_memcheck)
+has_target() { cmake --build "$build" --target help 2>/dev/null | grep -w "$1" >/dev/null; }
+if ! has_target cuda_memcheck; then
+	[ -f "$top/tests/workloads/cuda_memcheck.c" ] ||
+		die "tests/workloads/cuda_memcheck.c is missing: the bundle needs the cuda_memcheck workload"
+	log "re-running CMake: the cuda_memcheck target is not known to $build yet"
+	cmake -S "$top" -B "$build" >/dev/null
+	has_target cuda_memcheck ||
+		die "no cuda_memcheck target after configuring (is tests/workloads in the CMake tree?)"
+fi
+log "building ${targets[*]}"
+cmake --build "$build" --target "${targets[@]}" -j"$jobs" >"$build/gpu-bundle.build.log" 2>&1 ||
+	{ tail -n 30 "$build/gpu-bundle.build.log" >&2; die "build failed (log: $build/gpu-bundle.build.log)"; }
+plugin=$build/plugin/cuda_plugin.so
+memcheck=$build/tests/workloads/cuda_memcheck
+[ -f "$plugin" ] || die "no $plugin after the build"
+[ -x "$memcheck" ] || die "no $memcheck after the build"
+
+# 3. Assemble in a fresh folder next to the old one, then swap: an interrupted run never leaves half a bundle.
+tmp=$out.tmp
+rm -rf "$tmp"
+mkdir -p "$tmp"/{sbin,lib,plugin,intree,bin}
+install -m 755 "$criu_root/sbin/criu" "$tmp/sbin/criu"
+install -m 644 "$criu_root/lib/criu-intree/cuda_plugin.so" "$tmp/intree/cuda_plugin.so"
+install -m 644 "$plugin" "$tmp/plugin/cuda_plugin.so"
+install -m 755 "$memcheck" "$tmp/bin/cuda_memcheck"
+strip --strip-debug "$tmp/sbin/criu" "$tmp/intree/cuda_plugin.so" "$tmp/plugin/cuda_plugin.so" "$tmp/bin/cuda_memcheck"
+
+for f in "$tmp/sbin/criu" "$tmp/intree/cuda_plugin.so" "$tmp/plugin/cuda_plugin.so"; do
+	needed_libs "$f"
+done | sort -u | while read -r lib; do
+	is_system_lib "$lib" && continue
+	cp -L "$lib" "$tmp/lib/$(basename "$lib")"
+done
+chmod 644 "$tmp"/lib/*
+
+# The workload must use the target's libcuda.so.1 and nothing of ours.
+for f in "$tmp/bin/cuda_memcheck" "$tmp/plugin/cuda_plugin.so"; do check_rpath "$f"; done
+readelf -d "$tmp/bin/cuda_memcheck" | grep -q 'NEEDED.*\[libcuda\.so\.1\]' ||
+	log "note: cuda_memcheck does not list libcuda.so.1 as NEEDED (does it dlopen it?)"
+
+for f in "$top"/tests/gpu/*; do
+	case "$f" in */CMakeLists.txt | */ctest-gpu.sh) continue ;; esac
+	install -m "$([ -x "$f" ] && echo 755 || echo 644)" "$f" "$tmp/"
+done
+
+{
+	echo "built=$(date -u +%Y-%m-%dT%H:%M:%SZ) on $(. /etc/os-release && echo "$PRETTY_NAME") ($(uname -m))"
+	echo "source=$(git -C "$top" describe --always --dirty 2>/dev/null || echo unknown)"
+	echo "criu=$("$criu_root/sbin/criu" --version | tr '\n' ' ')"
+	echo "criu_patches=$(cat "$build/criu/$criu_ver/stamp" 2>/dev/null || echo unknown)"
+	echo "glibc_needed=$(objdump -T "$tmp"/sbin/criu "$tmp"/plugin/*.so "$tmp"/bin/* "$tmp"/lib/* 2>/dev/null |
+		grep -o 'GLIBC_[0-9.]*' | sort -uV | tail -n1)"
+	echo "libs=$(cd "$tmp/lib" && ls | xargs)"
+	(cd "$tmp" && find . -type f ! -name bundle-info.txt | sort | xargs sha256sum)
+} >"$tmp/bundle-info.txt"
+
+rm -rf "$out"
+mv "$tmp" "$out"
+
+size=$(du -sb "$out" | cut -f1)
+mb=$(( (size + 1048575) / 1048576 ))
+[ "$mb" -le "$max_mb" ] || die "$out is $mb MiB, more than the $max_mb MiB the GPU machine's transfer takes"
+log "bundle ready: $out ($mb MiB; newest glibc symbol needed: $(sed -n 's/^glibc_needed=//p' "$out/bundle-info.txt"))"
+log "on the GPU machine: bash $(realpath --relative-to="$top" "$out" 2>/dev/null || echo "$out")/run-gpu-tests.sh"

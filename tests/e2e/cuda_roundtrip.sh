@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# CUDA processes (fake GPU) dumped and restored with real CRIU: one process, a tree of three CUDA
+# processes and a plain one, an image without our file (as CRIU's own plugin writes), and CRIU 4.1.1.
+source "$(dirname "$0")/lib.sh"
+e2e_setup
+start_fake_gpu
+
+# 1. One process: its device memory comes back intact and it carries on.
+start_memcheck single 64
+pid=$LAST_PID
+dump "$pid" "$T/img1" || fail "dump of one CUDA process failed"
+wait_gone "$pid"
+expect_log "$T/dump.log" "cuda_plugin: dump: 1 CUDA process\(es\)" "no dump summary"
+[ -z "$(plugin_errors "$T/dump.log")" ] || fail "errors in the dump log"
+[ -f "$T/img1/cuda-plugin.img" ] || fail "no cuda-plugin.img"
+cuda_criu inspect "$T/img1" >"$T/inspect.out" || fail "cuda-criu inspect failed"
+grep -qE "^$pid +[0-9]+ +running +6[0-9]\.[0-9] MiB" "$T/inspect.out" || fail "inspect: $(cat "$T/inspect.out")"
+restore "$T/img1" || fail "restore failed"
+expect_log "$T/restore.log" "cuda_plugin: restore: 1 CUDA process\(es\), 0 failed" "no restore summary"
+alive "$pid" || fail "pid $pid not running after restore"
+[ "$(cuda_state "$pid")" = running ] || fail "CUDA state after restore: $(cuda_state "$pid")"
+expect_healthy "$STATE"
+kill -9 "$pid"; wait_gone "$pid"
+log "one process: ok"
+
+# 2. A tree: root and two children on the GPU, one plain child; all checkpointed at once.
+start_memcheck tree 32 --children 2 --plain-children 1
+root=$LAST_PID
+wait_for "the children" 20 test -f "$STATE.1"
+pids=$(ps -o pid= --ppid "$root" | xargs)
+dump "$root" "$T/img2" || fail "dump of the tree failed"
+wait_gone "$root" $pids
+expect_log "$T/dump.log" "checkpointing 3 CUDA process\(es\) in parallel" "tree not checkpointed in one batch"
+[ -z "$(plugin_errors "$T/dump.log")" ] || fail "errors in the tree's dump log"
+restore "$T/img2" || fail "restore of the tree failed"
+expect_log "$T/restore.log" "restore: 3 CUDA process\(es\), 0 failed" "tree restore summary"
+for f in "$STATE" "$STATE.0" "$STATE.1"; do expect_healthy "$f"; done
+kill -9 "$root" $pids; wait_gone "$root" $pids
+log "tree of 3 CUDA + 1 plain process: ok"
+
+# 3. An image as CRIU's own CUDA plugin writes it (no cuda-plugin.img): found by detection.
+start_memcheck intree 16
+pid=$LAST_PID
+dump "$pid" "$T/img3" || fail "dump failed"
+wait_gone "$pid"
+rm "$T/img3/cuda-plugin.img"
+restore "$T/img3" || fail "restore of an image without cuda-plugin.img failed"
+expect_log "$T/restore.log" "image of CRIU's own cuda plugin" "restore did not say it ran without our image"
+expect_healthy "$STATE"
+kill -9 "$pid"; wait_gone "$pid"
+log "image without cuda-plugin.img: ok"
+
+# 4. CRIU 4.1.1 (stock, plugin ABI with 12 hooks) dumps and restores with the same plugin.
+CRIU411=$BUILD_DIR/criu/4.1.1/install/sbin/criu
+if [ -x "$CRIU411" ]; then
+	start_memcheck criu411 16
+	pid=$LAST_PID
+	CRIU=$CRIU411 dump "$pid" "$T/img4" || fail "CRIU 4.1.1: dump failed"
+	wait_gone "$pid"
+	CRIU=$CRIU411 restore "$T/img4" || fail "CRIU 4.1.1: restore failed"
+	expect_healthy "$STATE"
+	kill -9 "$pid"; wait_gone "$pid"
+	log "CRIU 4.1.1: ok"
+else
+	log "CRIU 4.1.1 not built (scripts/build-criu.sh 4.1.1): skipped that part"
+fi
+log PASS

@@ -1,0 +1,280 @@
+/*
+ * fakegpu: a GPU-less stand-in for libcuda.so.1, used to test checkpoint and
+ * restore of CUDA processes with CRIU on machines without an NVIDIA GPU.
+ *
+ * Three pieces share this header:
+ *
+ *   fakegpu-daemon   plays the GPUs: it owns the device memory of every
+ *                    client and the checkpoint state of every client.
+ *   libcuda.so.1     (libcuda_fake.c) the driver library. It has two halves:
+ *                    the client half (cuInit, cuMemAlloc, ...) used by a CUDA
+ *                    application, and the checkpoint half
+ *                    (cuCheckpointProcess*) used by another process, e.g. the
+ *                    CRIU plugin, with the pid of the application.
+ *   the service thread   started by cuInit inside the application and named
+ *                    "cuda-restore"; the checkpoint half's
+ *                    cuCheckpointProcessGetRestoreThreadId() returns its tid.
+ *
+ * All of them find each other through the directory named by the environment
+ * variable FAKEGPU_DIR (same value for the application, the daemon's --dir and
+ * the checkpointing process):
+ *
+ *   $FAKEGPU_DIR/daemon.sock      the daemon's listening unix socket
+ *   $FAKEGPU_DIR/daemon.pid       the daemon's pid
+ *   $FAKEGPU_DIR/clients/<id>     one FIFO per client, created by the daemon
+ *   $FAKEGPU_DIR/dev/nvidiactl, dev/nvidia-uvm, dev/nvidia<N>
+ *                                 regular files standing in for the device
+ *                                 nodes. A client holds nvidiactl and
+ *                                 nvidia-uvm open from cuInit on, and
+ *                                 nvidia<N> once it has a context on GPU N
+ *                                 (daemon index = device ordinal of a fresh
+ *                                 process); all are closed at checkpoint and
+ *                                 reopened (remapped) at restore, like the
+ *                                 real driver's /dev/nvidia* fds.
+ *
+ * Client identity and pid resolution
+ * ----------------------------------
+ * cuInit connects to the daemon (the "main" connection) and registers; the
+ * daemon assigns a numeric client id and creates the FIFO clients/<id>. The
+ * client opens that FIFO O_RDWR and keeps it open for its whole life: it is the
+ * analogue of the /dev/nvidia* fds a real CUDA process holds, and it is the
+ * client's identity. The checkpoint half resolves a pid by scanning
+ * /proc/<pid>/fd/ for a link that points to "<realpath FAKEGPU_DIR>/clients/<id>".
+ * CRIU dumps and restores the FIFO fd with its path, so the same id is found
+ * again after a restore, even when the restored process got another pid (a new
+ * pid namespace). A pid without such an fd (not a CUDA client, or gone) is
+ * answered with CUDA_ERROR_NOT_FOUND without talking to the daemon.
+ * The restore thread's tid, as seen by the caller, is found by scanning
+ * /proc/<pid>/task/<tid>/status for the task whose innermost NSpid equals the
+ * tid the service thread registered (then, as a fallback, by the thread name
+ * "cuda-restore").
+ *
+ * How requests reach the service thread
+ * -------------------------------------
+ * The same FIFO is the service thread's doorbell. The service thread blocks in
+ * read() on it; the daemon writes one struct fg_doorbell per request. A FIFO was
+ * chosen because:
+ *   - it needs no signal (the CRIU plugin blocks every signal of the restore
+ *     thread) and no polling;
+ *   - CRIU dumps and restores FIFOs by path, including unread data, so the
+ *     doorbell keeps working after the main connection was closed at
+ *     checkpoint time and after a restore in another process;
+ *   - while the service thread is ptrace-stopped nobody reads the doorbell, so
+ *     a request simply does not complete (like the real driver); the daemon
+ *     gives up after the caller's FAKEGPU_CALL_TIMEOUT_MS.
+ * After reading a doorbell the service thread opens a fresh "service"
+ * connection to the daemon and sends FG_SVC_HELLO with the doorbell's sequence
+ * number; the daemon answers with the job, or with FG_CANCELLED if the request
+ * has timed out meanwhile (a stale doorbell), which the thread ignores. The
+ * service connection is always closed again when the job is done, so between
+ * requests a checkpointed process holds no socket at all.
+ *
+ * Jobs:
+ *   lock        set the in-process API gate, wait (up to the lock timeout) for
+ *               API calls in flight to finish;
+ *   checkpoint  pull every device buffer into fresh anonymous mmap memory of
+ *               the process, detach and close the main connection, then tell
+ *               the daemon, which frees the device memory;
+ *   restore     open a new main connection (FG_REATTACH), push every buffer
+ *               back (onto the remapped GPU when GPU pairs were given), unmap
+ *               the host copies;
+ *   unlock      open the API gate.
+ *
+ * Wire format: every message is a struct fg_msg followed by msg.len payload
+ * bytes, over SOCK_STREAM unix sockets, host byte order.
+ */
+#ifndef FAKEGPU_H
+#define FAKEGPU_H
+
+#include <errno.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#define FG_MAGIC 0x46414b45u /* "FAKE" */
+#define FG_MAX_GPUS 16
+#define FG_NAME_LEN 64
+#define FG_THREAD_NAME "cuda-restore"
+#define FG_SOCK_NAME "daemon.sock"
+#define FG_PID_NAME "daemon.pid"
+#define FG_CLIENTS_DIR "clients"
+
+/* Device pointers: ((gpu + 1) << FG_PTR_GPU_SHIFT) + offset at allocation
+ * time. After a restore onto another GPU the value stays the same; it is an
+ * opaque key for the daemon, only unique per client. */
+#define FG_PTR_GPU_SHIFT 40
+#define FG_PTR_ALIGN (2u << 20)
+
+/* Message operations. */
+enum fg_op {
+	/* main connection of a client */
+	FG_HELLO = 1,   /* a0=pid a1=service tid -> a0=client id, payload devices */
+	FG_REATTACH,    /* a0=id a1=pid a2=tid -> payload devices */
+	FG_DETACH,      /* orderly close before checkpoint */
+	FG_USE_GPU,     /* a0=gpu: a context was created on it */
+	FG_ALLOC,       /* a0=gpu a1=size -> a0=dptr */
+	FG_FREE,        /* a0=dptr */
+	FG_HTOD,        /* a0=dptr, payload=data */
+	FG_DTOH,        /* a0=dptr a1=size -> payload=data */
+	FG_MEMSET,      /* a0=dptr a1=byte a2=size */
+	FG_MEMINFO,     /* a0=gpu -> a0=free a1=total */
+	/* service connection */
+	FG_SVC_HELLO = 32, /* a0=id a1=seq -> a0=job op a1=lock timeout ms a2=crash, payload gpu map */
+	FG_SVC_LIST,       /* -> payload fg_buf[] */
+	FG_SVC_PULL,       /* a0=dptr -> payload data */
+	FG_SVC_PUSH,       /* a0=dptr a1=gpu, payload data */
+	FG_SVC_DONE,       /* status=result */
+	/* checkpoint side */
+	FG_CK_QUERY = 64,  /* a0=id -> a0=state a1=tid a2=pid (namespace of the client) */
+	FG_CK_ACTION,      /* a0=id a1=action a2=call timeout ms a3=lock timeout ms a4=crash, payload pairs */
+};
+
+/* Actions of FG_CK_ACTION / jobs of the service thread. */
+enum fg_action {
+	FG_ACT_LOCK = 1,
+	FG_ACT_CHECKPOINT,
+	FG_ACT_RESTORE,
+	FG_ACT_UNLOCK,
+};
+
+/* Special status of the FG_SVC_HELLO reply: the doorbell is stale. */
+#define FG_CANCELLED (-1)
+
+struct fg_msg {
+	uint32_t magic;
+	uint32_t op;
+	int32_t status; /* CUresult in replies */
+	uint32_t pad;
+	uint64_t a[6];
+	uint64_t len; /* payload bytes that follow */
+};
+
+struct fg_doorbell {
+	uint64_t id;
+	uint64_t seq;
+};
+
+struct fg_device {
+	char name[FG_NAME_LEN];
+	unsigned char uuid[16];
+	uint64_t total_mem;
+	char pci_bus_id[32];
+};
+
+struct fg_devices {
+	uint32_t count;
+	uint32_t pad;
+	struct fg_device dev[FG_MAX_GPUS];
+};
+
+struct fg_buf {
+	uint64_t dptr;
+	uint64_t size;
+	uint32_t gpu;
+	uint32_t pad;
+};
+
+struct fg_pair {
+	unsigned char old_uuid[16];
+	unsigned char new_uuid[16];
+};
+
+/* ---- small helpers shared by the daemon and the library ---- */
+
+static inline int fg_write_full(int fd, const void *buf, size_t len)
+{
+	const char *p = buf;
+	while (len) {
+		ssize_t n = send(fd, p, len, MSG_NOSIGNAL);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			return -1;
+		p += n;
+		len -= (size_t)n;
+	}
+	return 0;
+}
+
+/* Returns 0, or -1 on error or EOF (errno 0 on a clean EOF at the start). */
+static inline int fg_read_full(int fd, void *buf, size_t len)
+{
+	char *p = buf;
+	size_t want = len;
+	while (len) {
+		ssize_t n = read(fd, p, len);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n == 0) {
+			errno = (len == want) ? 0 : EPIPE;
+			return -1;
+		}
+		if (n < 0)
+			return -1;
+		p += n;
+		len -= (size_t)n;
+	}
+	return 0;
+}
+
+static inline int fg_send(int fd, uint32_t op, int32_t status, const uint64_t *a, int na,
+			  const void *payload, uint64_t len)
+{
+	struct fg_msg m;
+	memset(&m, 0, sizeof(m));
+	m.magic = FG_MAGIC;
+	m.op = op;
+	m.status = status;
+	for (int i = 0; i < na && i < 6; i++)
+		m.a[i] = a[i];
+	m.len = len;
+	if (fg_write_full(fd, &m, sizeof(m)))
+		return -1;
+	if (len && fg_write_full(fd, payload, (size_t)len))
+		return -1;
+	return 0;
+}
+
+static inline int fg_recv(int fd, struct fg_msg *m)
+{
+	if (fg_read_full(fd, m, sizeof(*m)))
+		return -1;
+	if (m->magic != FG_MAGIC) {
+		errno = EPROTO;
+		return -1;
+	}
+	return 0;
+}
+
+/* Connects to $dir/daemon.sock. Returns the fd (O_CLOEXEC) or -1. */
+static inline int fg_connect(const char *dir)
+{
+	struct sockaddr_un sa;
+	memset(&sa, 0, sizeof(sa));
+	sa.sun_family = AF_UNIX;
+	size_t dl = strlen(dir);
+	if (dl + 1 + sizeof(FG_SOCK_NAME) > sizeof(sa.sun_path)) {
+		errno = ENAMETOOLONG;
+		return -1;
+	}
+	memcpy(sa.sun_path, dir, dl);
+	sa.sun_path[dl] = '/';
+	memcpy(sa.sun_path + dl + 1, FG_SOCK_NAME, sizeof(FG_SOCK_NAME));
+	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return -1;
+	while (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
+		if (errno == EINTR)
+			continue;
+		int e = errno;
+		close(fd);
+		errno = e;
+		return -1;
+	}
+	return fd;
+}
+
+#endif /* FAKEGPU_H */

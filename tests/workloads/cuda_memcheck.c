@@ -1,0 +1,256 @@
+/*
+ * cuda_memcheck: a CUDA driver API workload for checkpoint/restore tests.
+ *
+ *   cuda_memcheck --mb N [--device I] [--state FILE] [--interval-ms MS]
+ *                 [--seed S] [--children K] [--plain-children K]
+ *
+ * Allocates N MiB of device memory and fills it, 64 MiB chunk by chunk, with a
+ * pattern derived from the seed, the chunk index and the chunk's generation.
+ * Then, forever: verify the whole buffer, rewrite one chunk with a new
+ * generation (the iteration number), and write the state file atomically:
+ *
+ *   iterations=N  errors=0  mb=N  pid=P  status=ok     (one per line)
+ *
+ * On a mismatch or a CUDA error the state file says "status=FAIL <details>"
+ * and the process exits with 2. The state file is first written right after
+ * the initial fill (iterations=0).
+ *
+ * --children K forks K processes doing the same with their own allocation
+ * (state files FILE.0 .. FILE.<K-1>); --plain-children K forks K processes
+ * that never touch CUDA. Children are forked before cuInit.
+ *
+ * Only the CUDA driver API is used, so the same binary runs against a real
+ * libcuda.so.1 or the fake one.
+ */
+#define _GNU_SOURCE
+#include <cuda.h>
+#include <errno.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define CHUNK (64ull << 20)
+
+static const char *g_state;
+static size_t g_mb;
+static uint64_t g_seed;
+static pid_t g_cuda_children[256];
+static int g_ncuda_children;
+
+static void write_state(unsigned long long iterations, int errors, const char *status)
+{
+	if (!g_state)
+		return;
+	char tmp[4096];
+	snprintf(tmp, sizeof(tmp), "%s.tmp.%d", g_state, (int)getpid());
+	FILE *f = fopen(tmp, "we");
+	if (!f) {
+		fprintf(stderr, "cuda_memcheck: cannot write %s: %s\n", tmp, strerror(errno));
+		return;
+	}
+	fprintf(f, "iterations=%llu\nerrors=%d\nmb=%zu\npid=%d\nstatus=%s\n", iterations, errors, g_mb,
+		(int)getpid(), status);
+	if (fclose(f) || rename(tmp, g_state))
+		fprintf(stderr, "cuda_memcheck: cannot write %s: %s\n", g_state, strerror(errno));
+}
+
+static unsigned long long g_iter;
+
+static void fail(const char *fmt, ...)
+{
+	char buf[1024], st[1100];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(buf, sizeof(buf), fmt, ap);
+	va_end(ap);
+	fprintf(stderr, "cuda_memcheck[%d]: FAIL %s\n", (int)getpid(), buf);
+	snprintf(st, sizeof(st), "FAIL %s", buf);
+	write_state(g_iter, 1, st);
+	exit(2);
+}
+
+static void check(CUresult r, const char *what)
+{
+	if (r == CUDA_SUCCESS)
+		return;
+	const char *name = NULL;
+	if (cuGetErrorName(r, &name) != CUDA_SUCCESS || !name)
+		name = "?";
+	fail("%s returned %d (%s)", what, (int)r, name);
+}
+
+static uint64_t mix(uint64_t z)
+{
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+	return z ^ (z >> 31);
+}
+
+static uint64_t chunk_base(size_t chunk, uint64_t gen)
+{
+	return mix(g_seed * 0x9e3779b97f4a7c15ull ^ mix(((uint64_t)chunk << 32) ^ gen));
+}
+
+static void fill(uint64_t *buf, size_t bytes, size_t chunk, uint64_t gen)
+{
+	uint64_t base = chunk_base(chunk, gen);
+	for (size_t w = 0; w < bytes / 8; w++)
+		buf[w] = mix(base + w * 0x9e3779b97f4a7c15ull);
+}
+
+static void reap_children(void)
+{
+	int status;
+	pid_t p;
+	while ((p = waitpid(-1, &status, WNOHANG)) > 0) {
+		for (int i = 0; i < g_ncuda_children; i++) {
+			if (g_cuda_children[i] != p)
+				continue;
+			if (WIFEXITED(status))
+				fail("CUDA child %d exited with status %d", (int)p, WEXITSTATUS(status));
+			fail("CUDA child %d was killed by signal %d", (int)p, WTERMSIG(status));
+		}
+	}
+}
+
+static void run(int device, unsigned interval_ms)
+{
+	CUdevice dev;
+	CUcontext ctx;
+	CUdeviceptr dptr;
+	size_t total = g_mb << 20;
+	size_t nchunks = (total + CHUNK - 1) / CHUNK;
+
+	check(cuInit(0), "cuInit");
+	check(cuDeviceGet(&dev, device), "cuDeviceGet");
+	check(cuDevicePrimaryCtxRetain(&ctx, dev), "cuDevicePrimaryCtxRetain");
+	check(cuCtxSetCurrent(ctx), "cuCtxSetCurrent");
+	check(cuMemAlloc(&dptr, total), "cuMemAlloc");
+
+	uint64_t *gen = calloc(nchunks, sizeof(*gen));
+	uint64_t *host = malloc(total < CHUNK ? total : CHUNK);
+	if (!gen || !host)
+		fail("out of host memory");
+	printf("ready pid=%d mb=%zu\n", (int)getpid(), g_mb);
+	fflush(stdout);
+
+	for (size_t c = 0; c < nchunks; c++) {
+		size_t len = total - c * CHUNK < CHUNK ? total - c * CHUNK : CHUNK;
+		fill(host, len, c, 0);
+		check(cuMemcpyHtoD(dptr + c * CHUNK, host, len), "cuMemcpyHtoD");
+	}
+	write_state(0, 0, "ok");
+
+	for (;;) {
+		if (interval_ms) {
+			struct timespec ts = { .tv_sec = interval_ms / 1000,
+					       .tv_nsec = (long)(interval_ms % 1000) * 1000000 };
+			while (nanosleep(&ts, &ts) && errno == EINTR)
+				;
+		}
+		reap_children();
+		for (size_t c = 0; c < nchunks; c++) {
+			size_t len = total - c * CHUNK < CHUNK ? total - c * CHUNK : CHUNK;
+			check(cuMemcpyDtoH(host, dptr + c * CHUNK, len), "cuMemcpyDtoH");
+			uint64_t base = chunk_base(c, gen[c]);
+			for (size_t w = 0; w < len / 8; w++) {
+				uint64_t want = mix(base + w * 0x9e3779b97f4a7c15ull);
+				if (host[w] != want)
+					fail("mismatch at chunk %zu offset %zu (generation %llu, iteration %llu): "
+					     "expected 0x%016llx got 0x%016llx",
+					     c, w * 8, (unsigned long long)gen[c], g_iter + 1,
+					     (unsigned long long)want, (unsigned long long)host[w]);
+			}
+		}
+		g_iter++;
+		size_t c = (size_t)((g_iter - 1) % nchunks);
+		size_t len = total - c * CHUNK < CHUNK ? total - c * CHUNK : CHUNK;
+		fill(host, len, c, g_iter);
+		check(cuMemcpyHtoD(dptr + c * CHUNK, host, len), "cuMemcpyHtoD");
+		gen[c] = g_iter;
+		write_state(g_iter, 0, "ok");
+	}
+}
+
+static void usage(void)
+{
+	fprintf(stderr, "usage: cuda_memcheck --mb N [--device I] [--state FILE] [--interval-ms MS] "
+			"[--seed S] [--children K] [--plain-children K]\n");
+	exit(1);
+}
+
+int main(int argc, char **argv)
+{
+	int device = 0, children = 0, plain = 0;
+	unsigned interval_ms = 100;
+	const char *state = NULL;
+
+	g_seed = 12345;
+	for (int i = 1; i < argc; i++) {
+		if (i + 1 >= argc)
+			usage();
+		const char *o = argv[i], *v = argv[++i];
+		if (!strcmp(o, "--mb"))
+			g_mb = strtoull(v, NULL, 0);
+		else if (!strcmp(o, "--device"))
+			device = atoi(v);
+		else if (!strcmp(o, "--state"))
+			state = v;
+		else if (!strcmp(o, "--interval-ms"))
+			interval_ms = (unsigned)strtoul(v, NULL, 0);
+		else if (!strcmp(o, "--seed"))
+			g_seed = strtoull(v, NULL, 0);
+		else if (!strcmp(o, "--children"))
+			children = atoi(v);
+		else if (!strcmp(o, "--plain-children"))
+			plain = atoi(v);
+		else
+			usage();
+	}
+	if (!g_mb || children < 0 || children > 256 || plain < 0)
+		usage();
+	g_state = state;
+
+	pid_t parent = getpid();
+	for (int k = 0; k < plain; k++) {
+		pid_t p = fork();
+		if (p < 0)
+			fail("fork: %s", strerror(errno));
+		if (p == 0) {
+			prctl(PR_SET_PDEATHSIG, SIGKILL);
+			if (getppid() != parent)
+				_exit(0);
+			for (;;)
+				sleep(1);
+		}
+	}
+	for (int k = 0; k < children; k++) {
+		fflush(stdout);
+		pid_t p = fork();
+		if (p < 0)
+			fail("fork: %s", strerror(errno));
+		if (p == 0) {
+			prctl(PR_SET_PDEATHSIG, SIGKILL);
+			if (getppid() != parent)
+				_exit(0);
+			static char path[4096];
+			if (state) {
+				snprintf(path, sizeof(path), "%s.%d", state, k);
+				g_state = path;
+			}
+			g_seed = g_seed + (uint64_t)k + 1;
+			g_ncuda_children = 0;
+			run(device, interval_ms);
+		}
+		g_cuda_children[g_ncuda_children++] = p;
+	}
+	run(device, interval_ms);
+	return 0;
+}
