@@ -10,11 +10,7 @@
 namespace cuda_criu {
 namespace {
 
-void stderr_sink(LogLevel level, const char *line)
-{
-	static const char *const names[] = {"", "error: ", "warning: ", "", ""};
-	std::fprintf(stderr, "%s%s", names[static_cast<int>(level)], line);
-}
+void stderr_sink(LogLevel, const char *line) { std::fputs(line, stderr); }
 
 std::atomic<LogSink> g_sink{stderr_sink};
 
@@ -26,7 +22,12 @@ void log_write(LogLevel level, const char *fmt, ...)
 {
 	va_list ap;
 	va_start(ap, fmt);
-	std::string line = "cuda_plugin: " + vformat(fmt, ap);
+	// Errors and warnings look like CRIU's own ("Error (file:line): ..."), so that the usual grep for
+	// "Error" in a CRIU log finds ours too.
+	const char *prefix = level == LogLevel::Error ? "Error (cuda_plugin): "
+			     : level == LogLevel::Warn ? "Warn  (cuda_plugin): "
+						       : "cuda_plugin: ";
+	std::string line = prefix + vformat(fmt, ap);
 	va_end(ap);
 	if (line.empty() || line.back() != '\n')
 		line += '\n';

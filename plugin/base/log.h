@@ -1,5 +1,6 @@
 // The one log sink. Inside CRIU it forwards to CRIU's print_on_level (installed by the ABI layer);
-// elsewhere (CLI, tests) it writes to stderr. Every line gets the "cuda_plugin: " prefix.
+// elsewhere (CLI, tests) it writes to stderr. Lines start "cuda_plugin: ", or "Error (cuda_plugin): " and
+// "Warn  (cuda_plugin): " for errors and warnings.
 #pragma once
 
 namespace cuda_criu {

@@ -55,6 +55,8 @@ std::vector<Status> run_jobs(std::vector<Job> jobs, unsigned max_parallel, unsig
 				continue;
 			if (shared->results[i]) {
 				out[i] = std::move(*shared->results[i]);
+				if (!out[i])
+					out[i] = std::move(out[i]).error().context("%s", jobs[i].what.c_str());
 			} else if (timeout_ms && now - *started[i] >= std::chrono::milliseconds(timeout_ms)) {
 				out[i] = make_error(ETIMEDOUT, "%s: no answer from the driver after %u ms", jobs[i].what.c_str(),
 						    timeout_ms);

@@ -145,7 +145,7 @@ Result<bool> DumpSession::pause(pid_t pid)
 		Status st = std::move(run_jobs(std::move(job), 1, ms ? ms + kDriverGraceMs : 0)[0]);
 		p.lock_us = now_us() - t0;
 		if (!st) {
-			Error err = std::move(st).error().context("lock pid %d", pid);
+			Error err = std::move(st).error();
 			if (err.errno_value() == ETIMEDOUT)
 				err = std::move(err).context("%s", format("CUDA work in flight did not finish within the lock "
 									 "timeout of %.1f s (raise CUDA_CRIU_LOCK_TIMEOUT)",

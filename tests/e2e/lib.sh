@@ -112,7 +112,7 @@ wait_gone() { local p; for p in "$@"; do wait_for "pid $p to exit" 10 gone "$p";
 alive() { [ -e "/proc/$1" ] && [ "$(sed -n 's/^State:\s*\(.\).*/\1/p' "/proc/$1/status")" != Z ]; }
 
 # The plugin's error lines in a CRIU log.
-plugin_errors() { grep -E 'Error .*cuda_plugin:|cuda_plugin: .*error' "$1" || true; }
+plugin_errors() { grep -E 'Error \(cuda_plugin\)' "$1" || true; }
 
 CUDA_CRIU=$BUILD_DIR/bin/cuda-criu
 

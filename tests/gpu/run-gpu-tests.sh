@@ -145,6 +145,8 @@ kill_pids() {
 	wait_gone 20 "$@" || echo "  warning: pids $* still exist after SIGKILL"
 }
 
+kill_tree() { local -a p; mapfile -t p < <(tree_pids "$1"); kill_pids "${p[@]}"; }
+
 # GPU memory (GiB) the given pids hold, as nvidia-smi sees it.
 gpu_gib() {
 	local pids=" $* "
@@ -209,12 +211,12 @@ restore() {
 # is in the first state file. Dump it, restore it, check that every state file advances.
 dump_restore_test() {
 	local name=$1 dir=$2 startup=$3; shift 3
-	local files=("$@") f root pids gpu gpu_after frozen=() args=() extra=""
+	local files=("$@") f root pids gpu gpu_after frozen=() args=()
 	for f in "${files[@]}"; do
 		wait_state "$f" "$startup" 1 || { fail "$name" "before the dump: $why"; show_workload "$dir"; return; }
 	done
 	root=$(state "${files[0]}" pid)
-	pids=($(tree_pids "$root"))
+	mapfile -t pids < <(tree_pids "$root")
 	started+=("${pids[@]}")
 	gpu=$(gpu_gib "${pids[@]}")
 	echo "  $name: ${#pids[@]} process(es) (${pids[*]}), $gpu GiB on the GPU, dumping"
@@ -233,20 +235,20 @@ dump_restore_test() {
 	if ! restore "$dir"; then
 		fail "$name" "$why (dump $dump_s s, image $(gib "$img_bytes") GiB, GPU $gpu GiB)"
 		show_log "$dir/restore.log"
-		kill_pids $(tree_pids "$root")
+		kill_tree "$root"
 		return
 	fi
 	if ! alive "${pids[@]}"; then
 		fail "$name" "criu restore succeeded but not all of ${pids[*]} are alive ($(for p in "${pids[@]}"; do [ -d /proc/$p ] || echo -n "$p gone "; done))"
 		show_log "$dir/restore.log"; show_workload "$dir"
-		kill_pids $(tree_pids "$root")
+		kill_tree "$root"
 		return
 	fi
 	for f in "${!files[@]}"; do args+=("${files[$f]}" "${frozen[$f]}"); done
 	if ! advance 60 "${args[@]}"; then
 		fail "$name" "after restore: $why (dump $dump_s s, restore $restore_s s)"
 		show_log "$dir/restore.log"; show_workload "$dir"
-		kill_pids $(tree_pids "$root")
+		kill_tree "$root"
 		return
 	fi
 	gpu_after=$(gpu_gib "${pids[@]}")
@@ -285,7 +287,7 @@ test_leave_running() {
 	start "$dir" "$bundle/bin/cuda_memcheck" --mb "$leave_mb" --state "$dir/state"
 	wait_state "$dir/state" 120 1 || { fail $name "before the dump: $why"; show_workload "$dir"; return; }
 	pid=$(state "$dir/state" pid)
-	pids=($(tree_pids "$pid"))
+	mapfile -t pids < <(tree_pids "$pid")
 	started+=("${pids[@]}")
 	gpu=$(gpu_gib "${pids[@]}")
 	if ! dump "$dir" "$pid" -R; then
@@ -307,7 +309,7 @@ test_leave_running() {
 		return
 	fi
 	pass $name "dump $dump_s s, image $(gib "$img_bytes") GiB, GPU $gpu GiB, iterations $after"
-	echo "  ${line#*\] }"
+	echo "  ${line#*) }"
 	f=$(plugin_line "$dir/dump.log" dump); echo "  ${f:-no 'cuda_plugin: dump:' line in dump.log}"
 	kill_pids "${pids[@]}"
 	rm -rf "$dir/img"
@@ -357,7 +359,8 @@ for t in "$@"; do
 	leave-running) test_leave_running ;;
 	*) fail "$t" "no such test (known: ${all_tests[*]})"; continue ;;
 	esac
-	kill_pids $(pids_in "$work/$t") # whatever a failed test left running
+	mapfile -t left < <(pids_in "$work/$t") # whatever a failed test left running
+	kill_pids "${left[@]}"
 	rm -rf "$work/$t/img"
 done
 echo "== $failures test(s) failed"

@@ -29,7 +29,7 @@ TEST(Parallel, RunsJobsConcurrentlyAndKeepsOrder)
 	ASSERT_EQ(r.size(), 4u);
 	EXPECT_TRUE(r[0].ok());
 	EXPECT_FALSE(r[2].ok());
-	EXPECT_EQ(r[2].error().message(), "job 2 failed");
+	EXPECT_EQ(r[2].error().message(), "job: job 2 failed");
 	EXPECT_EQ(peak.load(), 4);
 }
 
