@@ -117,6 +117,7 @@ readelf -d "$tmp/bin/cuda_memcheck" | grep -q 'NEEDED.*\[libcuda\.so\.1\]' ||
 	log "note: cuda_memcheck does not list libcuda.so.1 as NEEDED (does it dlopen it?)"
 
 for f in "$top"/tests/gpu/*; do
+	[ -f "$f" ] || continue
 	case "$f" in */CMakeLists.txt | */ctest-gpu.sh) continue ;; esac
 	install -m "$([ -x "$f" ] && echo 755 || echo 644)" "$f" "$tmp/"
 done
@@ -128,7 +129,7 @@ done
 	echo "criu_patches=$(cat "$build/criu/$criu_ver/stamp" 2>/dev/null || echo unknown)"
 	echo "glibc_needed=$(objdump -T "$tmp"/sbin/criu "$tmp"/plugin/*.so "$tmp"/bin/* "$tmp"/lib/* 2>/dev/null |
 		grep -o 'GLIBC_[0-9.]*' | sort -uV | tail -n1)"
-	echo "libs=$(cd "$tmp/lib" && ls | xargs)"
+	echo "libs=$(cd "$tmp/lib" && printf '%s ' *)"
 	(cd "$tmp" && find . -type f ! -name bundle-info.txt | sort | xargs sha256sum)
 } >"$tmp/bundle-info.txt"
 
