@@ -74,6 +74,7 @@ start() {
 	shift
 	setsid "$@" </dev/null >"$T/$name.out" 2>&1 &
 	LAST_PID=$!
+	disown # CRIU kills it on dump: no job-control noise
 	PIDS+=("$LAST_PID")
 }
 
