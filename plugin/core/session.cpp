@@ -9,6 +9,7 @@
 #include <set>
 
 #include "base/log.h"
+#include "core/gpu_plan.h"
 #include "core/parallel.h"
 
 #ifndef CUDA_CRIU_VERSION
@@ -339,7 +340,25 @@ RestoreSession::RestoreSession(Options options, Host &host, DriverSource driver,
 {
 }
 
-Result<std::vector<GpuPair>> RestoreSession::gpu_pairs() { return std::vector<GpuPair>(); }
+Result<std::vector<GpuPair>> RestoreSession::gpu_pairs(Driver &driver)
+{
+	if (!image_ || image_->gpus.empty()) {
+		if (!options_.device_map.empty())
+			return make_error(EINVAL, "%s",
+					  "a device map needs the GPU list of cuda-plugin.img, which this image lacks (it was "
+					  "made by CRIU's own CUDA plugin or by a dump without GPU information)");
+		return std::vector<GpuPair>();
+	}
+	auto here = driver.gpus();
+	if (!here)
+		return std::move(here).error().context("%s", "list this machine's GPUs");
+	auto plan = plan_gpus(*image_, *here, options_.device_map);
+	if (!plan)
+		return std::move(plan).error().context("%s", "cannot restore the image's GPU state on this machine");
+	if (!plan->pairs.empty())
+		LOG_INFO("restoring onto other GPUs: %s", plan->description.c_str());
+	return plan->pairs;
+}
 
 void RestoreSession::restore_batch(const std::vector<pid_t> &candidates)
 {
@@ -382,11 +401,20 @@ void RestoreSession::restore_batch(const std::vector<pid_t> &candidates)
 		tids.push_back(*tid);
 	}
 
-	auto pairs = gpu_pairs();
 	std::vector<Job> jobs;
+	Result<std::vector<GpuPair>> pairs = std::vector<GpuPair>();
+	if (!pids.empty())
+		pairs = gpu_pairs(*driver);
+	if (!pairs) {
+		// Refused before any restore call: every process is still stopped, none runs without its state.
+		for (pid_t pid : pids)
+			outcomes_[pid].error = pairs.error();
+		pids.clear();
+		tids.clear();
+	}
 	for (pid_t pid : pids) {
 		uint64_t *spent = &outcomes_[pid].restore_us; // std::map nodes are stable
-		std::vector<GpuPair> p = pairs ? *pairs : std::vector<GpuPair>();
+		std::vector<GpuPair> p = *pairs;
 		jobs.push_back({format("restore pid %d", pid), [driver, pid, spent, p]() -> Status {
 					uint64_t t0 = now_us();
 					Status st = driver->restore(pid, p);

@@ -95,7 +95,7 @@ private:
 	};
 
 	void restore_batch(const std::vector<pid_t> &candidates);
-	Result<std::vector<GpuPair>> gpu_pairs();
+	Result<std::vector<GpuPair>> gpu_pairs(Driver &driver);
 
 	Options options_;
 	Host &host_;

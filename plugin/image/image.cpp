@@ -95,7 +95,9 @@ std::vector<uint8_t> encode_image(const ImageRecord &record)
 
 Result<ImageRecord> decode_image(const uint8_t *data, size_t size)
 {
-	if (size < kHeader || std::memcmp(data, kMagic, sizeof(kMagic)) != 0)
+	if (size < kHeader)
+		return make_error(EINVAL, "truncated image: %zu bytes, shorter than its %zu-byte header", size, kHeader);
+	if (std::memcmp(data, kMagic, sizeof(kMagic)) != 0)
 		return make_error(EINVAL, "not a cuda_plugin image (bad magic): the file is corrupt or of another kind");
 	uint32_t len = 0;
 	for (int i = 0; i < 4; i++)

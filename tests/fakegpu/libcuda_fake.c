@@ -92,6 +92,32 @@ static int g_main_fd = -1;
 static int g_fifo_fd = -1;
 static struct fg_devices g_devs;
 static uint32_t g_devmap[FG_MAX_GPUS]; /* device ordinal -> daemon GPU */
+static uint32_t g_ndev;                 /* devices this process sees (FAKEGPU_VISIBLE) */
+
+/*
+ * How this process sees the machine, to play "another host" in tests (read by cuInit):
+ *   FAKEGPU_VISIBLE=2,0   only these daemon GPUs, in this ordinal order (like CUDA_VISIBLE_DEVICES)
+ *   FAKEGPU_MODEL=NAME    every GPU reports this model name
+ *   FAKEGPU_MEM=BYTES     every GPU reports this much memory
+ */
+static void apply_view(void)
+{
+	g_ndev = g_devs.count;
+	const char *vis = getenv("FAKEGPU_VISIBLE");
+	if (!vis)
+		return;
+	uint32_t n = 0;
+	for (const char *p = vis; *p && n < FG_MAX_GPUS;) {
+		char *end;
+		unsigned long idx = strtoul(p, &end, 10);
+		if (end == p)
+			break;
+		if (idx < g_devs.count)
+			g_devmap[n++] = (uint32_t)idx;
+		p = *end == ',' ? end + 1 : end;
+	}
+	g_ndev = n;
+}
 static struct CUctx_st g_primary[FG_MAX_GPUS];
 static pthread_mutex_t g_rpc_lock = PTHREAD_MUTEX_INITIALIZER;
 /* Stand-ins of /dev/nvidiactl, /dev/nvidia-uvm and /dev/nvidia<gpu>: open while
@@ -334,6 +360,7 @@ CUresult CUDAAPI cuInit(unsigned int flags)
 	}
 	for (uint32_t i = 0; i < FG_MAX_GPUS; i++)
 		g_devmap[i] = i;
+	apply_view();
 	g_main_fd = fd;
 	fd = -1;
 	g_inited = 1;
@@ -359,7 +386,7 @@ out:
 
 static int dev_ok(CUdevice dev)
 {
-	return dev >= 0 && (uint32_t)dev < g_devs.count;
+	return dev >= 0 && (uint32_t)dev < g_ndev;
 }
 
 #define ENTER()                               \
@@ -381,7 +408,7 @@ CUresult CUDAAPI cuDeviceGetCount(int *count)
 	if (!count)
 		return CUDA_ERROR_INVALID_VALUE;
 	ENTER();
-	*count = (int)g_devs.count;
+	*count = (int)g_ndev;
 	LEAVE(CUDA_SUCCESS);
 }
 
@@ -403,7 +430,8 @@ CUresult CUDAAPI cuDeviceGetName(char *name, int len, CUdevice dev)
 	ENTER();
 	if (!dev_ok(dev))
 		LEAVE(CUDA_ERROR_INVALID_DEVICE);
-	snprintf(name, (size_t)len, "%s", g_devs.dev[g_devmap[dev]].name);
+	const char *model = getenv("FAKEGPU_MODEL");
+	snprintf(name, (size_t)len, "%s", model ? model : g_devs.dev[g_devmap[dev]].name);
 	LEAVE(CUDA_SUCCESS);
 }
 
@@ -433,7 +461,8 @@ CUresult CUDAAPI cuDeviceTotalMem(size_t *bytes, CUdevice dev)
 	ENTER();
 	if (!dev_ok(dev))
 		LEAVE(CUDA_ERROR_INVALID_DEVICE);
-	*bytes = (size_t)g_devs.dev[g_devmap[dev]].total_mem;
+	const char *mem = getenv("FAKEGPU_MEM");
+	*bytes = mem ? (size_t)strtoull(mem, NULL, 0) : (size_t)g_devs.dev[g_devmap[dev]].total_mem;
 	LEAVE(CUDA_SUCCESS);
 }
 

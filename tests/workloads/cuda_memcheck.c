@@ -2,7 +2,8 @@
  * cuda_memcheck: a CUDA driver API workload for checkpoint/restore tests.
  *
  *   cuda_memcheck --mb N [--device I] [--state FILE] [--interval-ms MS]
- *                 [--seed S] [--children K] [--plain-children K] [--tolerate-child-exit]
+ *                 [--seed S] [--children K] [--child-device I] [--plain-children K]
+ *                 [--tolerate-child-exit]
  *
  * Allocates N MiB of device memory and fills it, 64 MiB chunk by chunk, with a
  * pattern derived from the seed, the chunk index and the chunk's generation.
@@ -185,13 +186,13 @@ static void run(int device, unsigned interval_ms)
 static void usage(void)
 {
 	fprintf(stderr, "usage: cuda_memcheck --mb N [--device I] [--state FILE] [--interval-ms MS] "
-			"[--seed S] [--children K] [--plain-children K] [--tolerate-child-exit]\n");
+			"[--seed S] [--children K] [--child-device I] [--plain-children K] [--tolerate-child-exit]\n");
 	exit(1);
 }
 
 int main(int argc, char **argv)
 {
-	int device = 0, children = 0, plain = 0;
+	int device = 0, children = 0, plain = 0, child_device = -1;
 	unsigned interval_ms = 100;
 	const char *state = NULL;
 
@@ -216,6 +217,8 @@ int main(int argc, char **argv)
 			g_seed = strtoull(v, NULL, 0);
 		else if (!strcmp(o, "--children"))
 			children = atoi(v);
+		else if (!strcmp(o, "--child-device"))
+			child_device = atoi(v);
 		else if (!strcmp(o, "--plain-children"))
 			plain = atoi(v);
 		else
@@ -254,7 +257,7 @@ int main(int argc, char **argv)
 			}
 			g_seed = g_seed + (uint64_t)k + 1;
 			g_ncuda_children = 0;
-			run(device, interval_ms);
+			run(child_device >= 0 ? child_device : device, interval_ms);
 		}
 		g_cuda_children[g_ncuda_children++] = p;
 	}

@@ -1,0 +1,31 @@
+// Where the GPUs of an image go on this machine: validation before anything is restored, and the
+// GPU UUID pairs the driver needs to restore onto other GPUs (driver r580).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "base/result.h"
+#include "driver/driver.h"
+#include "image/record.h"
+
+namespace cuda_criu {
+
+struct GpuPlan {
+	std::vector<GpuPair> pairs; // empty: every GPU is restored onto itself
+	std::string description;    // "GPU-aa.. -> GPU-bb.. (automatic: same model)" for the log
+};
+
+// image: what the dump recorded; here: this machine's GPUs (driver order); device_map: the user's
+// "OLD=NEW,..." (UUIDs, or indices: OLD the GPU's ordinal on the dumping machine, NEW on this one),
+// empty for automatic. Rules, in order:
+//  - with a map: each OLD must be a GPU of the image and each NEW a GPU here, no NEW twice; GPUs of the
+//    image left out of the map stay on themselves and must be here;
+//  - without: GPUs present here (same UUID) stay; the others are paired with unused GPUs of the same
+//    model, both sides in ordinal order; none of that model left -> refused;
+//  - every target GPU must have room for the GPU state the processes restored onto it bring
+//    (memory_bytes of the target, when known).
+// Errors say what differs and how to fix it.
+Result<GpuPlan> plan_gpus(const ImageRecord &image, const std::vector<GpuInfo> &here, const std::string &device_map);
+
+} // namespace cuda_criu
