@@ -79,6 +79,12 @@ std::vector<Status> run_with_restore_threads(Host &host, const std::vector<pid_t
 
 } // namespace
 
+std::string PhaseCost::per_process() const
+{
+	uint64_t own = wall_us > driver_us + load_us ? wall_us - driver_us - load_us : 0;
+	return format("%.2f ms/process", processes ? own / 1000.0 / processes : 0.0);
+}
+
 // ---------------------------------------------------------------------------------------------- dump
 
 DumpSession::DumpSession(Options options, Host &host, DriverSource driver)
@@ -86,16 +92,39 @@ DumpSession::DumpSession(Options options, Host &host, DriverSource driver)
 {
 }
 
+Status DumpSession::load_driver()
+{
+	if (driver_)
+		return {};
+	uint64_t t0 = now_us();
+	auto d = driver_source_();
+	pause_cost_.load_us += now_us() - t0;
+	if (!d)
+		return std::move(d).error();
+	timed_ = std::make_unique<TimedDriver>(**d);
+	driver_ = timed_.get();
+	return {};
+}
+
 Result<bool> DumpSession::pause(pid_t pid)
 {
 	if (!host_.uses_libcuda(pid))
 		return false;
-	if (!driver_) {
-		auto d = driver_source_();
-		if (!d)
-			return std::move(d).error().context("pid %d uses CUDA, but its GPU state cannot be saved", pid);
-		driver_ = *d;
+	uint64_t t0 = now_us();
+	if (auto st = load_driver(); !st)
+		return std::move(st).error().context("pid %d uses CUDA, but its GPU state cannot be saved", pid);
+	auto r = pause_cuda(pid);
+	if (r && *r) {
+		uint64_t t1 = now_us();
+		pause_cost_.wall_us += t1 - t0;
+		pause_cost_.driver_us += timed_->covered_us(t0, t1);
+		pause_cost_.processes++;
 	}
+	return r;
+}
+
+Result<bool> DumpSession::pause_cuda(pid_t pid)
+{
 	auto tid = driver_->restore_thread_id(pid);
 	if (!tid) {
 		// libcuda is loaded but no CUDA context exists (e.g. a worker that imported a CUDA library).
@@ -224,7 +253,11 @@ Result<bool> DumpSession::checkpoint(pid_t pid)
 		checkpointed_ = true;
 		// Any failure fails the dump at once (at whichever pid CRIU asks first): every process is then
 		// returned to its state in finish().
-		if (auto st = checkpoint_all(); !st)
+		uint64_t t0 = now_us();
+		Status st = checkpoint_all();
+		uint64_t t1 = now_us();
+		checkpoint_cost_ = {t1 - t0, timed_->covered_us(t0, t1), 0, static_cast<unsigned>(procs_.size())};
+		if (!st)
 			return make_error(st.error().errno_value(), "%s", "checkpoint of the CUDA processes failed (see above)");
 	}
 	if (it->checkpoint_error)
@@ -327,8 +360,10 @@ std::string DumpSession::summary() const
 		bytes += p.state_bytes;
 		lock += p.lock_us;
 	}
-	return format("dump: %zu CUDA process(es), %s of GPU state, lock %s, checkpoint %s (wall, all processes)",
-		      procs_.size(), human_bytes(bytes).c_str(), seconds(lock).c_str(), seconds(device_phase_us_).c_str());
+	return format("dump: %zu CUDA process(es), %s of GPU state, lock %s, checkpoint %s (wall, all processes); "
+		      "plugin's own time beyond the driver: lock %s, checkpoint %s",
+		      procs_.size(), human_bytes(bytes).c_str(), seconds(lock).c_str(), seconds(device_phase_us_).c_str(),
+		      pause_cost_.per_process().c_str(), checkpoint_cost_.per_process().c_str());
 }
 
 // ------------------------------------------------------------------------------------------- restore
@@ -378,15 +413,18 @@ void RestoreSession::restore_batch(const std::vector<pid_t> &candidates)
 		bool expected = in_image.count(info.ns_pid) > 0;
 		if (!expected && !host_.uses_libcuda(pid))
 			continue;
-		if (!driver) {
+		if (!driver && !timed_) {
+			uint64_t t0 = now_us();
 			auto d = driver_source_();
+			restore_cost_.load_us += now_us() - t0;
 			if (!d) {
 				seen_[pid] = true;
 				outcomes_[pid].error = std::move(d).error().context("restore GPU state of pid %d", pid);
 				continue;
 			}
-			driver = *d;
+			timed_ = std::make_unique<TimedDriver>(**d);
 		}
+		driver = timed_.get();
 		auto tid = driver->restore_thread_id(pid);
 		if (!tid) {
 			if (expected) {
@@ -452,10 +490,16 @@ void RestoreSession::restore_batch(const std::vector<pid_t> &candidates)
 Result<bool> RestoreSession::resume(pid_t pid)
 {
 	if (!seen_.count(pid)) {
+		uint64_t t0 = now_us();
+		size_t before = outcomes_.size();
 		std::vector<pid_t> candidates = host_.stopped_tasks();
 		if (std::find(candidates.begin(), candidates.end(), pid) == candidates.end())
 			candidates.push_back(pid);
 		restore_batch(candidates);
+		uint64_t t1 = now_us();
+		restore_cost_.wall_us += t1 - t0;
+		restore_cost_.driver_us += timed_ ? timed_->covered_us(t0, t1) : 0;
+		restore_cost_.processes += static_cast<unsigned>(outcomes_.size() - before);
 		if (any_failed() && !criu_fails_on_error_ && !killed_) {
 			// This CRIU would report success anyway: make sure no process runs without its GPU state.
 			killed_ = true;
@@ -486,8 +530,10 @@ std::string RestoreSession::summary() const
 	size_t failed = 0;
 	for (const auto &[pid, o] : outcomes_)
 		failed += o.error ? 1 : 0;
-	return format("restore: %zu CUDA process(es), %zu failed, restore+unlock %s (wall, all processes)%s",
-		      outcomes_.size(), failed, seconds(device_phase_us_).c_str(),
+	return format("restore: %zu CUDA process(es), %zu failed, restore+unlock %s (wall, all processes); driver "
+		      "load %s; plugin's own time beyond the driver: %s%s",
+		      outcomes_.size(), failed, seconds(device_phase_us_).c_str(), seconds(restore_cost_.load_us).c_str(),
+		      restore_cost_.per_process().c_str(),
 		      image_ ? "" : " [image of CRIU's own cuda plugin: no cuda-plugin.img]");
 }
 

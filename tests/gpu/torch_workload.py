@@ -60,6 +60,17 @@ class Workload:
                         for _ in range(count)]
         self.x = torch.randn(DIM, COLS, device=self.dev, generator=gen)
         self.counter = torch.zeros(1, dtype=torch.int64, device=self.dev)
+        if self.args.compile:
+            # An expensive start: an MLP over the first weights compiled by TorchInductor (Triton kernels),
+            # and, with mode reduce-overhead, captured into CUDA graphs.
+            layers = self.weights[:8]
+
+            def block(x):
+                for w in layers:
+                    x = torch.nn.functional.gelu(w @ x)
+                return x
+
+            self.compiled = torch.compile(block, mode=self.args.compile)
         self.checksum = self.pass_checksum()
         torch.cuda.synchronize(self.dev)
         gib = count * DIM * DIM * 4 / (1 << 30)
@@ -72,6 +83,8 @@ class Workload:
         for i, w in enumerate(self.weights):
             y = w @ self.x
             total += y.double().abs().sum() * (i + 1)
+        if self.args.compile:
+            total += self.compiled(self.x).double().abs().sum()
         return total.item()
 
     def loop(self):
@@ -98,6 +111,8 @@ def main():
     p.add_argument("--device", type=int, default=0)
     p.add_argument("--interval-ms", type=int, default=100)
     p.add_argument("--seed", type=int, default=1234)
+    p.add_argument("--compile", metavar="MODE", help="also run an MLP compiled with torch.compile(mode=MODE), "
+                   "e.g. reduce-overhead (Inductor kernels in CUDA graphs): a workload with an expensive start")
     args = p.parse_args()
     w = Workload(args)
     try:

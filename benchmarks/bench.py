@@ -1,0 +1,365 @@
+#!/usr/bin/env python3
+"""Dump and restore GPU workloads with our cuda_plugin.so and with CRIU's in-tree CUDA plugin, side by side.
+
+Runs on a machine with an NVIDIA GPU, from the root of the bundle that scripts/gpu-bundle.sh builds:
+
+    python3 build/gpu-bundle/bench.py [--rounds 3] [--scenarios 1g,4g,16g,4x2g,torch,coldstart] [--out DIR]
+
+Each scenario is dumped and restored --rounds times with each plugin, the two alternating within a round.
+The baseline is CRIU's in-tree plugin built from the same CRIU source tree, which runs the cuda-checkpoint
+command line for every driver operation: NVIDIA's utility is not on this machine, so it runs ours
+(`cuda-criu`, through a `cuda-checkpoint` symlink that accepts that utility's command line).
+
+Figures per run: dump and restore seconds (wall time of `criu dump` / `criu restore`), seconds spent in the
+CUDA plugin's hooks (device phases, from the timestamps of CRIU's log), image size, and CRIU's peak
+resident memory. The workload's data is verified after every restore. Medians, ratios (ours / baseline),
+results.json and bench.png go to --out (default: $OUT or ./bench-out).
+"""
+import argparse
+import json
+import os
+import re
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import time
+
+BUNDLE = os.path.dirname(os.path.abspath(__file__))
+CRIU = os.path.join(BUNDLE, "sbin", "criu")
+MEMCHECK = os.path.join(BUNDLE, "bin", "cuda_memcheck")
+TORCH = os.path.join(BUNDLE, "torch_workload.py")
+VARIANTS = {
+    "ours": {"libdir": os.path.join(BUNDLE, "plugin"), "path": None},
+    "in-tree": {"libdir": os.path.join(BUNDLE, "intree"), "path": os.path.join(BUNDLE, "bin")},
+}
+# scenario -> (workload kind, size, CUDA processes)
+SCENARIOS = {
+    "1g": ("memcheck", 1024, 1),
+    "4g": ("memcheck", 4096, 1),
+    "16g": ("memcheck", 16384, 1),
+    "4x2g": ("memcheck", 2048, 4),
+    "torch": ("torch", 4, 1),
+}
+WORK = os.environ.get("BENCH_WORK", "/var/tmp/cuda-criu-bench")
+
+
+def log(msg):
+    print(f"[bench {time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+def state(path):
+    try:
+        with open(path) as f:
+            return dict(line.rstrip("\n").split("=", 1) for line in f if "=" in line)
+    except FileNotFoundError:
+        return {}
+
+
+def wait_for(what, pred, timeout):
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if pred():
+            return time.monotonic()
+        time.sleep(0.02)
+    raise RuntimeError(f"timed out after {timeout} s waiting for {what}")
+
+
+def gone(pid):
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            return "State:\tZ" in f.read()
+    except FileNotFoundError:
+        return True
+
+
+def start(cmd, out, env=None):
+    with open(out, "w") as f:
+        p = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=f, stderr=subprocess.STDOUT,
+                             start_new_session=True, env=env)
+    return p
+
+
+def criu_env(variant):
+    env = dict(os.environ)
+    env["LD_LIBRARY_PATH"] = os.path.join(BUNDLE, "lib")
+    if VARIANTS[variant]["path"]:
+        env["PATH"] = VARIANTS[variant]["path"] + ":" + env.get("PATH", "")
+    return env
+
+
+def run_criu(variant, args, timeout=900):
+    """Runs criu; returns (exit code, wall seconds, peak RSS MiB)."""
+    t0 = time.monotonic()
+    p = subprocess.Popen([CRIU] + args, env=criu_env(variant), stdin=subprocess.DEVNULL,
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = t0 + timeout
+    while True:
+        pid, status, usage = os.wait4(p.pid, os.WNOHANG)
+        if pid:
+            break
+        if time.monotonic() > deadline:
+            p.kill()
+            pid, status, usage = os.wait4(p.pid, 0)
+            break
+        time.sleep(0.005)
+    wall = time.monotonic() - t0
+    return os.waitstatus_to_exitcode(status), wall, usage.ru_maxrss / 1024
+
+
+HOOK_LINE = re.compile(r"^\((\d+\.\d+)\) plugin: `cuda_plugin' hook (\d+) ")
+STAMP = re.compile(r"^\((\d+\.\d+)\) (.*)$")
+
+
+def device_seconds(logfile, hooks):
+    """Seconds CRIU spent inside the CUDA plugin's hooks: from each 'hook N' line of CRIU's log to the next
+    line that is not the plugin's own."""
+    total, start_t = 0.0, None
+    with open(logfile, errors="replace") as f:
+        for line in f:
+            m = HOOK_LINE.match(line)
+            if m:
+                if start_t is not None:
+                    total += float(m.group(1)) - start_t
+                start_t = float(m.group(1)) if int(m.group(2)) in hooks else None
+                continue
+            s = STAMP.match(line)
+            if s and start_t is not None and "cuda_plugin" not in s.group(2):
+                total += float(s.group(1)) - start_t
+                start_t = None
+    return total
+
+
+def dir_bytes(path):
+    return sum(os.path.getsize(os.path.join(d, f)) for d, _, files in os.walk(path) for f in files)
+
+
+class Workload:
+    def __init__(self, kind, size, procs, name, extra=(), env=None):
+        self.state = os.path.join(WORK, f"{name}.state")
+        self.files = [self.state] + [f"{self.state}.{k}" for k in range(procs - 1)]
+        for f in self.files:
+            if os.path.exists(f):
+                os.unlink(f)
+        if kind == "memcheck":
+            cmd = [MEMCHECK, "--mb", str(size), "--state", self.state, "--interval-ms", "50"]
+            if procs > 1:
+                cmd += ["--children", str(procs - 1)]
+        else:
+            cmd = [sys.executable, TORCH, "--gb", str(size), "--state", self.state, "--interval-ms", "50"]
+        self.t0 = time.monotonic()
+        self.proc = start(cmd + list(extra), os.path.join(WORK, f"{name}.out"), env)
+        self.ready_at = wait_for(f"{name} to be ready",
+                                 lambda: all(state(f).get("status") for f in self.files), 1800)
+        for f in self.files:
+            if state(f).get("status") != "ok":
+                raise RuntimeError(f"{name}: {state(f)}")
+        self.pid = self.proc.pid
+        self.pids = [int(state(f)["pid"]) for f in self.files]
+
+    def iterations(self):
+        return [int(state(f).get("iterations", -1)) for f in self.files]
+
+    def healthy_after(self, before, timeout=300):
+        """Seconds until every process has done a verified iteration past `before`."""
+        t = wait_for("verified iterations after the restore",
+                     lambda: all(i > b for i, b in zip(self.iterations(), before)), timeout)
+        for f in self.files:
+            if state(f).get("status") != "ok":
+                raise RuntimeError(f"data check failed after restore: {state(f)}")
+        return t
+
+    def kill(self):
+        for p in self.pids:
+            try:
+                os.kill(p, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        wait_for("the workload to exit", lambda: all(gone(p) for p in self.pids), 60)
+
+
+def round_trip(variant, scenario, rnd):
+    kind, size, procs = SCENARIOS[scenario]
+    name = f"{scenario}-{variant}-{rnd}"
+    img = os.path.join(WORK, "img-" + name)
+    shutil.rmtree(img, ignore_errors=True)
+    os.makedirs(img)
+    w = Workload(kind, size, procs, name)
+    time.sleep(0.5)
+    rc, dump_s, dump_rss = run_criu(variant, ["dump", "-t", str(w.pid), "-D", img, "-L", VARIANTS[variant]["libdir"],
+                                              "-v4", "-o", "dump.log"])
+    if rc != 0:
+        w.kill()
+        raise RuntimeError(f"{name}: criu dump failed (exit {rc}); see {img}/dump.log")
+    before = w.iterations()
+    wait_for("the dumped processes to exit", lambda: all(gone(p) for p in w.pids), 60)
+    image = dir_bytes(img)
+    t0 = time.monotonic()
+    rc, restore_s, restore_rss = run_criu(variant, ["restore", "-D", img, "-d", "-L", VARIANTS[variant]["libdir"],
+                                                    "-v4", "-o", "restore.log"])
+    if rc != 0:
+        raise RuntimeError(f"{name}: criu restore failed (exit {rc}); see {img}/restore.log")
+    ready_s = w.healthy_after(before) - t0
+    r = {
+        "variant": variant, "scenario": scenario, "round": rnd,
+        "dump_s": dump_s, "restore_s": restore_s, "restore_to_ready_s": ready_s,
+        "device_dump_s": device_seconds(os.path.join(img, "dump.log"), {10, 11}),
+        "device_restore_s": device_seconds(os.path.join(img, "restore.log"), {9}),
+        "image_gib": image / (1 << 30), "criu_peak_mib": max(dump_rss, restore_rss),
+    }
+    w.kill()
+    for logname in ("dump.log", "restore.log"):
+        shutil.copy(os.path.join(img, logname), os.path.join(WORK, "logs", f"{name}-{logname}"))
+    shutil.rmtree(img)
+    log(f"{name}: dump {dump_s:.2f} s (device {r['device_dump_s']:.2f}), restore {restore_s:.2f} s "
+        f"(device {r['device_restore_s']:.2f}), image {r['image_gib']:.2f} GiB, data verified")
+    return r
+
+
+def cold_start(rounds):
+    """Start-up of a PyTorch workload with an expensive start (torch.compile + CUDA graphs) from scratch,
+    with empty and with warm compile caches, against restore-to-ready with each plugin."""
+    out = []
+    cache = os.path.join(WORK, "inductor-cache")
+    for rnd in range(rounds):
+        for caches in ("empty", "warm"):
+            if caches == "empty":
+                shutil.rmtree(cache, ignore_errors=True)
+            env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=cache, TRITON_CACHE_DIR=os.path.join(cache, "triton"),
+                       TORCHINDUCTOR_COMPILE_THREADS="1")
+            w = Workload("torch", 2, 1, f"cold-{caches}-{rnd}", ["--compile", "reduce-overhead"], env)
+            out.append({"what": f"cold start, {caches} caches", "round": rnd, "seconds": w.ready_at - w.t0})
+            log(f"cold start with {caches} compile caches: {w.ready_at - w.t0:.2f} s")
+            w.kill()
+        for variant in VARIANTS:
+            name = f"compiled-{variant}-{rnd}"
+            img = os.path.join(WORK, "img-" + name)
+            shutil.rmtree(img, ignore_errors=True)
+            os.makedirs(img)
+            env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=cache, TRITON_CACHE_DIR=os.path.join(cache, "triton"),
+                       TORCHINDUCTOR_COMPILE_THREADS="1")
+            w = Workload("torch", 2, 1, name, ["--compile", "reduce-overhead"], env)
+            rc, _, _ = run_criu(variant, ["dump", "-t", str(w.pid), "-D", img, "-L", VARIANTS[variant]["libdir"],
+                                          "-v4", "-o", "dump.log"])
+            if rc != 0:
+                w.kill()
+                raise RuntimeError(f"{name}: dump failed; see {img}/dump.log")
+            before = w.iterations()
+            wait_for("exit", lambda: all(gone(p) for p in w.pids), 60)
+            t0 = time.monotonic()
+            rc, _, _ = run_criu(variant, ["restore", "-D", img, "-d", "-L", VARIANTS[variant]["libdir"],
+                                          "-v4", "-o", "restore.log"])
+            if rc != 0:
+                raise RuntimeError(f"{name}: restore failed; see {img}/restore.log")
+            ready = w.healthy_after(before) - t0
+            out.append({"what": f"restore-to-ready, {variant}", "round": rnd, "seconds": ready})
+            log(f"{name}: restore-to-ready {ready:.2f} s, data verified")
+            w.kill()
+            shutil.rmtree(img)
+    return out
+
+
+def med(rows, key):
+    vals = [r[key] for r in rows]
+    return statistics.median(vals) if vals else float("nan")
+
+
+def report(results, cold, out_dir):
+    keys = [("dump_s", "dump s"), ("restore_s", "restore s"), ("device_dump_s", "dev dump s"),
+            ("device_restore_s", "dev restore s"), ("image_gib", "image GiB"), ("criu_peak_mib", "criu peak MiB")]
+    lines = []
+    head = f"{'scenario':<18}" + "".join(f"{label:>15}" for _, label in keys)
+    scenarios = [s for s in SCENARIOS if any(r["scenario"] == s for r in results)]
+    table = {}
+    for s in scenarios:
+        for v in VARIANTS:
+            rows = [r for r in results if r["scenario"] == s and r["variant"] == v]
+            table[(s, v)] = {k: med(rows, k) for k, _ in keys}
+    lines.append("medians over rounds; ratio = ours / in-tree (below 1: ours is faster or smaller)")
+    lines.append(head)
+    for s in scenarios:
+        for v in VARIANTS:
+            lines.append(f"{s + ' ' + v:<18}" + "".join(f"{table[(s, v)][k]:>15.2f}" for k, _ in keys))
+        lines.append(f"{s + ' ratio':<18}" + "".join(
+            f"{table[(s, 'ours')][k] / table[(s, 'in-tree')][k]:>15.2f}" if table[(s, 'in-tree')][k] else f"{'-':>15}"
+            for k, _ in keys))
+    if cold:
+        lines.append("")
+        lines.append("expensive start (torch.compile mode=reduce-overhead, 2 GiB): medians, seconds")
+        for what in dict.fromkeys(c["what"] for c in cold):
+            lines.append(f"  {what:<34} {statistics.median(c['seconds'] for c in cold if c['what'] == what):8.2f}")
+    text = "\n".join(lines)
+    print(text, flush=True)
+    with open(os.path.join(out_dir, "results.txt"), "w") as f:
+        f.write(text + "\n")
+    with open(os.path.join(out_dir, "results.json"), "w") as f:
+        json.dump({"runs": results, "cold_start": cold, "medians": {f"{s}/{v}": m for (s, v), m in table.items()}},
+                  f, indent=1)
+    plot(table, scenarios, cold, os.path.join(out_dir, "bench.png"))
+
+
+def plot(table, scenarios, cold, path):
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        log("matplotlib not available: no plot")
+        return
+    panels = [("dump_s", "criu dump, s"), ("restore_s", "criu restore, s"), ("device_dump_s", "device phases of dump, s"),
+              ("device_restore_s", "device phases of restore, s")]
+    fig, axes = plt.subplots(1, len(panels) + (1 if cold else 0), figsize=(5 * (len(panels) + 1), 4.5))
+    width = 0.38
+    for ax, (key, title) in zip(axes, panels):
+        xs = range(len(scenarios))
+        for i, v in enumerate(VARIANTS):
+            vals = [table[(s, v)][key] for s in scenarios]
+            bars = ax.bar([x + (i - 0.5) * width for x in xs], vals, width, label=v)
+            ax.bar_label(bars, fmt="%.1f", fontsize=7)
+        ax.set_xticks(list(xs), scenarios)
+        ax.set_title(title)
+        ax.legend()
+    if cold:
+        ax = axes[-1]
+        whats = list(dict.fromkeys(c["what"] for c in cold))
+        vals = [statistics.median(c["seconds"] for c in cold if c["what"] == w) for w in whats]
+        bars = ax.barh(whats, vals, color=["#999999", "#bbbbbb", "#1f77b4", "#ff7f0e"][:len(whats)])
+        ax.bar_label(bars, fmt="%.1f s", fontsize=8)
+        ax.set_title("expensive start: cold start vs restore-to-ready")
+        ax.invert_yaxis()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    log(f"plot: {path}")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--scenarios", default="1g,4g,16g,4x2g,torch,coldstart")
+    ap.add_argument("--out", default=os.environ.get("OUT", "bench-out"))
+    args = ap.parse_args()
+    if os.geteuid() != 0:
+        sys.exit("bench.py: run as root (CRIU needs it)")
+    shutil.rmtree(WORK, ignore_errors=True)
+    os.makedirs(os.path.join(WORK, "logs"))
+    os.makedirs(args.out, exist_ok=True)
+    wanted = args.scenarios.split(",")
+    results, cold = [], []
+    try:
+        for rnd in range(args.rounds):
+            for s in [s for s in wanted if s in SCENARIOS]:
+                # Alternate which plugin goes first, so that neither always meets a cold or warm machine.
+                order = list(VARIANTS) if rnd % 2 == 0 else list(reversed(VARIANTS))
+                for v in order:
+                    results.append(round_trip(v, s, rnd))
+        if "coldstart" in wanted:
+            cold = cold_start(args.rounds)
+    finally:
+        if results or cold:
+            report(results, cold, args.out)
+        subprocess.run(["tar", "-czf", os.path.join(args.out, "bench-logs.tar.gz"), "-C", WORK, "logs"], check=False)
+
+
+if __name__ == "__main__":
+    main()
