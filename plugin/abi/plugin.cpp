@@ -1,6 +1,7 @@
 // The C ABI shim: CRIU's plugin descriptor and one short extern "C" function per hook, each running
 // its C++ body through guard(). This is the only file that includes CRIU's header.
 #include <dlfcn.h>
+#include <link.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -8,6 +9,7 @@
 #include <memory>
 #include <new>
 #include <optional>
+#include <thread>
 
 extern "C" {
 #include <criu/criu-plugin.h>
@@ -24,11 +26,12 @@ extern "C" {
 namespace cuda_criu {
 namespace {
 
-// CRIU 4.0 and 4.1 refuse a plugin whose max_hooks exceeds 12; 4.2.1's header says 13 (POST_FORKING,
-// which we do not use). Declaring 12 loads us into all of them.
+// CRIU 4.0 and 4.1 refuse a plugin whose max_hooks exceeds 12 ("Corrupted plugin"); 4.2 adds
+// POST_FORKING (12). The descriptor says 12, and a constructor raises it to 13 inside a CRIU whose hook
+// table has room for POST_FORKING (see offer_post_forking).
 constexpr unsigned kMaxHooks = CR_PLUGIN_HOOK__CHECKPOINT_DEVICES + 1;
 static_assert(CR_PLUGIN_HOOK__RESUME_DEVICES_LATE == 9 && CR_PLUGIN_HOOK__PAUSE_DEVICES == 10 &&
-	      CR_PLUGIN_HOOK__CHECKPOINT_DEVICES == 11);
+	      CR_PLUGIN_HOOK__CHECKPOINT_DEVICES == 11 && CR_PLUGIN_HOOK__POST_FORKING == 12);
 
 struct State {
 	CriuHost criu;
@@ -39,6 +42,12 @@ struct State {
 	bool inventory_added = false;
 	bool image_written = false;
 	uint64_t started_us = 0;
+	std::thread driver_warmup; // restore: loads libcuda while CRIU restores memory
+	~State()
+	{
+		if (driver_warmup.joinable())
+			driver_warmup.join();
+	}
 };
 State *g_state = nullptr; // one CRIU run: created in init, destroyed in exit
 
@@ -229,11 +238,28 @@ static int cuda_plugin_checkpoint_devices(int pid)
 	});
 }
 
+// CRIU 4.2+: called once the restored tasks exist. From here on no task is forked from CRIU's own
+// process, so a thread of ours (and libcuda's, started by cuInit) cannot be caught in a fork: load the
+// driver now, in parallel with CRIU restoring memory, instead of at the first RESUME_DEVICES_LATE.
+static int cuda_plugin_post_forking()
+{
+	guard("POST_FORKING", [&] {
+		if (g_state && g_state->restore && !g_state->driver_warmup.joinable()) {
+			std::string path = g_state->options.libcuda;
+			g_state->driver_warmup = std::thread([path] { (void)load_libcuda(path); });
+		}
+		return 0;
+	});
+	return -ENOTSUP; // not a claim on anything: other plugins' POST_FORKING hooks run too
+}
+
 static int cuda_plugin_resume_devices_late(int pid)
 {
 	return guard("RESUME_DEVICES_LATE", [&] {
 		if (!g_state || !g_state->restore)
 			return -ENOTSUP;
+		if (g_state->driver_warmup.joinable())
+			g_state->driver_warmup.join();
 		auto r = g_state->restore->resume(pid);
 		if (!r)
 			return fail(r.error());
@@ -255,5 +281,22 @@ __attribute__((visibility("default"))) cr_plugin_desc_t CR_PLUGIN_DESC = {
 		reinterpret_cast<void *>(cuda_plugin_checkpoint_devices),  // 11
 	},
 };
+
+// Runs at dlopen, before CRIU reads the descriptor. CRIU's cr_plugin_ctl holds one list head per hook
+// after its own list head: its size tells how many hooks this CRIU knows, without guessing its version.
+__attribute__((constructor)) static void offer_post_forking()
+{
+	void *ctl = dlsym(RTLD_DEFAULT, "cr_plugin_ctl");
+	Dl_info info;
+	void *extra = nullptr; // the symbol table entry, owned by the loader
+	if (!ctl || !dladdr1(ctl, &info, &extra, RTLD_DL_SYMENT) || !extra)
+		return;
+	const auto *sym = static_cast<const ElfW(Sym) *>(extra);
+	size_t hooks = sym->st_size / (2 * sizeof(void *)) - 1;
+	if (hooks > CR_PLUGIN_HOOK__POST_FORKING) {
+		CR_PLUGIN_DESC.hooks[CR_PLUGIN_HOOK__POST_FORKING] = reinterpret_cast<void *>(cuda_plugin_post_forking);
+		CR_PLUGIN_DESC.max_hooks = CR_PLUGIN_HOOK__POST_FORKING + 1;
+	}
+}
 
 } // extern "C"

@@ -44,6 +44,7 @@ e2e_setup() {
 	[ -x "$CRIU" ] || fail "no CRIU at $CRIU: run scripts/build-criu.sh"
 	T=$(mktemp -d /tmp/cuda-criu-e2e.XXXXXX)
 	trap cleanup EXIT
+	[ -z "${KEEP_TMP:-}" ] || log "temporary files kept in $T"
 }
 
 # Starts the fake GPU daemon and points the fake libcuda (in workloads and in CRIU) at it.
