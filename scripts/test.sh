@@ -7,6 +7,8 @@ top=$(cd "$(dirname "$0")/.." && pwd)
 cd "$top"
 
 scripts/setup.sh
+# The container runtimes (runc, podman) and the busybox root file system of the container tests.
+test-containers/setup.sh
 
 echo "[test] unit tests under AddressSanitizer + UndefinedBehaviorSanitizer (build/asan)" >&2
 cmake -S . -B build/asan -DCUDA_CRIU_WERROR=ON -DCUDA_CRIU_SANITIZE=address,undefined \

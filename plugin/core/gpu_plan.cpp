@@ -145,8 +145,10 @@ Result<GpuPlan> plan_gpus(const ImageRecord &image, const std::vector<GpuInfo> &
 	GpuPlan plan;
 	bool moved = std::any_of(target.begin(), target.end(),
 				 [](const auto &kv) { return kv.first != kv.second->uuid.str(); });
+	if (!moved && device_map.empty())
+		return plan; // an explicit map is always handed to the driver, even onto the same GPUs
 	if (!moved)
-		return plan;
+		plan.description = "onto the same GPUs (device map)";
 	for (const GpuRecord &g : image.gpus) {
 		auto from = GpuUuid::parse(g.uuid);
 		if (!from)

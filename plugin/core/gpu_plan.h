@@ -12,7 +12,7 @@
 namespace cuda_criu {
 
 struct GpuPlan {
-	std::vector<GpuPair> pairs; // empty: every GPU is restored onto itself
+	std::vector<GpuPair> pairs; // empty: every GPU is restored onto itself; with a device map, always all
 	std::string description;    // "GPU-aa.. -> GPU-bb.. (automatic: same model)" for the log
 };
 

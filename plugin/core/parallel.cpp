@@ -1,5 +1,7 @@
 #include "core/parallel.h"
 
+#include <sched.h>
+
 #include <chrono>
 #include <condition_variable>
 #include <memory>
@@ -41,6 +43,7 @@ std::vector<Status> run_jobs(std::vector<Job> jobs, unsigned max_parallel, unsig
 			started[i] = Clock::now();
 			running++;
 			std::thread([shared, i, job = std::move(jobs[i].run)] {
+				unshare(CLONE_FS); // see load_once() in driver/libcuda.cpp: keep CRIU's fs_struct its own
 				Status st = job();
 				std::lock_guard<std::mutex> g(shared->mu);
 				shared->results[i] = std::move(st);

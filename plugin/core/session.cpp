@@ -391,7 +391,7 @@ Result<std::vector<GpuPair>> RestoreSession::gpu_pairs(Driver &driver)
 	if (!plan)
 		return std::move(plan).error().context("%s", "cannot restore the image's GPU state on this machine");
 	if (!plan->pairs.empty())
-		LOG_INFO("restoring onto other GPUs: %s", plan->description.c_str());
+		LOG_INFO("restoring with GPU pairs: %s", plan->description.c_str());
 	return plan->pairs;
 }
 

@@ -24,7 +24,7 @@ dump_one() {
 # 1. Explicit map by index: checkpointed on GPU 0, restored onto GPU 1.
 dump_one map --device 0
 CUDA_CRIU_DEVICE_MAP=0=1 restore "$img" || fail "map: restore failed"
-expect_log "$T/restore.log" "restoring onto other GPUs: .*device map" "map: no remap line"
+expect_log "$T/restore.log" "restoring with GPU pairs: .*device map" "map: no remap line"
 expect_healthy "$STATE"
 [ "$(gpus_of "$pid")" = dev/nvidia1 ] || fail "map: process is on '$(gpus_of "$pid")', not GPU 1"
 kill -9 "$pid"; wait_gone "$pid"
@@ -33,7 +33,7 @@ log "device map 0=1: restored onto GPU 1, data intact"
 # 2. Automatic: the image's GPU 0 is absent, a GPU of the same model is there.
 dump_one auto --device 0
 FAKEGPU_VISIBLE=1 restore "$img" || fail "auto: restore failed"
-expect_log "$T/restore.log" "restoring onto other GPUs: .*automatic: same model" "auto: no automatic remap"
+expect_log "$T/restore.log" "restoring with GPU pairs: .*automatic: same model" "auto: no automatic remap"
 expect_healthy "$STATE"
 [ "$(gpus_of "$pid")" = dev/nvidia1 ] || fail "auto: process is on '$(gpus_of "$pid")'"
 kill -9 "$pid"; wait_gone "$pid"

@@ -19,7 +19,7 @@ set -uo pipefail
 bundle=$(cd "$(dirname "$0")" && pwd)
 work=${GPU_TESTS_WORK:-/var/tmp/cuda-criu-gpu-tests}
 python=${GPU_TESTS_PYTHON:-python3}
-all_tests=(memcheck-4g torch tree leave-running)
+all_tests=(memcheck-4g torch tree leave-running remap-self refuse-map)
 memcheck_mb=${MEMCHECK_MB:-4096}
 torch_gb=${TORCH_GB:-4}
 tree_mb=${TREE_MB:-1024}
@@ -183,6 +183,42 @@ start() {
 }
 
 # dump DIR PID EXTRA...: sets dump_s, img_bytes; why on failure.
+# GPU pairs handed to the driver (cuCheckpointProcessRestore's gpuPairs) with one GPU: the explicit map
+# 0=0 restores GPU 0 onto itself through the remapping path.
+test_remap_self() {
+	local dir=$work/remap-self
+	start "$dir" "$bundle/bin/cuda_memcheck" --mb 1024 --state "$dir/state" --interval-ms 100
+	CUDA_CRIU_DEVICE_MAP=0=0 dump_restore_test remap-self "$dir" 120 "$dir/state"
+	local line; line=$(grep -o 'cuda_plugin: restoring with GPU pairs:.*' "$dir/restore.log" | tail -n1)
+	if [ -z "$line" ]; then
+		fail remap-self "the plugin did not restore with GPU pairs"
+	else
+		echo "  $line"
+	fi
+}
+
+# A device map naming a GPU this machine lacks: the restore fails before any process runs, says why.
+test_refuse_map() {
+	local name=refuse-map dir=$work/refuse-map pid line
+	start "$dir" "$bundle/bin/cuda_memcheck" --mb 256 --state "$dir/state" --interval-ms 100
+	wait_state "$dir/state" 120 1 || { fail $name "before the dump: $why"; return; }
+	pid=$(state "$dir/state" pid)
+	started+=("$pid")
+	dump "$dir" "$pid" || { fail $name "$why"; show_log "$dir/dump.log"; return; }
+	wait_gone 30 "$pid" || { fail $name "pid $pid still exists after the dump"; return; }
+	if CUDA_CRIU_DEVICE_MAP=0=7 restore "$dir"; then
+		fail $name "criu restore succeeded with a map onto a missing GPU"; kill_pids "$pid"; return
+	fi
+	sleep 1
+	if alive "$pid" && ! grep -q '^State:.*Z' "/proc/$pid/status" 2>/dev/null; then
+		fail $name "pid $pid runs after the refused restore"; kill_pids "$pid"; return
+	fi
+	line=$(grep -o 'Error (cuda_plugin):.*' "$dir/restore.log" | head -n1)
+	[ -n "$line" ] || { fail $name "no 'Error (cuda_plugin)' line in restore.log"; show_log "$dir/restore.log"; return; }
+	pass $name "restore refused, nothing left running"
+	echo "  $line"
+}
+
 dump() {
 	local dir=$1 pid=$2; shift 2
 	local t0 rc
@@ -357,6 +393,8 @@ for t in "$@"; do
 	torch) test_torch ;;
 	tree) test_tree ;;
 	leave-running) test_leave_running ;;
+	remap-self) test_remap_self ;;
+	refuse-map) test_refuse_map ;;
 	*) fail "$t" "no such test (known: ${all_tests[*]})"; continue ;;
 	esac
 	mapfile -t left < <(pids_in "$work/$t") # whatever a failed test left running

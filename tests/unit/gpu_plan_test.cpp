@@ -90,6 +90,14 @@ TEST(GpuPlan, ExplicitMapByUuidAndByIndex)
 		EXPECT_EQ(pair.to.bytes[15], pair.from.bytes[15] == 0xa0 ? 0xa1 : 0xa0);
 }
 
+TEST(GpuPlan, ExplicitMapOntoTheSameGpuIsStillHandedToTheDriver)
+{
+	auto p = plan_gpus(image_on({A0}), {A0}, "0=0");
+	ASSERT_TRUE(p.ok()) << p.error().message();
+	ASSERT_EQ(p->pairs.size(), 1u);
+	EXPECT_EQ(p->pairs[0].from, p->pairs[0].to);
+}
+
 TEST(GpuPlan, ExplicitMapMayCrossModels)
 {
 	auto p = plan_gpus(image_on({A0}), {C0}, "0=0");

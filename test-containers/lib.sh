@@ -1,0 +1,368 @@
+# Shared helpers of the container tests: real runtimes (runc, podman), real CRIU, our plugin, the fake GPU.
+#
+# Each test sources this file and calls ct_setup (root, runtime and root file system checks, a temporary
+# directory, the cleanup trap). Whatever a test creates - containers, images, runtime state, mounts,
+# configuration files, the fake GPU daemon - is removed on exit, also when the test fails.
+#
+# The layout a test container sees (see setup.sh): busybox, the host's /lib/x86_64-linux-gnu, the fake
+# libcuda.so.1 in /opt/fakegpu, cuda_memcheck in /opt/workloads, the test's state directory in /state and
+# the fake GPU daemon's directory $FAKEGPU_DIR at the same path as on the host.
+set -euo pipefail
+
+: "${BUILD_DIR:?BUILD_DIR must point at the build tree}"
+CT_SRC=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+CRIU=${CRIU:-$BUILD_DIR/criu/4.2.1/install/sbin/criu}
+PLUGIN_DIR=${PLUGIN_DIR:-$BUILD_DIR/plugin}
+FAKE_LIB=$BUILD_DIR/tests/fakegpu/libcuda.so.1
+FAKE_DAEMON=$BUILD_DIR/tests/fakegpu/fakegpu-daemon
+MEMCHECK=$BUILD_DIR/tests/workloads/cuda_memcheck
+# The root file system setup.sh builds (CT_OUT: another place for it than the build tree).
+CT_OUT=$(readlink -f "${CT_OUT:-$BUILD_DIR/test-containers}")
+ROOTFS=$CT_OUT/rootfs
+ROOTFS_TAR=$CT_OUT/rootfs.tar
+# Real paths: runc hands bind-mount sources to CRIU as they are written, and CRIU cannot mount through a
+# symbolic link.
+canon() { readlink -f "$1" 2>/dev/null || echo "$1"; }
+CRIU=$(canon "$CRIU") PLUGIN_DIR=$(canon "$PLUGIN_DIR") FAKE_LIB=$(canon "$FAKE_LIB")
+FAKE_DAEMON=$(canon "$FAKE_DAEMON") MEMCHECK=$(canon "$MEMCHECK")
+# Parent of every test's fake GPU directory; mounted into the containers at the same path.
+CT_RUN=/run/cuda-criu-ct
+
+T=""            # this test's temporary directory
+DAEMON_PID=""
+CLEANUPS=()     # commands run (last first) on exit
+
+log() { printf '[%s] %s\n' "${TEST_NAME:-containers}" "$*"; }
+
+skip() {
+	echo "SKIP: $*"
+	exit 77
+}
+
+fail() {
+	log "FAIL: $*"
+	[ -n "$T" ] || exit 1
+	local f
+	for f in "$T"/*.log "$T"/state/*.err "$T"/work*/*.log; do
+		[ -f "$f" ] || continue
+		echo "---- last lines of $f"
+		tail -n 30 "$f"
+	done
+	exit 1
+}
+
+# on_exit CMD...: CMD (one string, evaluated) runs at exit, before those registered earlier.
+on_exit() { CLEANUPS+=("$1"); }
+
+ct_cleanup() {
+	local rc=$?
+	set +e
+	local i
+	for ((i = ${#CLEANUPS[@]} - 1; i >= 0; i--)); do
+		eval "${CLEANUPS[$i]}" >/dev/null 2>&1
+	done
+	# A part of a test run in another namespace (CT_CHILD=1) leaves the rest to the test.
+	[ -n "${CT_CHILD:-}" ] && return $rc
+	if [ -n "$DAEMON_PID" ]; then
+		kill "$DAEMON_PID" 2>/dev/null
+		wait "$DAEMON_PID" 2>/dev/null
+	fi
+	[ -n "${FAKEGPU_DIR:-}" ] && rm -rf "$FAKEGPU_DIR"
+	rmdir "$CT_RUN" 2>/dev/null
+	if [ -n "$T" ] && [ -z "${KEEP_TMP:-}" ]; then
+		rm -rf "$T"
+	elif [ -n "$T" ]; then
+		log "kept $T"
+	fi
+	return $rc
+}
+
+# ct_setup RUNTIME...: skips (77) unless root and every RUNTIME is installed; builds the root file
+# system if missing; creates $T and starts the fake GPU daemon.
+ct_setup() {
+	TEST_NAME=${TEST_NAME:-$(basename "$0" .sh)}
+	[ "$(id -u)" -eq 0 ] || skip "container tests need root (CRIU, runc)"
+	local r
+	for r in "$@"; do
+		command -v "$r" >/dev/null || skip "$r is not installed (test-containers/setup.sh installs it)"
+	done
+	command -v jq >/dev/null || skip "jq is not installed (test-containers/setup.sh installs it)"
+	[ -x "$CRIU" ] || fail "no CRIU at $CRIU: run scripts/build-criu.sh"
+	for r in "$PLUGIN_DIR/cuda_plugin.so" "$FAKE_LIB" "$FAKE_DAEMON" "$MEMCHECK"; do
+		[ -e "$r" ] || fail "$r is missing: build the project first"
+	done
+	CT_OUT=$CT_OUT bash "$CT_SRC/setup.sh" --no-install || fail "cannot build the root file system"
+	T=$(canon "$(mktemp -d /tmp/cuda-criu-ct.XXXXXX)")
+	trap ct_cleanup EXIT
+	mkdir -p "$T/state"
+	start_fake_gpu
+}
+
+# The fake GPU daemon, on the host, in $CT_RUN/<test>: the containers reach it through the bind mount.
+start_fake_gpu() {
+	mkdir -p "$CT_RUN"
+	FAKEGPU_DIR=$(mktemp -d "$CT_RUN/XXXXXX")
+	export FAKEGPU_DIR
+	setsid "$FAKE_DAEMON" --dir "$FAKEGPU_DIR" </dev/null >"$T/daemon.log" 2>&1 &
+	DAEMON_PID=$!
+	wait_for "the fake GPU daemon" 10 test -S "$FAKEGPU_DIR/daemon.sock"
+}
+
+# wait_for WHAT SECONDS CMD...: polls CMD every 50 ms.
+wait_for() {
+	local what=$1 secs=$2
+	shift 2
+	local end=$((SECONDS + secs))
+	until "$@" 2>/dev/null; do
+		[ $SECONDS -lt $end ] || fail "timed out after ${secs}s waiting for $what"
+		sleep 0.05
+	done
+}
+
+state_value() { # FILE KEY
+	sed -n "s/^$2=//p" "$1" 2>/dev/null | head -n1
+}
+
+# expect_healthy STATE [SECONDS]: the workload runs on, verifies its data, and counts past its value now.
+expect_healthy() {
+	local state=$1 secs=${2:-15}
+	local start
+	start=$(state_value "$state" iterations)
+	[ -n "$start" ] || fail "$state: no iterations"
+	wait_for "$state to advance past $start" "$secs" sh -c \
+		"[ \"\$(sed -n 's/^iterations=//p' $state)\" -gt $((start + 2)) ]"
+	[ "$(state_value "$state" status)" = ok ] || fail "$state: $(cat "$state")"
+	[ "$(state_value "$state" errors)" = 0 ] || fail "$state: $(cat "$state")"
+}
+
+# expect_still STATE: the workload does not advance for a second (checkpointed, paused or gone).
+expect_still() {
+	local state=$1 a b
+	a=$(state_value "$state" iterations)
+	sleep 1
+	b=$(state_value "$state" iterations)
+	[ "$a" = "$b" ] || fail "$state advanced from $a to $b while it should stand still"
+}
+
+# expect_log FILE PATTERN WHAT
+expect_log() { grep -qE "$2" "$1" || fail "$3 (no line matching '$2' in $1)"; }
+
+# The plugin's error lines in a CRIU log.
+plugin_errors() { grep -E 'Error \(cuda_plugin\)' "$1" || true; }
+
+# The command line of a workload in a container: cuda_memcheck against the fake GPU, state in /state,
+# its stderr into /state/NAME.err (container stdio is /dev/null: CRIU cannot restore a terminal or a
+# file outside the container).
+memcheck_cmd() { # NAME MB [cuda_memcheck options...]
+	local name=$1 mb=$2
+	shift 2
+	printf '%s' "exec /opt/workloads/cuda_memcheck --mb $mb --state /state/$name --interval-ms 20 $* 2>>/state/$name.err"
+}
+
+# ---------------------------------------------------------------------------------------------------
+# runc
+
+# Our runc state lives in $T: `runc list` of others is not touched, and cleanup is complete.
+RUNC_ROOT=""
+runc_() { runc --root "$RUNC_ROOT" --log "$T/runc.log" --criu "$CRIU" "$@"; }
+
+runc_setup() {
+	RUNC_ROOT=$T/runc-root
+	mkdir -p "$RUNC_ROOT"
+	on_exit 'runc_cleanup'
+}
+
+runc_cleanup() {
+	local id
+	for id in $(runc --root "$RUNC_ROOT" list -q 2>/dev/null); do
+		runc --root "$RUNC_ROOT" resume "$id"
+		runc --root "$RUNC_ROOT" kill "$id" KILL
+		runc --root "$RUNC_ROOT" delete -f "$id"
+	done
+}
+
+# make_bundle DIR SHELL-COMMAND: a hand-written OCI config for a GPU test container: the root file
+# system read-only, the fake GPU's pieces bind-mounted, its own pid, mount, ipc, uts and network
+# namespaces (the network one has only a loopback: CRIU dumps and restores it).
+make_bundle() {
+	local dir=$1 cmd=$2
+	mkdir -p "$dir"
+	jq -n --arg rootfs "$ROOTFS" --arg cmd "$cmd" --arg fg "$FAKEGPU_DIR" --arg run "$CT_RUN" \
+		--arg state "$T/state" --arg libdir "$(readlink -f /lib/x86_64-linux-gnu)" \
+		--arg fakelib "$(dirname "$FAKE_LIB")" --arg workloads "$(dirname "$MEMCHECK")" '
+{
+  ociVersion: "1.0.2",
+  process: {
+    terminal: false,
+    user: {uid: 0, gid: 0},
+    args: ["/bin/sh", "-c", $cmd],
+    env: ["PATH=/bin", "LD_LIBRARY_PATH=/opt/fakegpu", ("FAKEGPU_DIR=" + $fg)],
+    cwd: "/",
+    capabilities: {
+      bounding: ["CAP_KILL", "CAP_AUDIT_WRITE", "CAP_NET_BIND_SERVICE"],
+      effective: ["CAP_KILL", "CAP_AUDIT_WRITE", "CAP_NET_BIND_SERVICE"],
+      permitted: ["CAP_KILL", "CAP_AUDIT_WRITE", "CAP_NET_BIND_SERVICE"]
+    },
+    rlimits: [{type: "RLIMIT_NOFILE", hard: 1024, soft: 1024}],
+    noNewPrivileges: true
+  },
+  root: {path: $rootfs, readonly: true},
+  hostname: "cuda-ct",
+  mounts: [
+    {destination: "/proc", type: "proc", source: "proc"},
+    {destination: "/dev", type: "tmpfs", source: "tmpfs", options: ["nosuid", "strictatime", "mode=755", "size=65536k"]},
+    {destination: "/dev/pts", type: "devpts", source: "devpts", options: ["nosuid", "noexec", "newinstance", "ptmxmode=0666", "mode=0620"]},
+    {destination: "/dev/shm", type: "tmpfs", source: "shm", options: ["nosuid", "noexec", "nodev", "mode=1777", "size=65536k"]},
+    {destination: "/sys", type: "sysfs", source: "sysfs", options: ["nosuid", "noexec", "nodev", "ro"]},
+    {destination: "/tmp", type: "tmpfs", source: "tmpfs", options: ["nosuid", "nodev", "mode=1777"]},
+    {destination: "/lib/x86_64-linux-gnu", type: "bind", source: $libdir, options: ["rbind", "ro"]},
+    {destination: "/opt/fakegpu", type: "bind", source: $fakelib, options: ["rbind", "ro"]},
+    {destination: "/opt/workloads", type: "bind", source: $workloads, options: ["rbind", "ro"]},
+    {destination: "/state", type: "bind", source: $state, options: ["rbind", "rw"]},
+    {destination: $run, type: "bind", source: $run, options: ["rbind", "rw"]}
+  ],
+  linux: {
+    namespaces: [{type: "pid"}, {type: "ipc"}, {type: "uts"}, {type: "mount"}, {type: "network"}],
+    resources: {devices: [{allow: false, access: "rwm"}]},
+    maskedPaths: ["/proc/kcore", "/proc/keys", "/proc/timer_list", "/sys/firmware"],
+    readonlyPaths: ["/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger"]
+  }
+}' >"$dir/config.json"
+}
+
+# The environment CRIU gets from runc: our plugin's directory, the fake driver for the plugin, and the
+# fake GPU daemon's directory for that driver.
+criu_env() (
+	export CRIU_LIBS_DIR=$PLUGIN_DIR CUDA_CRIU_LIBCUDA=$FAKE_LIB FAKEGPU_DIR=$FAKEGPU_DIR
+	"$@"
+)
+
+runc_start() { # ID BUNDLE
+	# The container's stdio is runc's: /dev/null (CRIU cannot restore a file outside the container).
+	runc_ run -d --bundle "$2" "$1" </dev/null >/dev/null 2>&1 || fail "runc run $1 failed"
+}
+
+runc_status() { runc_ state "$1" 2>/dev/null | jq -r .status; }
+runc_pid() { runc_ state "$1" 2>/dev/null | jq -r .pid; }
+
+# runc_checkpoint ID IMAGES [runc checkpoint options...]: the CRIU log goes to $T/work-ID-dump/dump.log.
+runc_checkpoint() {
+	local id=$1 img=$2
+	shift 2
+	local work=$T/work-$id-dump
+	mkdir -p "$img" "$work"
+	local rc=0
+	criu_env runc_ checkpoint --image-path "$img" --work-path "$work" \
+		"$@" "$id" </dev/null >"$T/checkpoint-$id.log" 2>&1 || rc=$?
+	cp "$work/dump.log" "$T/dump.log" 2>/dev/null || true
+	return $rc
+}
+
+# runc_restore ID BUNDLE IMAGES [runc restore options...]: the CRIU log goes to $T/restore.log.
+runc_restore() {
+	local id=$1 bundle=$2 img=$3
+	shift 3
+	local work=$T/work-$id-restore
+	mkdir -p "$work"
+	local rc=0
+	criu_env runc_ restore -d --bundle "$bundle" --image-path "$img" \
+		--work-path "$work" "$@" "$id" </dev/null >/dev/null 2>&1 || rc=$?
+	cp "$work/restore.log" "$T/restore.log" 2>/dev/null || true
+	return $rc
+}
+
+runc_remove() { # ID
+	runc_ kill "$1" KILL 2>/dev/null || true
+	wait_for "container $1 to stop" 10 sh -c "[ \"\$(runc --root $RUNC_ROOT state $1 2>/dev/null | jq -r .status)\" != running ]"
+	runc_ delete -f "$1" 2>/dev/null || true
+}
+
+# ---------------------------------------------------------------------------------------------------
+# podman (with runc)
+#
+# podman runs CRIU through runc, but passes neither its environment nor a CRIU path to it: the plugin is
+# enabled as a user would, with `libdir` in /etc/criu/runc.conf, and its options in
+# /etc/criu/cuda_plugin.conf (both written for the test and removed after it; existing ones are kept
+# aside and put back). Two things only the test needs go through a wrapper named runc (podman checks
+# that the runtime is called runc or crun): our CRIU (`runc --criu`) and FAKEGPU_DIR for the fake
+# libcuda that the plugin loads inside CRIU. podman itself looks for `criu` in PATH.
+POD_IMAGE=localhost/cuda-criu-ct:test
+POD_OPTS=()   # global podman options (a second store for the "second host")
+
+pod() { PATH=$T/bin:$PATH podman ${POD_OPTS[@]+"${POD_OPTS[@]}"} "$@"; }
+
+# on_pod_exit ARGS...: `pod ARGS...` (with the current store) at exit.
+on_pod_exit() {
+	local cmd="PATH=$T/bin:\$PATH podman" a
+	for a in ${POD_OPTS[@]+"${POD_OPTS[@]}"} "$@"; do cmd+=" $(printf '%q' "$a")"; done
+	on_exit "$cmd"
+}
+
+podman_setup() {
+	mkdir -p "$T/bin"
+	ln -s "$CRIU" "$T/bin/criu"
+	cat >"$T/bin/runc" <<EOR
+#!/bin/sh
+export FAKEGPU_DIR=$FAKEGPU_DIR
+exec $(command -v runc) --criu $CRIU "\$@"
+EOR
+	chmod +x "$T/bin/runc"
+	if [ ! -d /etc/criu ]; then
+		mkdir /etc/criu
+		on_exit 'rmdir /etc/criu' # runs after the files below are removed
+	fi
+	local f
+	for f in runc.conf cuda_plugin.conf; do
+		if [ -e "/etc/criu/$f" ]; then
+			mv "/etc/criu/$f" "$T/saved-$f"
+			on_exit "mv '$T/saved-$f' '/etc/criu/$f'"
+		fi
+		on_exit "rm -f '/etc/criu/$f'"
+	done
+	echo "libdir $PLUGIN_DIR" >/etc/criu/runc.conf
+	echo "libcuda=$FAKE_LIB" >/etc/criu/cuda_plugin.conf
+	pod_import_image
+}
+
+# The busybox image, imported from setup.sh's tarball into the current store (no registry here).
+pod_import_image() {
+	pod import "$ROOTFS_TAR" "$POD_IMAGE" >"$T/import.log" 2>&1 || fail "podman import failed: $(cat "$T/import.log")"
+	on_pod_exit rmi -f "$POD_IMAGE"
+}
+
+# pod_run NAME SHELL-COMMAND [podman run options...]: a GPU test container (fake GPU).
+pod_run() {
+	local name=$1 cmd=$2
+	shift 2
+	on_pod_exit rm -f -t 0 "$name"
+	# stdio: /dev/null (podman -d gives the container none of the caller's), no network but a loopback
+	# (CRIU dumps that namespace), the ulimits CRIU needs to restore here.
+	pod run -d --name "$name" --runtime "$T/bin/runc" --network none \
+		--ulimit nofile=20000:20000 --ulimit nproc=32768:32768 \
+		-v "$(readlink -f /lib/x86_64-linux-gnu)":/lib/x86_64-linux-gnu:ro \
+		-v "$(dirname "$MEMCHECK")":/opt/workloads:ro \
+		-v "$T/state":/state \
+		"$@" "$POD_IMAGE" /bin/sh -c "$cmd" </dev/null >"$T/run-$name.log" 2>&1 ||
+		fail "podman run $name failed: $(cat "$T/run-$name.log")"
+}
+
+# The fake GPU the plain way: the library directory and the daemon's directory bind-mounted.
+POD_FAKEGPU=()
+pod_fakegpu_mounts() {
+	POD_FAKEGPU=(-v "$(dirname "$FAKE_LIB")":/opt/fakegpu:ro -v "$CT_RUN:$CT_RUN"
+		-e LD_LIBRARY_PATH=/opt/fakegpu -e "FAKEGPU_DIR=$FAKEGPU_DIR")
+}
+
+pod_status() { pod inspect -f '{{.State.Status}}' "$1" 2>/dev/null; }
+pod_pid() { pod inspect -f '{{.State.Pid}}' "$1" 2>/dev/null; }
+pod_userdata() { echo "$(pod inspect -f '{{.StaticDir}}' "$1" 2>/dev/null)"; }
+
+# Copies CRIU's log of a container's last checkpoint or restore to $T/dump.log or $T/restore.log
+# (podman keeps them only with --keep).
+pod_log() { # NAME dump|restore
+	local dir
+	dir=$(pod_userdata "$1")
+	rm -f "$T/$2.log"
+	if [ -n "$dir" ]; then cp "$dir/$2.log" "$T/$2.log" 2>/dev/null || true; fi
+	[ -f "$T/$2.log" ] || fail "no CRIU $2.log of $1 (in '$dir')"
+}

@@ -1,0 +1,84 @@
+#!/usr/bin/env bash
+# podman (runtime runc): a container running a CUDA workload (fake GPU) is
+#   1. checkpointed and restored in place;
+#   2. checkpointed with --export to a tarball and removed, then restored with --import, under a new
+#      name, on a "second host": a private mount namespace in which podman's and runc's directories
+#      (/var/lib/containers/storage, /run/containers/storage, /run/libpod, /run/runc) are empty ones,
+#      so that podman there has a store of its own with only the image, at the usual paths.
+# Our plugin is enabled only through /etc/criu/runc.conf and /etc/criu/cuda_plugin.conf. The workload
+# verifies its device memory after each restore and counts on from where it was checkpointed.
+source "$(dirname "$0")/lib.sh"
+
+second_host() {
+	[ -z "$(pod ps -aq)" ] || fail "the second host's store is not empty"
+	pod_import_image
+	on_pod_exit rm -f -t 0 pc-moved
+	pod container restore --keep --import "$T/pc-one.tar.gz" --name pc-moved >"$T/restore-cmd.log" 2>&1 ||
+		{ pod_log pc-moved restore; fail "podman container restore --import failed: $(cat "$T/restore-cmd.log")"; }
+	pod_log pc-moved restore
+	expect_log "$T/restore.log" "cuda_plugin: restore: 1 CUDA process\(es\), 0 failed" "no restore summary on the second host"
+	[ "$(pod_status pc-moved)" = running ] || fail "imported container is $(pod_status pc-moved)"
+	wait_for "the restored workload to write its state" 10 test -f "$T/state/one"
+	expect_healthy "$T/state/one"
+	local at_dump now
+	at_dump=$(cat "$T/at_dump")
+	now=$(state_value "$T/state/one" iterations)
+	[ "$now" -ge "$at_dump" ] || fail "iterations went back from $at_dump to $now"
+	pod rm -f -t 0 pc-moved >/dev/null
+	pod rmi -f "$POD_IMAGE" >/dev/null
+	log "exported, removed, imported on a second host under a new name: data intact, iteration $at_dump -> $now"
+}
+
+# The second host: run by the test itself (below) in a private mount namespace.
+if [ "${1:-}" = --second-host ]; then
+	TEST_NAME=podman_roundtrip/second-host
+	CT_CHILD=1 # the daemon, $FAKEGPU_DIR and $T belong to the test that started this part
+	T=${CT_T:?}
+	trap ct_cleanup EXIT
+	for d in /var/lib/containers/storage /run/containers/storage /run/libpod /run/runc; do
+		mkdir -p "$T/host2$d" "$d"
+		mount --bind "$T/host2$d" "$d"
+	done
+	second_host
+	exit 0
+fi
+
+ct_setup runc podman
+podman_setup
+pod_fakegpu_mounts
+
+pod_run pc-one "$(memcheck_cmd one 64)" "${POD_FAKEGPU[@]}"
+wait_for "the workload to fill its device memory" 20 test -f "$T/state/one"
+expect_healthy "$T/state/one"
+host_pid=$(pod_pid pc-one)
+
+# 1. In place.
+pod container checkpoint --keep pc-one >"$T/checkpoint.log" 2>&1 || { pod_log pc-one dump; fail "podman container checkpoint failed"; }
+pod_log pc-one dump
+expect_log "$T/dump.log" "cuda_plugin: dump: 1 CUDA process\(es\)" "no dump summary: is the plugin loaded through /etc/criu/runc.conf?"
+[ -z "$(plugin_errors "$T/dump.log")" ] || fail "plugin errors in the dump log"
+[ "$(pod_status pc-one)" = exited ] || fail "after checkpoint the container is $(pod_status pc-one)"
+wait_for "pid $host_pid to exit" 10 test ! -e "/proc/$host_pid"
+at_dump=$(state_value "$T/state/one" iterations)
+expect_still "$T/state/one"
+pod container restore --keep pc-one >"$T/restore-cmd.log" 2>&1 || { pod_log pc-one restore; fail "podman container restore failed: $(cat "$T/restore-cmd.log")"; }
+pod_log pc-one restore
+expect_log "$T/restore.log" "cuda_plugin: restore: 1 CUDA process\(es\), 0 failed" "no restore summary"
+[ "$(pod_status pc-one)" = running ] || fail "restored container is $(pod_status pc-one)"
+expect_healthy "$T/state/one"
+now=$(state_value "$T/state/one" iterations)
+[ "$now" -ge "$at_dump" ] || fail "iterations went back from $at_dump to $now"
+log "checkpoint and restore in place: data intact, iteration $at_dump -> $now"
+
+# 2. Export and remove here, import on a second host.
+pod container checkpoint --keep --compress gzip --export "$T/pc-one.tar.gz" pc-one >"$T/checkpoint.log" 2>&1 ||
+	{ pod_log pc-one dump; fail "podman container checkpoint --export failed: $(cat "$T/checkpoint.log")"; }
+[ -s "$T/pc-one.tar.gz" ] || fail "no exported checkpoint"
+tar -tzf "$T/pc-one.tar.gz" >"$T/export.list"
+grep -q 'checkpoint/cuda-plugin.img' "$T/export.list" || fail "the export has no checkpoint/cuda-plugin.img"
+pod rm -f pc-one >/dev/null || fail "podman rm failed"
+state_value "$T/state/one" iterations >"$T/at_dump"
+rm -f "$T/state/one"
+CT_T=$T FAKEGPU_DIR=$FAKEGPU_DIR CT_OUT=$CT_OUT PLUGIN_DIR=$PLUGIN_DIR CRIU=$CRIU \
+unshare -m --propagation private bash "$0" --second-host || fail "the second host failed"
+log PASS

@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# runc: a container running a CUDA workload (fake GPU) is checkpointed with our plugin, removed, and
+# restored from the image under its own name and then under a new name; its device memory is verified
+# by the workload after each restore, and it carries on counting from where it was checkpointed.
+source "$(dirname "$0")/lib.sh"
+ct_setup runc
+runc_setup
+
+make_bundle "$T/bundle" "$(memcheck_cmd one 64)"
+runc_start ct-one "$T/bundle"
+wait_for "the workload to fill its device memory" 20 test -f "$T/state/one"
+expect_healthy "$T/state/one"
+host_pid=$(runc_pid ct-one)
+
+# 1. Checkpoint: the container is gone afterwards (runc's default), the workload stands still.
+runc_checkpoint ct-one "$T/img" || fail "runc checkpoint failed"
+expect_log "$T/dump.log" "cuda_plugin: dump: 1 CUDA process\(es\)" "no dump summary from the plugin"
+[ -z "$(plugin_errors "$T/dump.log")" ] || fail "plugin errors in the dump log"
+[ -f "$T/img/cuda-plugin.img" ] || fail "no cuda-plugin.img in the checkpoint"
+wait_for "pid $host_pid to exit" 10 test ! -e "/proc/$host_pid"
+runc_ delete -f ct-one 2>/dev/null || true
+[ -z "$(runc_ list -q)" ] || fail "containers left after checkpoint and delete: $(runc_ list -q)"
+at_dump=$(state_value "$T/state/one" iterations)
+expect_still "$T/state/one"
+log "checkpointed at iteration $at_dump, container removed"
+
+# 2. Restore under the same name.
+runc_restore ct-one "$T/bundle" "$T/img" || fail "runc restore failed"
+expect_log "$T/restore.log" "cuda_plugin: restore: 1 CUDA process\(es\), 0 failed" "no restore summary"
+[ "$(runc_status ct-one)" = running ] || fail "restored container is $(runc_status ct-one)"
+[ "$(runc_pid ct-one)" != "$host_pid" ] || log "note: the restored container got the same host pid"
+expect_healthy "$T/state/one"
+[ "$(state_value "$T/state/one" pid)" = 1 ] || fail "the workload is not pid 1 of the container"
+now=$(state_value "$T/state/one" iterations)
+[ "$now" -ge "$at_dump" ] || fail "iterations went back from $at_dump to $now: not the checkpointed process"
+runc_remove ct-one
+log "restored as ct-one: data intact, iteration $at_dump -> $now"
+
+# 3. The same image restored under a new container name.
+rm -f "$T/state/one"
+runc_restore ct-new "$T/bundle" "$T/img" || fail "runc restore under a new name failed"
+expect_log "$T/restore.log" "cuda_plugin: restore: 1 CUDA process\(es\), 0 failed" "no restore summary (new name)"
+[ "$(runc_status ct-new)" = running ] || fail "ct-new is $(runc_status ct-new)"
+wait_for "the restored workload to write its state" 10 test -f "$T/state/one"
+expect_healthy "$T/state/one"
+now=$(state_value "$T/state/one" iterations)
+[ "$now" -ge "$at_dump" ] || fail "ct-new: iterations $now < $at_dump"
+runc_remove ct-new
+log "restored as ct-new: data intact"
+log PASS
