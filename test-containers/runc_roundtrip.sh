@@ -37,11 +37,12 @@ runc_remove ct-one
 log "restored as ct-one: data intact, iteration $at_dump -> $now"
 
 # 3. The same image restored under a new container name.
-rm -f "$T/state/one"
+# Blanked, same size (CRIU checks the size of files held open): refilled by the restored workload.
+head -c 1536 /dev/zero | tr "\\0" "\\n" >"$T/state/one"
 runc_restore ct-new "$T/bundle" "$T/img" || fail "runc restore under a new name failed"
 expect_log "$T/restore.log" "cuda_plugin: restore: 1 CUDA process\(es\), 0 failed" "no restore summary (new name)"
 [ "$(runc_status ct-new)" = running ] || fail "ct-new is $(runc_status ct-new)"
-wait_for "the restored workload to write its state" 10 test -f "$T/state/one"
+wait_for "the restored workload to write its state" 10 grep -q "^iterations=" "$T/state/one"
 expect_healthy "$T/state/one"
 now=$(state_value "$T/state/one" iterations)
 [ "$now" -ge "$at_dump" ] || fail "ct-new: iterations $now < $at_dump"

@@ -26,6 +26,7 @@
 #define _GNU_SOURCE
 #include <cuda.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdint.h>
@@ -46,20 +47,33 @@ static pid_t g_cuda_children[256];
 static int g_ncuda_children;
 static int g_tolerate_child_exit; /* --tolerate-child-exit: a dead CUDA child is not a failure */
 
+/*
+ * The state file is rewritten in place through one fd kept open, with a single fixed-size pwrite (newline
+ * padded). Not write-to-temporary-and-rename: a dump taken in the middle of that would record an open
+ * temporary file that is renamed away afterwards, and a later restore of the image would fail on it.
+ */
+static int g_state_fd = -1;
+static pid_t g_state_fd_pid;
+
 static void write_state(unsigned long long iterations, int errors, const char *status)
 {
 	if (!g_state)
 		return;
-	char tmp[4096];
-	snprintf(tmp, sizeof(tmp), "%s.tmp.%d", g_state, (int)getpid());
-	FILE *f = fopen(tmp, "we");
-	if (!f) {
-		fprintf(stderr, "cuda_memcheck: cannot write %s: %s\n", tmp, strerror(errno));
-		return;
+	if (g_state_fd < 0 || g_state_fd_pid != getpid()) { /* a forked child writes its own file */
+		g_state_fd = open(g_state, O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+		g_state_fd_pid = getpid();
+		if (g_state_fd < 0) {
+			fprintf(stderr, "cuda_memcheck: cannot open %s: %s\n", g_state, strerror(errno));
+			return;
+		}
 	}
-	fprintf(f, "iterations=%llu\nerrors=%d\nmb=%zu\npid=%d\nstatus=%s\n", iterations, errors, g_mb,
-		(int)getpid(), status);
-	if (fclose(f) || rename(tmp, g_state))
+	char buf[1536];
+	int n = snprintf(buf, sizeof(buf), "iterations=%llu\nerrors=%d\nmb=%zu\npid=%d\nstatus=%s\n", iterations,
+			 errors, g_mb, (int)getpid(), status);
+	if (n < 0 || n >= (int)sizeof(buf))
+		n = (int)sizeof(buf) - 1;
+	memset(buf + n, '\n', sizeof(buf) - (size_t)n);
+	if (pwrite(g_state_fd, buf, sizeof(buf), 0) != (ssize_t)sizeof(buf))
 		fprintf(stderr, "cuda_memcheck: cannot write %s: %s\n", g_state, strerror(errno));
 }
 
