@@ -4,8 +4,8 @@
 set -euo pipefail
 
 pkgs=(
-	# toolchain and test framework
-	build-essential cmake pkg-config libgtest-dev libgmock-dev
+	# toolchain, test framework, fuzzing (clang's libFuzzer) and static checks
+	build-essential cmake pkg-config libgtest-dev libgmock-dev clang libclang-rt-14-dev clang-tidy
 	# CRIU's build dependencies
 	libprotobuf-dev libprotobuf-c-dev protobuf-c-compiler protobuf-compiler python3-protobuf
 	libnl-3-dev libnet1-dev libcap-dev libbsd-dev libgnutls28-dev libnftables-dev uuid-dev libaio-dev

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Sets everything up and runs the whole test suite: every test in build/ (tests that need a GPU or
-# root are reported as skipped), then the unit tests again built with ASan+UBSan (build/asan).
+# Sets everything up and runs the whole test suite: the unit tests built with ASan+UBSan (build/asan) and
+# with TSan (build/tsan), clang-tidy, then every test in build/ (tests that need a GPU or root are reported
+# as skipped).
 #   scripts/test.sh [ctest options...]     e.g. scripts/test.sh -L e2e
 set -euo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
@@ -13,8 +14,19 @@ test-containers/setup.sh
 echo "[test] unit tests under AddressSanitizer + UndefinedBehaviorSanitizer (build/asan)" >&2
 cmake -S . -B build/asan -DCUDA_CRIU_WERROR=ON -DCUDA_CRIU_SANITIZE=address,undefined \
 	-DCRIU_PREFIX="$top/build/criu/4.2.1/install" >build/asan.cmake.log 2>&1 || { cat build/asan.cmake.log; exit 1; }
-cmake --build build/asan -j"$(nproc)" --target unit_tests >build/asan.build.log 2>&1 || { tail -40 build/asan.build.log; exit 1; }
+cmake --build build/asan -j"$(nproc)" --target unit_tests image_fuzz_replay >build/asan.build.log 2>&1 ||
+	{ tail -40 build/asan.build.log; exit 1; }
 ctest --test-dir build/asan -L unit --output-on-failure
+
+echo "[test] unit tests under ThreadSanitizer (build/tsan): driver calls run on worker threads" >&2
+cmake -S . -B build/tsan -DCUDA_CRIU_WERROR=ON -DCUDA_CRIU_SANITIZE=thread \
+	-DCRIU_PREFIX="$top/build/criu/4.2.1/install" >build/tsan.cmake.log 2>&1 || { cat build/tsan.cmake.log; exit 1; }
+cmake --build build/tsan -j"$(nproc)" --target unit_tests image_fuzz_replay >build/tsan.build.log 2>&1 ||
+	{ tail -40 build/tsan.build.log; exit 1; }
+TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 ctest --test-dir build/tsan -L unit --output-on-failure
+
+echo "[test] clang-tidy (scripts/tidy.sh, config .clang-tidy)" >&2
+scripts/tidy.sh build
 
 echo "[test] the whole suite (build)" >&2
 ctest --test-dir build --output-on-failure "$@"

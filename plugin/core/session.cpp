@@ -18,13 +18,6 @@
 
 namespace cuda_criu {
 
-uint64_t now_us()
-{
-	return static_cast<uint64_t>(
-		std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now().time_since_epoch())
-			.count());
-}
-
 namespace {
 
 std::string human_bytes(uint64_t b)

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "base/clock.h"
 #include "base/result.h"
 #include "core/options.h"
 #include "core/timed_driver.h"
@@ -24,9 +25,6 @@ namespace cuda_criu {
 
 // Loads the driver on first need (libcuda is never touched for a dump without CUDA processes).
 using DriverSource = std::function<Result<Driver *>()>;
-
-// Microseconds of a steady clock.
-uint64_t now_us();
 
 // Time the plugin spent in one phase (one hook kind), and how much of it the driver's calls covered.
 struct PhaseCost {

@@ -6,11 +6,10 @@
 #include <utility>
 #include <vector>
 
+#include "base/clock.h"
 #include "driver/driver.h"
 
 namespace cuda_criu {
-
-uint64_t now_us();
 
 class TimedDriver final : public Driver {
 	template <typename F>

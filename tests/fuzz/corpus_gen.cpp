@@ -1,0 +1,121 @@
+// Writes the seed corpus of the image fuzzer: a few small valid images made by encode_image ("ok-*")
+// and malformed variants of them ("bad-*"). The files in tests/fuzz/corpus/ were made with it:
+//   image_corpus_gen tests/fuzz/corpus
+#include <cstdint>
+#include <cstdio>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "image/image.h"
+
+namespace {
+
+using cuda_criu::ImageRecord;
+using Bytes = std::vector<uint8_t>;
+
+constexpr size_t kHeader = 12; // "CUDACRIU" + little-endian uint32 length
+
+ImageRecord one_process()
+{
+	ImageRecord r;
+	r.driver_version = "580.159.04";
+	r.plugin_version = "0.1.0";
+	r.gpus.push_back({"GPU-01234567-89ab-cdef-0123-456789abcdef", "NVIDIA H200", 150000000000ULL, "0000:19:00.0", 0});
+	r.processes.push_back({4242, 1, "running", {"GPU-01234567-89ab-cdef-0123-456789abcdef"}, 64ULL << 20, 900, 41000});
+	r.device_phase_us = 41000;
+	r.created_unix = 1764460800;
+	r.hostname = "node1";
+	return r;
+}
+
+ImageRecord tree()
+{
+	ImageRecord r = one_process();
+	r.gpus.push_back({"GPU-fedcba98-7654-3210-fedc-ba9876543210", "NVIDIA H200", 150000000000ULL, "0000:2a:00.0", 1});
+	r.processes.push_back({4243, 2, "locked", {"GPU-fedcba98-7654-3210-fedc-ba9876543210"}, 0, 0, 0});
+	r.processes.push_back({4244, 3, "checkpointed", {}, 32ULL << 20, 0, 0});
+	return r;
+}
+
+void set_length(Bytes &b, uint32_t len)
+{
+	for (int i = 0; i < 4; i++)
+		b[8 + i] = static_cast<uint8_t>(len >> (8 * i));
+}
+
+Bytes with_payload(const Bytes &payload)
+{
+	Bytes b = {'C', 'U', 'D', 'A', 'C', 'R', 'I', 'U', 0, 0, 0, 0};
+	b.insert(b.end(), payload.begin(), payload.end());
+	set_length(b, static_cast<uint32_t>(payload.size()));
+	return b;
+}
+
+bool write_file(const std::string &path, const Bytes &b)
+{
+	std::ofstream out(path, std::ios::binary | std::ios::trunc);
+	out.write(reinterpret_cast<const char *>(b.data()), static_cast<std::streamsize>(b.size()));
+	return static_cast<bool>(out);
+}
+
+} // namespace
+
+int main(int argc, char **argv)
+{
+	if (argc != 2) {
+		std::fprintf(stderr, "usage: %s DIR\n", argv[0]);
+		return 2;
+	}
+	const std::string dir = argv[1];
+	std::vector<std::pair<std::string, Bytes>> files;
+
+	ImageRecord empty;
+	files.emplace_back("ok-empty-record", cuda_criu::encode_image(empty));
+	Bytes one = cuda_criu::encode_image(one_process());
+	files.emplace_back("ok-one-process", one);
+	files.emplace_back("ok-tree", cuda_criu::encode_image(tree()));
+	// Only the required fields: an image from a writer that set nothing optional.
+	files.emplace_back("ok-required-only", with_payload({0x08, 0x01, 0x2a, 0x04, 0x08, 0x07, 0x10, 0x07}));
+
+	files.emplace_back("bad-empty-file", Bytes{});
+	files.emplace_back("bad-header-only-magic", Bytes(one.begin(), one.begin() + 8));
+	files.emplace_back("bad-truncated-header", Bytes(one.begin(), one.begin() + 10));
+	files.emplace_back("bad-truncated-payload", Bytes(one.begin(), one.begin() + static_cast<long>(one.size() / 2)));
+	Bytes b = one;
+	b.push_back(0);
+	files.emplace_back("bad-padded", b);
+	b = one;
+	b[0] = 'X';
+	files.emplace_back("bad-magic", b);
+	b = one;
+	b[13] = static_cast<uint8_t>(cuda_criu::kImageVersion + 1);
+	files.emplace_back("bad-newer-version", b);
+	b = one;
+	b[13] = 0;
+	files.emplace_back("bad-version-zero", b);
+	b = one;
+	set_length(b, 0xffffffffu);
+	files.emplace_back("bad-length-huge", b);
+	b = one;
+	for (size_t i = kHeader; i < b.size(); i += 3)
+		b[i] = 0xff;
+	files.emplace_back("bad-corrupt-payload", b);
+	ImageRecord r = one_process();
+	r.processes[0].pid = 0;
+	files.emplace_back("bad-pid-zero", cuda_criu::encode_image(r));
+	r.processes[0].pid = -5;
+	files.emplace_back("bad-pid-negative", cuda_criu::encode_image(r));
+	// A message without its required version field.
+	files.emplace_back("bad-no-version", with_payload({0x12, 0x01, 0x31}));
+	// A length-delimited field that claims far more bytes than there are.
+	files.emplace_back("bad-field-overrun", with_payload({0x08, 0x01, 0x2a, 0xff, 0xff, 0xff, 0xff, 0x0f}));
+
+	for (const auto &[name, bytes] : files)
+		if (!write_file(dir + "/" + name, bytes)) {
+			std::fprintf(stderr, "cannot write %s/%s\n", dir.c_str(), name.c_str());
+			return 1;
+		}
+	std::printf("%zu files in %s\n", files.size(), dir.c_str());
+	return 0;
+}
