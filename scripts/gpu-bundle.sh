@@ -11,6 +11,8 @@
 #     plugin/cuda_plugin.so                       this project's plugin (the only .so there: CRIU's --libdir)
 #     intree/cuda_plugin.so                       CRIU's own CUDA plugin, for comparison
 #     bin/cuda_memcheck                           the driver-API test workload
+#     bin/cuda-criu, bin/cuda-checkpoint          the CLI, and its cuda-checkpoint-compatible name
+#     bench.py                                    the benchmark (benchmarks/bench.py)
 #     bundle-info.txt                             what went in, and from which sources
 #
 # Only criu gets lib/ (through LD_LIBRARY_PATH in run-gpu-tests.sh); the workloads use the target's own
@@ -75,7 +77,7 @@ if [ ! -f "$build/CMakeCache.txt" ]; then
 	log "configuring $build"
 	cmake -S "$top" -B "$build" >/dev/null
 fi
-targets=(cuda_plugin cuda_memcheck)
+targets=(cuda_plugin cuda_memcheck cuda-criu)
 has_target() { cmake --build "$build" --target help 2>/dev/null | grep -w "$1" >/dev/null; }
 if ! has_target cuda_memcheck; then
 	[ -f "$top/tests/workloads/cuda_memcheck.c" ] ||
@@ -92,6 +94,8 @@ plugin=$build/plugin/cuda_plugin.so
 memcheck=$build/tests/workloads/cuda_memcheck
 [ -f "$plugin" ] || die "no $plugin after the build"
 [ -x "$memcheck" ] || die "no $memcheck after the build"
+cli=$build/bin/cuda-criu
+[ -x "$cli" ] || die "no $cli after the build"
 
 # 3. Assemble in a fresh folder next to the old one, then swap: an interrupted run never leaves half a bundle.
 tmp=$out.tmp
@@ -101,9 +105,14 @@ install -m 755 "$criu_root/sbin/criu" "$tmp/sbin/criu"
 install -m 644 "$criu_root/lib/criu-intree/cuda_plugin.so" "$tmp/intree/cuda_plugin.so"
 install -m 644 "$plugin" "$tmp/plugin/cuda_plugin.so"
 install -m 755 "$memcheck" "$tmp/bin/cuda_memcheck"
-strip --strip-debug "$tmp/sbin/criu" "$tmp/intree/cuda_plugin.so" "$tmp/plugin/cuda_plugin.so" "$tmp/bin/cuda_memcheck"
+install -m 755 "$cli" "$tmp/bin/cuda-criu"
+# CRIU's in-tree plugin runs `cuda-checkpoint` from PATH: ours answers that command line (benchmarks).
+ln -s cuda-criu "$tmp/bin/cuda-checkpoint"
+install -m 755 "$top/benchmarks/bench.py" "$tmp/bench.py"
+strip --strip-debug "$tmp/sbin/criu" "$tmp/intree/cuda_plugin.so" "$tmp/plugin/cuda_plugin.so" "$tmp/bin/cuda_memcheck" \
+	"$tmp/bin/cuda-criu"
 
-for f in "$tmp/sbin/criu" "$tmp/intree/cuda_plugin.so" "$tmp/plugin/cuda_plugin.so"; do
+for f in "$tmp/sbin/criu" "$tmp/intree/cuda_plugin.so" "$tmp/plugin/cuda_plugin.so" "$tmp/bin/cuda-criu"; do
 	needed_libs "$f"
 done | sort -u | while read -r lib; do
 	is_system_lib "$lib" && continue

@@ -1,0 +1,464 @@
+// cuda-criu check: can this machine checkpoint and restore CUDA processes? One line per check.
+#include <dlfcn.h>
+#include <link.h>
+#include <linux/kcmp.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/utsname.h>
+#include <unistd.h>
+
+#include <climits>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+
+#include "cli.h"
+#include "core/options.h"
+#include "criu_info.h"
+#include "driver/libcuda.h"
+#include "elf_file.h"
+#include "json.h"
+
+namespace cuda_criu::cli {
+namespace {
+
+enum class Level { Ok, Warn, Fail };
+
+const char *level_name(Level l) { return l == Level::Ok ? "ok" : l == Level::Warn ? "warn" : "fail"; }
+
+struct CheckLine {
+	std::string name;
+	Level level;
+	std::string detail;
+	std::string hint; // for warn and fail
+};
+
+// What the checks found, beyond their lines, for --json.
+struct Facts {
+	bool driver_loaded = false;
+	std::string library;
+	std::string kernel_module_version;
+	std::string cuda_version;
+	bool checkpoint_api = false;
+	std::vector<GpuInfo> gpus;
+	std::optional<CriuLocation> criu;
+	std::optional<CriuVersion> criu_version;
+	std::optional<bool> criu_patched;
+};
+
+struct CheckOptions {
+	bool require_gpu = false;
+	std::string criu;
+	std::string libdir;
+	std::string libcuda;
+};
+
+class Checks {
+public:
+	void add(std::string name, Level level, std::string detail, std::string hint = {})
+	{
+		lines_.push_back({std::move(name), level, std::move(detail), std::move(hint)});
+	}
+	const std::vector<CheckLine> &lines() const { return lines_; }
+	Level worst() const
+	{
+		Level w = Level::Ok;
+		for (const auto &l : lines_)
+			if (static_cast<int>(l.level) > static_cast<int>(w))
+				w = l.level;
+		return w;
+	}
+
+private:
+	std::vector<CheckLine> lines_;
+};
+
+std::string read_first_line(const std::string &path)
+{
+	std::ifstream f(path);
+	std::string line;
+	std::getline(f, line);
+	return line;
+}
+
+bool exists(const std::string &path)
+{
+	struct stat st;
+	return stat(path.c_str(), &st) == 0;
+}
+
+std::string gib(uint64_t bytes) { return format("%.1f GiB", bytes / double(1ULL << 30)); }
+
+// ---- driver and GPUs ----
+
+void check_driver(Checks &c, Facts &facts, const CheckOptions &o, const std::string &libcuda)
+{
+	const bool gpu_expected = o.require_gpu || nvidia_driver_present(libcuda);
+	const Level missing = gpu_expected ? Level::Fail : Level::Warn;
+	const std::string no_gpu_hint =
+		"this machine shows no NVIDIA GPU (no /proc/driver/nvidia/gpus entry): nothing to checkpoint here "
+		"(--require-gpu makes this a failure)";
+	const char *file = libcuda.empty() ? "libcuda.so.1" : libcuda.c_str();
+
+	// RTLD_NODELETE: load_libcuda below opens the same library and keeps it for the process's life.
+	void *lib = dlopen(file, RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE);
+	if (!lib) {
+		const char *why = dlerror();
+		c.add("driver", missing, format("cannot load %s: %s", file, why ? why : "unknown error"),
+		      gpu_expected ? "install the NVIDIA driver (r570 or newer), or set CUDA_CRIU_LIBCUDA to the path of "
+				     "libcuda.so.1"
+				   : no_gpu_hint);
+		return;
+	}
+	facts.driver_loaded = true;
+	link_map *lm = nullptr;
+	facts.library = file;
+	if (dlinfo(lib, RTLD_DI_LINKMAP, &lm) == 0 && lm && lm->l_name && *lm->l_name) {
+		char real[PATH_MAX];
+		facts.library = realpath(lm->l_name, real) ? real : lm->l_name;
+	}
+	using GetVersion = int (*)(int *);
+	if (auto get_version = reinterpret_cast<GetVersion>(dlsym(lib, "cuDriverGetVersion"))) {
+		int v = 0;
+		if (get_version(&v) == 0)
+			facts.cuda_version = format("%d.%d", v / 1000, (v % 1000) / 10);
+	}
+	facts.kernel_module_version = kernel_driver_version();
+
+	std::string detail = facts.library;
+	detail += facts.kernel_module_version.empty() ? ", kernel module version unknown"
+						      : ", kernel module " + facts.kernel_module_version;
+	if (!facts.cuda_version.empty())
+		detail += ", CUDA " + facts.cuda_version;
+	// The library file carries its version (libcuda.so.580.95.05); it must match the loaded module.
+	std::string base = facts.library.substr(facts.library.rfind('/') + 1);
+	std::string lib_version = base.rfind("libcuda.so.", 0) == 0 ? base.substr(11) : "";
+	if (lib_version.find('.') != std::string::npos && !facts.kernel_module_version.empty() &&
+	    lib_version != facts.kernel_module_version)
+		c.add("driver", Level::Fail, detail + ": library and kernel module versions differ",
+		      "the driver was upgraded without reloading the kernel module: reboot, or unload and reload the "
+		      "nvidia modules");
+	else
+		c.add("driver", Level::Ok, detail);
+
+	static const char *const kApi[] = {"cuCheckpointProcessLock",     "cuCheckpointProcessCheckpoint",
+					   "cuCheckpointProcessRestore",  "cuCheckpointProcessUnlock",
+					   "cuCheckpointProcessGetState", "cuCheckpointProcessGetRestoreThreadId"};
+	std::string absent;
+	for (const char *sym : kApi)
+		if (!dlsym(lib, sym))
+			absent += (absent.empty() ? "" : ", ") + std::string(sym);
+	if (!absent.empty()) {
+		c.add("checkpoint-api", missing, "the driver lacks " + absent,
+		      "CUDA checkpoint/restore needs NVIDIA driver r570 or newer: upgrade the driver");
+		return;
+	}
+	facts.checkpoint_api = true;
+	c.add("checkpoint-api", Level::Ok, "cuCheckpointProcess{Lock,Checkpoint,Restore,Unlock,GetState,GetRestoreThreadId}");
+
+	auto d = load_libcuda(libcuda);
+	if (!d) {
+		c.add("gpus", missing, d.error().message(), "is the NVIDIA kernel module loaded and /dev/nvidia* present?");
+		return;
+	}
+	auto gpus = (*d)->gpus();
+	if (!gpus) {
+		c.add("gpus", missing, gpus.error().message());
+		return;
+	}
+	if (gpus->empty()) {
+		c.add("gpus", missing, "the driver sees no GPU",
+		      gpu_expected ? "check CUDA_VISIBLE_DEVICES and that the GPUs are not excluded or in a fault state"
+				   : no_gpu_hint);
+		return;
+	}
+	for (const GpuInfo &g : *gpus)
+		c.add(format("gpu%d", g.ordinal), Level::Ok,
+		      format("%s %s, %s, %s", g.uuid.str().c_str(), g.name.c_str(), gib(g.memory_bytes).c_str(),
+			     g.pci_bus_id.c_str()));
+	facts.gpus = std::move(*gpus);
+}
+
+// Persistence mode cannot be read from a file; the daemon that keeps GPUs initialized can be seen.
+void check_persistence(Checks &c)
+{
+	if (!exists("/proc/driver/nvidia"))
+		return; // no NVIDIA kernel driver: nothing to persist
+	pid_t pid = 0;
+	for (const char *f : {"/run/nvidia-persistenced/nvidia-persistenced.pid",
+			      "/var/run/nvidia-persistenced/nvidia-persistenced.pid"}) {
+		std::ifstream in(f);
+		if (in >> pid && pid > 0 && read_first_line(format("/proc/%d/comm", pid)).rfind("nvidia-persist", 0) == 0)
+			break;
+		pid = 0;
+	}
+	if (pid)
+		c.add("persistence", Level::Ok, format("nvidia-persistenced runs (pid %d): GPUs stay initialized", pid));
+	else
+		c.add("persistence", Level::Warn, "nvidia-persistenced is not running",
+		      "start it (systemctl enable --now nvidia-persistenced): without persistence, a GPU whose processes "
+		      "are all checkpointed is shut down, and set up again at restore, which costs seconds (a mode set "
+		      "with 'nvidia-smi -pm 1' is not visible to this check)");
+}
+
+// ---- CRIU and the plugin ----
+
+void check_criu(Checks &c, Facts &facts, const CheckOptions &o)
+{
+	auto loc = find_criu(o.criu);
+	if (!loc) {
+		c.add("criu", Level::Fail, loc.error().message(),
+		      "install CRIU 4.0 or newer (scripts/build-criu.sh builds one with this project's patch), or pass "
+		      "--criu PATH");
+		return;
+	}
+	facts.criu = *loc;
+	auto patched = elf_defines_dynamic_symbol(loc->path, kCriuPatchSymbol);
+	if (loc->only_in_path) {
+		c.add("criu", Level::Warn, loc->path + ": found only through $PATH, so not run",
+		      "pass --criu " + loc->path + " to check it (a program found only through $PATH is never run)");
+	} else {
+		auto v = criu_version(loc->path);
+		if (!v) {
+			c.add("criu", Level::Fail, v.error().message(), "is " + loc->path + " a working CRIU?");
+		} else {
+			facts.criu_version = *v;
+			c.add("criu", Level::Ok, format("%s: CRIU %s", loc->path.c_str(), v->text.c_str()));
+			if (v->at_least(4, 0))
+				c.add("criu-device-hooks", Level::Ok,
+				      format("CRIU %s has the PAUSE_DEVICES, CHECKPOINT_DEVICES and RESUME_DEVICES_LATE hooks",
+					     v->text.c_str()));
+			else
+				c.add("criu-device-hooks", Level::Fail,
+				      format("CRIU %s predates 4.0: it has none of the device hooks the plugin needs",
+					     v->text.c_str()),
+				      "install CRIU 4.0 or newer");
+		}
+	}
+	if (!patched) {
+		c.add("criu-patch", Level::Warn, patched.error().message());
+		return;
+	}
+	facts.criu_patched = *patched;
+	if (*patched)
+		c.add("criu-patch", Level::Ok,
+		      format("%s: a failed GPU restore fails the restore", kCriuPatchSymbol));
+	else
+		c.add("criu-patch", Level::Warn,
+		      format("stock CRIU (no %s): it ignores a failing RESUME_DEVICES_LATE hook, so the plugin itself kills "
+			     "a process whose GPU state it could not restore rather than let it run without",
+			     kCriuPatchSymbol),
+		      "for restores that fail cleanly, build CRIU with criu-patches/ (scripts/build-criu.sh)");
+}
+
+void check_plugin(Checks &c, const CheckOptions &o)
+{
+	std::vector<PluginDir> dirs;
+	if (!o.libdir.empty())
+		dirs.push_back({o.libdir, {"criu -L " + o.libdir}, true});
+	else
+		dirs = plugin_dirs();
+	for (const PluginDir &d : dirs) {
+		std::string users;
+		for (size_t i = 0; i < d.users.size(); i++)
+			users += (i == 0 ? "" : i + 1 == d.users.size() ? " and " : ", ") + d.users[i];
+		std::string name = "plugin";
+		if (!d.used_by_criu)
+			name += d.users[0].rfind("runc", 0) == 0 ? "-runc" : "-crun";
+		const Level missing = d.used_by_criu ? Level::Fail : Level::Warn;
+		std::string file = d.dir + "/" + kPluginFileName;
+		const std::string install_hint =
+			"install it there: 'cmake --install BUILD' puts it into /usr/lib/criu (CRIU_PLUGIN_DIR); or copy "
+			"BUILD/plugin/cuda_plugin.so";
+		if (!exists(file)) {
+			c.add(name, missing, format("no %s in %s (the plugin directory of %s)", kPluginFileName, d.dir.c_str(), users.c_str()),
+			      install_hint);
+			continue;
+		}
+		auto ours = file_contains(file, kPluginMarker);
+		if (!ours) {
+			c.add(name, missing, ours.error().message());
+		} else if (!*ours) {
+			c.add(name, missing,
+			      format("%s is CRIU's own CUDA plugin (it runs cuda-checkpoint), not cuda-criu's (used by %s)",
+				     file.c_str(), users.c_str()),
+			      install_hint + " (it has the same file name)");
+		} else {
+			c.add(name, Level::Ok, format("%s (used by %s)", file.c_str(), users.c_str()));
+		}
+	}
+
+	auto options = load_options_from_environment();
+	if (!options)
+		c.add("plugin-options", Level::Fail, options.error().message(),
+		      "fix the file or the CUDA_CRIU_* variable named; every dump would fail with it");
+	else
+		c.add("plugin-options", Level::Ok,
+		      format("%s: lock timeout %.1f s, checkpoint timeout %.0f s, restore timeout %.0f s",
+			     options->config_file.empty() ? "defaults (no option file)" : options->config_file.c_str(),
+			     options->lock_timeout_ms / 1000.0, options->checkpoint_timeout_ms / 1000.0,
+			     options->restore_timeout_ms / 1000.0));
+}
+
+// ---- the host ----
+
+void check_privileges(Checks &c)
+{
+	if (geteuid() == 0) {
+		c.add("privileges", Level::Ok, "root");
+		return;
+	}
+	uint64_t caps = 0;
+	std::ifstream f("/proc/self/status");
+	std::string line;
+	while (std::getline(f, line))
+		if (line.rfind("CapEff:", 0) == 0)
+			caps = std::strtoull(line.c_str() + 7, nullptr, 16);
+	constexpr int kCapSysPtrace = 19, kCapSysAdmin = 21, kCapCheckpointRestore = 40;
+	auto has = [&](int cap) { return (caps >> cap) & 1; };
+	if (has(kCapSysPtrace) && (has(kCapCheckpointRestore) || has(kCapSysAdmin)))
+		c.add("privileges", Level::Ok,
+		      format("uid %d with CAP_SYS_PTRACE and %s (criu needs --unprivileged)", static_cast<int>(geteuid()),
+			     has(kCapCheckpointRestore) ? "CAP_CHECKPOINT_RESTORE" : "CAP_SYS_ADMIN"));
+	else
+		c.add("privileges", Level::Fail,
+		      format("uid %d without CAP_SYS_PTRACE and CAP_CHECKPOINT_RESTORE", static_cast<int>(geteuid())),
+		      "run as root (sudo cuda-criu check), or give CRIU CAP_CHECKPOINT_RESTORE and CAP_SYS_PTRACE");
+}
+
+void check_kernel(Checks &c)
+{
+	utsname u{};
+	uname(&u);
+	// ns_last_pid and kcmp() exist only in kernels built with CONFIG_CHECKPOINT_RESTORE.
+	bool ns_last_pid = exists("/proc/sys/kernel/ns_last_pid");
+	bool kcmp = !(syscall(SYS_kcmp, getpid(), getpid(), KCMP_VM, 0, 0) < 0 && errno == ENOSYS);
+	bool map_files = exists("/proc/self/map_files");
+	if (ns_last_pid && kcmp && map_files)
+		c.add("kernel", Level::Ok,
+		      format("Linux %s with checkpoint/restore support (ns_last_pid, kcmp, map_files)", u.release));
+	else
+		c.add("kernel", Level::Fail,
+		      format("Linux %s lacks%s%s%s", u.release, ns_last_pid ? "" : " /proc/sys/kernel/ns_last_pid",
+			     kcmp ? "" : " kcmp()", map_files ? "" : " /proc/self/map_files"),
+		      "CRIU needs a kernel built with CONFIG_CHECKPOINT_RESTORE (all major distributions' kernels are)");
+
+	std::string scope = read_first_line("/proc/sys/kernel/yama/ptrace_scope");
+	if (scope.empty())
+		c.add("ptrace", Level::Ok, "no Yama ptrace restrictions");
+	else if (scope == "3")
+		c.add("ptrace", Level::Fail, "kernel.yama.ptrace_scope is 3: no process may be traced, CRIU cannot attach",
+		      "ptrace_scope 3 can only be lowered by a reboot; boot with kernel.yama.ptrace_scope=1 or 2");
+	else
+		c.add("ptrace", Level::Ok, format("kernel.yama.ptrace_scope %s: root may attach", scope.c_str()));
+}
+
+void print_text(const Checks &c)
+{
+	int counts[3] = {0, 0, 0};
+	for (const CheckLine &l : c.lines()) {
+		counts[static_cast<int>(l.level)]++;
+		std::printf("%-5s %-18s %s\n", level_name(l.level), l.name.c_str(), l.detail.c_str());
+		if (l.level != Level::Ok && !l.hint.empty())
+			std::printf("      hint: %s\n", l.hint.c_str());
+	}
+	std::printf("result: %s (%d ok, %d warn, %d fail)\n", level_name(c.worst()), counts[0], counts[1], counts[2]);
+}
+
+void print_json(const Checks &c, const Facts &f)
+{
+	JsonWriter j;
+	j.begin_object().field("result", level_name(c.worst()));
+	j.key("checks").begin_array();
+	for (const CheckLine &l : c.lines()) {
+		j.begin_object().field("name", l.name).field("status", level_name(l.level)).field("detail", l.detail);
+		if (l.hint.empty() || l.level == Level::Ok)
+			j.key("hint").null();
+		else
+			j.field("hint", l.hint);
+		j.end_object();
+	}
+	j.end_array();
+	if (f.driver_loaded)
+		j.key("driver")
+			.begin_object()
+			.field("library", f.library)
+			.field("kernel_module_version", f.kernel_module_version)
+			.field("cuda_version", f.cuda_version)
+			.field("checkpoint_api", f.checkpoint_api)
+			.end_object();
+	else
+		j.key("driver").null();
+	j.key("gpus").begin_array();
+	for (const GpuInfo &g : f.gpus)
+		j.begin_object()
+			.field("ordinal", g.ordinal)
+			.field("uuid", g.uuid.str())
+			.field("name", g.name)
+			.field("memory_bytes", static_cast<uint64_t>(g.memory_bytes))
+			.field("pci_bus_id", g.pci_bus_id)
+			.end_object();
+	j.end_array();
+	if (f.criu) {
+		j.key("criu").begin_object().field("path", f.criu->path).field("found_by", f.criu->how);
+		if (f.criu_version)
+			j.field("version", f.criu_version->text).field("device_hooks", f.criu_version->at_least(4, 0));
+		else
+			j.key("version").null().key("device_hooks").null();
+		if (f.criu_patched)
+			j.field("patched", *f.criu_patched);
+		else
+			j.key("patched").null();
+		j.end_object();
+	} else {
+		j.key("criu").null();
+	}
+	j.end_object();
+	std::fputs(j.str().c_str(), stdout);
+}
+
+} // namespace
+
+int cmd_check(const Args &args)
+{
+	ParsedArgs a;
+	if (auto rc = parse_command("check", args,
+				    {{"--json", false, nullptr},
+				     {"--require-gpu", false, nullptr},
+				     {"--criu", true, nullptr},
+				     {"--libdir", true, nullptr},
+				     {"--libcuda", true, nullptr}},
+				    a))
+		return *rc;
+	if (!a.positionals.empty())
+		return usage_error("check", "takes no arguments, got '" + a.positionals[0] + "'");
+	CheckOptions o;
+	o.require_gpu = a.has("--require-gpu");
+	if (const std::string *v = a.value("--criu"))
+		o.criu = *v;
+	if (const std::string *v = a.value("--libdir"))
+		o.libdir = *v;
+	if (const std::string *v = a.value("--libcuda"))
+		o.libcuda = *v;
+
+	Checks c;
+	Facts facts;
+	std::string libcuda = o.libcuda;
+	if (libcuda.empty())
+		if (auto options = load_options_from_environment())
+			libcuda = options->libcuda; // a broken option file is reported by plugin-options
+	check_driver(c, facts, o, libcuda);
+	check_persistence(c);
+	check_criu(c, facts, o);
+	check_plugin(c, o);
+	check_privileges(c);
+	check_kernel(c);
+
+	if (a.has("--json"))
+		print_json(c, facts);
+	else
+		print_text(c);
+	return c.worst() == Level::Fail ? kExitFailure : kExitOk;
+}
+
+} // namespace cuda_criu::cli

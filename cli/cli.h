@@ -1,0 +1,61 @@
+// The commands of cuda-criu and what they share. Each command takes the arguments after its name and
+// returns the process exit status.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "args.h"
+#include "base/result.h"
+#include "driver/driver.h"
+
+namespace cuda_criu::cli {
+
+inline constexpr int kExitOk = 0;
+inline constexpr int kExitFailure = 1;
+inline constexpr int kExitUsage = 2;
+
+using Args = std::vector<std::string>;
+
+int cmd_check(const Args &args);
+int cmd_inspect(const Args &args);
+int cmd_ps(const Args &args);
+int cmd_status(const Args &args);
+// lock, checkpoint, restore, unlock, suspend, resume.
+int cmd_action(const std::string &action, const Args &args);
+// The cuda-checkpoint command line; program names the tool in messages ("cuda-checkpoint").
+int cmd_compat(const std::string &program, const Args &args);
+int cmd_selftest(const Args &args);
+// The workload selftest runs under CRIU (an internal command, not in the help).
+int cmd_selftest_workload(const Args &args);
+
+inline constexpr const char *kSelftestWorkloadCommand = "__selftest-workload";
+
+// Help: the overview for an empty command, else the command's page. false: no such command.
+bool print_help(const std::string &command);
+// The cuda-checkpoint compatible help text (contains "--action", which CRIU's own plugin looks for).
+void print_compat_help(const std::string &program);
+bool is_command(const std::string &name);
+
+// "cuda-criu COMMAND: MESSAGE" and a pointer to the help on stderr; returns kExitUsage.
+int usage_error(const std::string &command, const std::string &message);
+// "cuda-criu: MESSAGE" on stderr; returns kExitFailure.
+int report_failure(const std::string &message);
+
+// Parses a command's arguments. Returns an exit status when the command must end now (bad usage, or
+// --help printed), nullopt to go on with out filled in.
+std::optional<int> parse_command(const std::string &command, const Args &args, const std::vector<OptionSpec> &specs,
+				 ParsedArgs &out);
+
+// The driver, loaded once: libcuda_override if not empty, else the plugin's libcuda option
+// (CUDA_CRIU_LIBCUDA or the config file), else libcuda.so.1 through the loader's search path.
+Result<Driver *> open_driver(const std::string &libcuda_override = {});
+
+// The absolute path of this program's executable (/proc/self/exe).
+Result<std::string> self_executable();
+
+// Whether debug messages of the driver layer go to stderr (-v).
+void set_verbose(bool verbose);
+
+} // namespace cuda_criu::cli

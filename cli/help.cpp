@@ -1,0 +1,410 @@
+// The manual: an overview and one page per command, printed by `cuda-criu help [COMMAND]` and
+// `cuda-criu COMMAND --help`. docs/cli.md carries the same content in short.
+#include <cstdio>
+#include <cstring>
+
+#include "cli.h"
+
+namespace cuda_criu::cli {
+namespace {
+
+struct Page {
+	const char *name;
+	const char *summary;
+	const char *synopsis;
+	const char *description;
+	const char *options;
+	const char *exit_status;
+	const char *examples;
+};
+
+const char kActionExit[] = R"(0  every process reached the state asked for
+1  an operation failed for at least one process (each failure is on stderr, with the process's
+   state after it)
+2  bad usage)";
+
+const Page kPages[] = {
+	{"check", "check that this machine can checkpoint and restore CUDA processes",
+	 "cuda-criu check [--json] [--require-gpu] [--criu PATH] [--libdir DIR] [--libcuda PATH]",
+	 R"(A preflight in the spirit of `criu check`. Each check prints one line
+
+    ok|warn|fail  NAME  DETAIL
+
+and a `hint:` line below a warn or fail that says how to fix it. The checks:
+
+  driver            the NVIDIA driver library loads; its path, the kernel module's version and the
+                    CUDA version; a library of another version than the loaded module fails
+  checkpoint-api    the driver has the cuCheckpointProcess* functions (driver r570 or newer)
+  gpuN              each GPU: UUID, model, memory, PCI bus id
+  persistence       nvidia-persistenced runs, so that GPUs stay initialized while every process on
+                    them is checkpointed (read from /var/run/nvidia-persistenced; nvidia-smi is never
+                    run, so a persistence mode set with `nvidia-smi -pm 1` is not seen)
+  criu              the CRIU binary (--criu, else /usr/local/sbin, /usr/sbin, /usr/bin; one found only
+                    through $PATH is named but not run) and its version
+  criu-device-hooks CRIU 4.0 or newer: the device hooks the plugin needs
+  criu-patch        CRIU carries this project's patch (its symbol criu_resume_devices_late_errors_fatal),
+                    which makes a failed GPU restore fail the restore instead of leaving the process
+                    running without its GPU state
+  plugin            cuda_plugin.so (ours, not CRIU's own plugin of the same name) is where CRIU, runc
+                    and crun/podman load plugins from: /usr/lib/criu, $CRIU_LIBS_DIR, and `libdir` in
+                    /etc/criu/default.conf, runc.conf and crun.conf; or in --libdir DIR
+  plugin-options    the plugin's options (CUDA_CRIU_* variables, /etc/criu/cuda_plugin.conf) parse
+  privileges        root, or CAP_SYS_PTRACE with CAP_CHECKPOINT_RESTORE (or CAP_SYS_ADMIN)
+  kernel            checkpoint/restore support (CONFIG_CHECKPOINT_RESTORE: /proc/sys/kernel/ns_last_pid,
+                    kcmp(), /proc/self/map_files)
+  ptrace            the Yama ptrace policy allows CRIU to attach
+
+On a machine without an NVIDIA GPU (no /proc/driver/nvidia/gpus entry and no CUDA_CRIU_LIBCUDA) the
+driver checks warn instead of failing, unless --require-gpu is given.)",
+	 R"(--json            print one JSON object instead of lines: "result" (ok, warn or fail), "checks"
+                  (a list of {"name", "status", "detail", "hint"}), "driver", "gpus" and "criu"
+--require-gpu     a missing driver or GPU is a failure even on a machine without NVIDIA GPUs
+--criu PATH       check this CRIU binary instead of searching the usual places
+--libdir DIR      check the plugin in DIR, the directory given to `criu -L`, instead of the places
+                  CRIU and the container runtimes look by default
+--libcuda PATH    the driver library to check (default: CUDA_CRIU_LIBCUDA, else libcuda.so.1 through
+                  the loader's search path))",
+	 R"(0  no check failed (warnings allowed)
+1  at least one check failed
+2  bad usage)",
+	 R"(cuda-criu check
+cuda-criu check --json | python3 -m json.tool
+cuda-criu check --criu /opt/criu/sbin/criu --libdir /opt/criu/lib --require-gpu)"},
+
+	{"inspect", "show what the plugin stored in a CRIU image directory",
+	 "cuda-criu inspect [--json] DIR",
+	 R"(Reads cuda-plugin.img, the file cuda_plugin.so adds to CRIU's image directory DIR at the end of a
+dump, and prints the image format version, the plugin and NVIDIA driver versions, the host, when it
+was written and how long the checkpoint took; every GPU the dumped processes used (ordinal, UUID,
+model, memory, PCI bus id); and one line per CUDA process: its pid, its pid inside its own namespace,
+the CUDA state the dump found it in, the GPU state the checkpoint added to its memory, the time to
+lock it and to checkpoint it, and its GPUs.
+
+A directory without cuda-plugin.img is not an error: CRIU's own CUDA plugin writes no such file, nor
+does a dump without CUDA processes. A file that is truncated, corrupt, of another kind (wrong
+magic), or written by a newer plugin (a newer image format) is an error that says which.)",
+	 R"(--json            print one JSON object: "directory", "cuda_image" (false when there is no
+                  cuda-plugin.img), and when there is one "version", "plugin_version",
+                  "driver_version", "hostname", "created_unix", "device_phase_us", "gpus" and
+                  "processes")",
+	 R"(0  the image was read, or the directory has no cuda-plugin.img
+1  DIR or its cuda-plugin.img cannot be read, or the file is corrupt, foreign or too new
+2  bad usage)",
+	 R"(cuda-criu inspect /var/lib/checkpoints/job42
+cuda-criu inspect --json /var/lib/checkpoints/job42 | jq '.processes[].state_bytes')"},
+
+	{"ps", "list the CUDA processes on this machine and their checkpoint state", "cuda-criu ps [--json]",
+	 R"(Finds every process that has the NVIDIA driver library (libcuda.so*) mapped by reading /proc, asks
+the driver for its CUDA state and its restore thread, and prints
+
+    PID  STATE  RESTORE-TID  COMMAND
+
+STATE is running, locked, checkpointed or failed. A process the driver cannot answer for (it loaded
+libcuda but never initialized CUDA, or it belongs to a user whose processes you may not inspect)
+shows "-"; --json gives the driver's reason. Processes of other users are visible to root only.)",
+	 R"(--json            print {"processes": [{"pid", "state", "restore_tid", "command", "error"}]};
+                  "state" and "restore_tid" are null and "error" says why when the driver could
+                  not answer)",
+	 R"(0  the list was printed (it may be empty)
+1  the driver library cannot be loaded
+2  bad usage)",
+	 R"(cuda-criu ps
+cuda-criu ps --json | jq '.processes[] | select(.state == "checkpointed") | .pid')"},
+
+	{"status", "print the CUDA checkpoint state of processes", "cuda-criu status [--json] [PID...]",
+	 R"(Prints one line "PID STATE" per process, STATE being running, locked, checkpointed or failed.
+Without a PID it lists every CUDA process on the machine, like `cuda-criu ps`.)",
+	 R"(--json            print {"processes": [{"pid", "state", "restore_tid", "error"}]})",
+	 R"(0  every state was printed
+1  the state of at least one process could not be read (not a CUDA process, no such process, or
+   no permission)
+2  bad usage)",
+	 R"(cuda-criu status 4242
+cuda-criu status --json 4242 4243)"},
+
+	{"lock", "block new CUDA work in processes and wait for the work in flight",
+	 "cuda-criu lock [--timeout SECONDS] [--json] PID...",
+	 R"(Locks each process: new CUDA calls block, and work already submitted is waited for. A process must
+be running; it is then locked, ready for `checkpoint`, or for `unlock`. All processes are handled at
+once. Prints "PID STATE" for each process that made it.)",
+	 R"(--timeout SECONDS how long the driver waits for work in flight before it gives up (default: the
+                  plugin's lock-timeout option, 10 s unless configured; 0 waits for ever)
+--json            print {"processes": [{"pid", "ok", "state", "error"}]})",
+	 kActionExit, R"(cuda-criu lock --timeout 30 4242)"},
+
+	{"checkpoint", "move the GPU state of locked processes into their host memory",
+	 "cuda-criu checkpoint [--timeout SECONDS] [--json] PID...",
+	 R"(Checkpoints each process, which must be locked: the driver copies its device memory into the
+process's own memory and releases its GPU resources. The process is then checkpointed: CRIU can dump
+it without the GPU, and `restore` brings the state back.)",
+	 R"(--timeout SECONDS how long to wait for the driver (default: the plugin's checkpoint-timeout option,
+                  600 s unless configured; 0 waits for ever). A driver call cannot be cancelled:
+                  when it times out, the process stays in whatever state the driver leaves it
+--json            print {"processes": [{"pid", "ok", "state", "error"}]})",
+	 kActionExit, R"(cuda-criu lock 4242 && cuda-criu checkpoint 4242)"},
+
+	{"restore", "move the GPU state of checkpointed processes back onto GPUs",
+	 "cuda-criu restore [--timeout SECONDS] [--device-map OLD=NEW,...] [--json] PID...",
+	 R"(Restores each process, which must be checkpointed: the driver reacquires GPUs and copies the
+device memory back. The process stays locked; `unlock` lets it run. With --device-map a process
+checkpointed on one GPU is restored onto another.)",
+	 R"(--timeout SECONDS how long to wait for the driver (default: the plugin's restore-timeout option,
+                  600 s unless configured; 0 waits for ever)
+--device-map OLD=NEW,...
+                  restore what ran on GPU OLD onto GPU NEW. GPUs are given by UUID (GPU-..., as
+                  `nvidia-smi -L` and `cuda-criu check` print them); GPU indices are not accepted
+                  yet. Every GPU a process uses must be mapped when a map is given
+--json            print {"processes": [{"pid", "ok", "state", "error"}]})",
+	 kActionExit,
+	 R"(cuda-criu restore 4242 && cuda-criu unlock 4242
+cuda-criu restore --device-map GPU-5f1b2c3d-0000-4000-8000-000000000001=GPU-77aa0e12-0000-4000-8000-000000000002 4242)"},
+
+	{"unlock", "let CUDA work proceed again in locked processes",
+	 "cuda-criu unlock [--timeout SECONDS] [--json] PID...",
+	 R"(Unlocks each process, which must be locked: blocked CUDA calls go on and the process is running.)",
+	 R"(--timeout SECONDS how long to wait for the driver (default: the plugin's restore-timeout option)
+--json            print {"processes": [{"pid", "ok", "state", "error"}]})",
+	 kActionExit, R"(cuda-criu unlock 4242)"},
+
+	{"suspend", "lock and checkpoint processes: free their GPUs, keep their state",
+	 "cuda-criu suspend [--timeout SECONDS] [--json] PID...",
+	 R"(Brings each process to checkpointed from wherever it is: a running process is locked and
+checkpointed, a locked one checkpointed, a checkpointed one left alone. Its GPU memory is then free
+for others until `resume`.)",
+	 R"(--timeout SECONDS the lock timeout (default: the plugin's lock-timeout option); the checkpoint
+                  step waits up to the plugin's checkpoint-timeout option
+--json            print {"processes": [{"pid", "ok", "state", "error"}]})",
+	 kActionExit, R"(cuda-criu suspend 4242; sleep 60; cuda-criu resume 4242)"},
+
+	{"resume", "bring processes back to running from any state",
+	 "cuda-criu resume [--timeout SECONDS] [--device-map OLD=NEW,...] [--json] PID...",
+	 R"(Brings each process back to running: a checkpointed process is restored and unlocked, a locked one
+unlocked, a running one left alone. This is also the way out for a process an interrupted dump left
+locked or checkpointed.)",
+	 R"(--timeout SECONDS how long to wait for the driver (default: the plugin's restore-timeout option)
+--device-map OLD=NEW,...
+                  as for `restore`: restore onto other GPUs (UUIDs only for now)
+--json            print {"processes": [{"pid", "ok", "state", "error"}]})",
+	 kActionExit, R"(cuda-criu resume 4242 4243)"},
+
+	{"compat", "accept the command line of NVIDIA's cuda-checkpoint utility",
+	 "cuda-criu compat OPTIONS\ncuda-checkpoint OPTIONS   (this program invoked through a link named cuda-checkpoint)",
+	 R"(Runs the same driver calls as the commands above behind the command line of NVIDIA's
+cuda-checkpoint utility, and prints what it prints, so that scripts written for it work unchanged,
+and so does CRIU's own CUDA plugin, which runs `cuda-checkpoint` from $PATH. The build puts a
+cuda-checkpoint link to cuda-criu next to it (bin/cuda-checkpoint); put its directory first in the
+PATH that CRIU sees.
+
+  --action lock|checkpoint|restore|unlock --pid PID [--timeout MS] [--device-map OLD=NEW,...]
+                  do one step of the state machine
+  --toggle --pid PID [--timeout MS] [--device-map OLD=NEW,...]
+                  running: lock and checkpoint; checkpointed: restore and unlock
+  --get-state --pid PID
+                  print running, locked, checkpointed or failed, and a newline
+  --get-restore-tid --pid PID
+                  print the id of the process's restore thread and a newline
+  -h, --help      print the usage (which mentions --action: CRIU's plugin looks for it)
+
+Nothing is printed on success but by --get-state and --get-restore-tid; a failure prints a message
+on stderr.)",
+	 R"(--timeout MS      milliseconds, as cuda-checkpoint takes them: the lock timeout for lock and toggle,
+                  the wait for the driver otherwise
+--device-map OLD=NEW,...
+                  GPU UUID pairs for restore and toggle)",
+	 R"(0  success
+1  the operation failed
+2  bad usage)",
+	 R"(cuda-criu compat --get-state --pid 4242
+ln -s /usr/local/bin/cuda-criu /usr/local/bin/cuda-checkpoint
+PATH=/opt/cuda-criu/bin:$PATH criu dump -t 4242 -D img -L /usr/lib/criu-intree)"},
+
+	{"selftest", "checkpoint and restore a built-in CUDA workload through CRIU and check its data",
+	 "cuda-criu selftest [--criu PATH] [--libdir DIR] [--mb N] [--libcuda PATH] [--dir DIR] [--keep]",
+	 R"(The quick way to see that the whole stack works on this machine: driver, GPU, CRIU and the plugin.
+It starts a small workload (this program again, using only the CUDA driver API through
+dlopen("libcuda.so.1"): no compiler, no CUDA toolkit) in its own session with its output in a file.
+The workload fills N MiB of GPU memory with a known pattern, then forever reads it back, checks
+every byte, rewrites a part, and records its progress in a state file. The selftest then
+
+  start    waits until the workload has filled and checked its memory
+  dump     runs `criu dump -L LIBDIR` on it and checks that the plugin recorded it in the image
+  exit     waits until CRIU has ended the process
+  restore  runs `criu restore -d -L LIBDIR`
+  verify   checks that the process is running again on the GPU, that its data is intact and that it
+           goes on making progress
+
+and prints each step's result and time. Needs root (CRIU does). The work directory (images and logs)
+is removed on success and kept on failure.)",
+	 R"(--criu PATH       the CRIU binary (default: /usr/local/sbin/criu, /usr/sbin/criu or /usr/bin/criu)
+--libdir DIR      the plugin directory given to CRIU with -L (default: /usr/lib/criu); it must hold
+                  this project's cuda_plugin.so
+--mb N            MiB of GPU memory the workload uses (default 256)
+--libcuda PATH    the driver library for the workload, this program and the plugin (default: the
+                  workload uses libcuda.so.1 from the loader's search path; the others their usual
+                  setting, see ENVIRONMENT in `cuda-criu help`)
+--dir DIR         where to create the work directory (default /tmp)
+--keep            keep the work directory even on success)",
+	 R"(0  the round trip worked and the data came back intact
+1  a step failed (the step, the reason and the log to read are printed)
+2  bad usage)",
+	 R"(cuda-criu selftest
+cuda-criu selftest --mb 1024 --criu /opt/criu/sbin/criu --libdir /opt/criu/lib)"},
+
+	{"help", "print the manual of cuda-criu or of one of its commands", "cuda-criu help [COMMAND]",
+	 R"(Prints the overview, or the page of COMMAND. `cuda-criu COMMAND --help` does the same.)", nullptr,
+	 R"(0  the help was printed
+2  no such command)",
+	 R"(cuda-criu help restore)"},
+};
+
+const char kOverview[] = R"(NAME
+    cuda-criu - checkpoint and restore NVIDIA CUDA processes with CRIU and cuda_plugin.so
+
+SYNOPSIS
+    cuda-criu [-v] COMMAND [OPTIONS] [ARGUMENTS]
+    cuda-criu help [COMMAND]
+    cuda-checkpoint OPTIONS      (NVIDIA cuda-checkpoint compatible; see `cuda-criu help compat`)
+
+DESCRIPTION
+    cuda-criu is the command-line companion of cuda_plugin.so, the CRIU plugin that checkpoints and
+    restores the GPU state of CUDA processes through the NVIDIA driver's checkpoint API. It is built
+    from the same code as the plugin: the same driver layer (libcuda.so.1, loaded at run time), the
+    same options and the same image format.
+
+    Before a checkpoint, `check` tells whether this machine can do it and `ps` lists the CUDA
+    processes. `lock`, `checkpoint`, `restore`, `unlock`, `suspend` and `resume` move a process
+    through the driver's states by hand, and `status` shows where it is. After a dump, `inspect`
+    shows what the plugin stored in the image. `selftest` runs the whole stack end to end.
+
+    The driver's states of a CUDA process, and the commands between them:
+
+        running --lock--> locked --checkpoint--> checkpointed --restore--> locked --unlock--> running
+
+    "failed" means a driver operation failed in a way that leaves the process unusable.
+
+COMMANDS
+)";
+
+const char kOverviewEnd[] = R"(
+GLOBAL OPTIONS
+    -v, --verbose     also print the driver layer's debug messages on stderr
+    --version         print the version and exit
+    -h, --help        print this overview; `cuda-criu COMMAND --help` prints a command's page
+
+ENVIRONMENT
+    CUDA_CRIU_LIBCUDA        the NVIDIA driver library to load (default: libcuda.so.1 through the
+                             loader's search path)
+    CUDA_CRIU_CONFIG         the plugin's option file (default /etc/criu/cuda_plugin.conf)
+    CUDA_CRIU_LOCK_TIMEOUT, CUDA_CRIU_CHECKPOINT_TIMEOUT, CUDA_CRIU_RESTORE_TIMEOUT
+                             the plugin's timeouts in seconds; with the option file, they are this
+                             program's default timeouts too
+
+EXIT STATUS
+    0 on success, 1 when a check or an operation failed, 2 on bad usage. Each command's page says more.
+
+EXAMPLES
+    cuda-criu check                      # can this machine checkpoint CUDA processes?
+    cuda-criu ps                         # which processes use CUDA, and in which state?
+    cuda-criu suspend 4242               # free the GPUs of process 4242, keep its state
+    cuda-criu resume 4242                # and bring it back
+    criu dump -t 4242 -D img && cuda-criu inspect img
+    cuda-criu selftest                   # the whole stack, end to end
+
+SEE ALSO
+    criu(8), docs/cli.md
+)";
+
+void print_indented(const char *text, const char *indent)
+{
+	const char *p = text;
+	while (*p) {
+		const char *nl = std::strchr(p, '\n');
+		size_t len = nl ? static_cast<size_t>(nl - p) : std::strlen(p);
+		if (len)
+			std::printf("%s%.*s\n", indent, static_cast<int>(len), p);
+		else
+			std::printf("\n");
+		p += len + (nl ? 1 : 0);
+	}
+}
+
+const Page *find_page(const std::string &name)
+{
+	for (const Page &p : kPages)
+		if (name == p.name)
+			return &p;
+	return nullptr;
+}
+
+} // namespace
+
+bool is_command(const std::string &name)
+{
+	static const char *const kActions[] = {"lock", "checkpoint", "restore", "unlock", "suspend", "resume"};
+	for (const char *a : kActions)
+		if (name == a)
+			return true;
+	return find_page(name) != nullptr;
+}
+
+bool print_help(const std::string &command)
+{
+	if (command.empty()) {
+		std::fputs(kOverview, stdout);
+		for (const Page &p : kPages)
+			std::printf("    %-12s%s\n", p.name, p.summary);
+		std::fputs(kOverviewEnd, stdout);
+		return true;
+	}
+	const Page *p = find_page(command);
+	if (!p)
+		return false;
+	std::printf("NAME\n    cuda-criu %s - %s\n\nSYNOPSIS\n", p->name, p->summary);
+	print_indented(p->synopsis, "    ");
+	std::printf("\nDESCRIPTION\n");
+	print_indented(p->description, "    ");
+	std::printf("\nOPTIONS\n");
+	if (p->options)
+		print_indented(p->options, "    ");
+	print_indented("-h, --help        print this page", "    ");
+	std::printf("\nEXIT STATUS\n");
+	print_indented(p->exit_status, "    ");
+	std::printf("\nEXAMPLES\n");
+	print_indented(p->examples, "    ");
+	return true;
+}
+
+void print_compat_help(const std::string &program)
+{
+	std::printf(R"(%s: checkpoint and restore the CUDA state of a process (cuda-criu, NVIDIA
+cuda-checkpoint compatible command line)
+
+Usage:
+    %s --action ACTION --pid PID [--timeout MS] [--device-map OLD=NEW,...]
+        Run one step of the checkpoint state machine. ACTION is one of
+            lock        block new CUDA calls and wait for work in flight (running -> locked);
+                        --timeout MS bounds the wait
+            checkpoint  move the GPU state into host memory (locked -> checkpointed)
+            restore     move it back onto GPUs (checkpointed -> locked); --device-map restores
+                        onto other GPUs, given by UUID (GPU-...)
+            unlock      let CUDA calls proceed (locked -> running)
+
+    %s --toggle --pid PID [--timeout MS] [--device-map OLD=NEW,...]
+        running -> lock and checkpoint; checkpointed -> restore and unlock.
+
+    %s --get-state --pid PID
+        Print the CUDA state of the process: running, locked, checkpointed or failed.
+
+    %s --get-restore-tid --pid PID
+        Print the id of the thread the driver uses to restore the process.
+
+    %s --help
+        Print this text. `cuda-criu help` has the full manual.
+
+Exit status: 0 on success; 1 when the operation failed (the reason is on stderr); 2 on bad usage.
+)",
+		    program.c_str(), program.c_str(), program.c_str(), program.c_str(), program.c_str(),
+		    program.c_str());
+}
+
+} // namespace cuda_criu::cli

@@ -1,0 +1,124 @@
+// cuda-criu inspect: what cuda-plugin.img in a CRIU image directory holds.
+#include <fcntl.h>
+
+#include <cstdio>
+#include <ctime>
+
+#include "cli.h"
+#include "image/image.h"
+#include "json.h"
+#include "os/unique_fd.h"
+
+namespace cuda_criu::cli {
+namespace {
+
+std::string utc_time(uint64_t unix_seconds)
+{
+	if (unix_seconds == 0)
+		return "unknown";
+	time_t t = static_cast<time_t>(unix_seconds);
+	struct tm tm;
+	char buf[64];
+	if (!gmtime_r(&t, &tm) || !std::strftime(buf, sizeof(buf), "%Y-%m-%d %H:%M:%S UTC", &tm))
+		return "unknown";
+	return buf;
+}
+
+void print_text(const ImageRecord &r)
+{
+	uint64_t total = 0;
+	for (const ProcessRecord &p : r.processes)
+		total += p.state_bytes;
+	std::printf("image format %u, plugin %s, NVIDIA driver %s, host %s\n", r.version, r.plugin_version.c_str(),
+		    r.driver_version.c_str(), r.hostname.c_str());
+	std::printf("written %s; checkpoint phase %.3f s (all processes)\n", utc_time(r.created_unix).c_str(),
+		    r.device_phase_us / 1e6);
+	std::printf("%zu CUDA process(es), %.1f MiB of GPU state in all\n", r.processes.size(), total / double(1 << 20));
+	for (const GpuRecord &g : r.gpus)
+		std::printf("GPU %d: %s %s, %.1f GiB, %s\n", g.ordinal, g.uuid.c_str(), g.name.c_str(),
+			    g.memory_bytes / double(1ULL << 30), g.pci_bus_id.c_str());
+	std::printf("%-8s %-8s %-13s %12s %10s %12s  %s\n", "PID", "NS-PID", "FOUND", "GPU-STATE", "LOCK", "CHECKPOINT",
+		    "GPUS");
+	for (const ProcessRecord &p : r.processes) {
+		std::string gpus;
+		for (const auto &u : p.gpu_uuids)
+			gpus += (gpus.empty() ? "" : ",") + u;
+		std::printf("%-8d %-8d %-13s %8.1f MiB %7.1f ms %10.3f s  %s\n", p.pid, p.ns_pid, p.initial_state.c_str(),
+			    p.state_bytes / double(1 << 20), p.lock_us / 1e3, p.checkpoint_us / 1e6, gpus.c_str());
+	}
+}
+
+void print_json(const std::string &dir, const std::optional<ImageRecord> &img)
+{
+	JsonWriter j;
+	j.begin_object().field("directory", dir).field("cuda_image", img.has_value());
+	if (img) {
+		const ImageRecord &r = *img;
+		j.field("version", r.version)
+			.field("plugin_version", r.plugin_version)
+			.field("driver_version", r.driver_version)
+			.field("hostname", r.hostname)
+			.field("created_unix", r.created_unix)
+			.field("device_phase_us", r.device_phase_us);
+		j.key("gpus").begin_array();
+		for (const GpuRecord &g : r.gpus)
+			j.begin_object()
+				.field("ordinal", g.ordinal)
+				.field("uuid", g.uuid)
+				.field("name", g.name)
+				.field("memory_bytes", g.memory_bytes)
+				.field("pci_bus_id", g.pci_bus_id)
+				.end_object();
+		j.end_array();
+		j.key("processes").begin_array();
+		for (const ProcessRecord &p : r.processes) {
+			j.begin_object()
+				.field("pid", p.pid)
+				.field("ns_pid", p.ns_pid)
+				.field("initial_state", p.initial_state)
+				.field("state_bytes", p.state_bytes)
+				.field("lock_us", p.lock_us)
+				.field("checkpoint_us", p.checkpoint_us);
+			j.key("gpu_uuids").begin_array();
+			for (const auto &u : p.gpu_uuids)
+				j.value(u);
+			j.end_array().end_object();
+		}
+		j.end_array();
+	}
+	j.end_object();
+	std::fputs(j.str().c_str(), stdout);
+}
+
+} // namespace
+
+int cmd_inspect(const Args &args)
+{
+	ParsedArgs a;
+	if (auto rc = parse_command("inspect", args, {{"--json", false, nullptr}}, a))
+		return *rc;
+	if (a.positionals.size() != 1)
+		return usage_error("inspect", "takes one image directory");
+	const std::string &dir = a.positionals[0];
+
+	UniqueFd fd(open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+	if (!fd.valid())
+		return report_failure(format("cannot open image directory %s: %s", dir.c_str(), errno_string(errno).c_str()));
+	auto img = read_image(fd.get());
+	if (!img)
+		return report_failure(format("%s: %s", dir.c_str(), img.error().message().c_str()));
+	if (a.has("--json")) {
+		print_json(dir, *img);
+		return kExitOk;
+	}
+	if (!img->has_value()) {
+		std::printf("%s has no %s: no CUDA process was dumped by cuda_plugin.so (an image of CRIU's own CUDA "
+			    "plugin, or of processes without CUDA)\n",
+			    dir.c_str(), kImageFileName);
+		return kExitOk;
+	}
+	print_text(**img);
+	return kExitOk;
+}
+
+} // namespace cuda_criu::cli

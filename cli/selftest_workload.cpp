@@ -1,0 +1,211 @@
+// The workload `cuda-criu selftest` checkpoints: this program, run as
+//   cuda-criu __selftest-workload --mb N --state FILE [--libcuda PATH] [--interval-ms MS]
+// It uses only the CUDA driver API, through dlopen, so that it needs no CUDA toolkit to build or run.
+// It fills N MiB of device memory with a pattern known from (chunk, generation), then forever: reads
+// every chunk back and compares it, rewrites one chunk with a new generation, and replaces FILE with
+//   iterations=N / status=ok / pid=P / mb=N / device=NAME        (one per line)
+// A mismatch or a driver error writes "status=FAIL <what>" and exits with status 2.
+#include <cuda.h>
+#include <dlfcn.h>
+#include <unistd.h>
+
+#include <cstdarg>
+#include <cstdio>
+#include <cstring>
+#include <ctime>
+#include <string>
+#include <vector>
+
+#include "cli.h"
+
+namespace cuda_criu::cli {
+namespace {
+
+#define CUDA_SYMBOL_NAME_(name) #name
+#define CUDA_SYMBOL_NAME(name) CUDA_SYMBOL_NAME_(name) // cuda.h renames some (cuMemAlloc -> cuMemAlloc_v2)
+
+constexpr size_t kChunk = 16ULL << 20;
+
+struct CudaApi {
+	decltype(&::cuInit) init = nullptr;
+	decltype(&::cuDeviceGet) device_get = nullptr;
+	decltype(&::cuDeviceGetName) device_get_name = nullptr;
+	decltype(&::cuDevicePrimaryCtxRetain) primary_ctx_retain = nullptr;
+	decltype(&::cuCtxSetCurrent) ctx_set_current = nullptr;
+	decltype(&::cuMemAlloc) mem_alloc = nullptr;
+	decltype(&::cuMemcpyHtoD) memcpy_htod = nullptr;
+	decltype(&::cuMemcpyDtoH) memcpy_dtoh = nullptr;
+	decltype(&::cuGetErrorName) get_error_name = nullptr;
+};
+
+class Workload {
+public:
+	Workload(std::string state_file, size_t mb) : state_file_(std::move(state_file)), mb_(mb) {}
+
+	[[noreturn]] void fail(const char *fmt, ...) __attribute__((format(printf, 2, 3)))
+	{
+		va_list ap;
+		va_start(ap, fmt);
+		std::string what = vformat(fmt, ap);
+		va_end(ap);
+		std::fprintf(stderr, "selftest workload %d: FAIL %s\n", static_cast<int>(getpid()), what.c_str());
+		write_state("FAIL " + what);
+		std::exit(2);
+	}
+
+	void load(const std::string &libcuda)
+	{
+		const char *file = libcuda.empty() ? "libcuda.so.1" : libcuda.c_str();
+		void *lib = dlopen(file, RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE);
+		if (!lib)
+			fail("cannot load %s: %s", file, dlerror());
+		resolve(lib, api_.init, CUDA_SYMBOL_NAME(cuInit));
+		resolve(lib, api_.device_get, CUDA_SYMBOL_NAME(cuDeviceGet));
+		resolve(lib, api_.device_get_name, CUDA_SYMBOL_NAME(cuDeviceGetName));
+		resolve(lib, api_.primary_ctx_retain, CUDA_SYMBOL_NAME(cuDevicePrimaryCtxRetain));
+		resolve(lib, api_.ctx_set_current, CUDA_SYMBOL_NAME(cuCtxSetCurrent));
+		resolve(lib, api_.mem_alloc, CUDA_SYMBOL_NAME(cuMemAlloc));
+		resolve(lib, api_.memcpy_htod, CUDA_SYMBOL_NAME(cuMemcpyHtoD));
+		resolve(lib, api_.memcpy_dtoh, CUDA_SYMBOL_NAME(cuMemcpyDtoH));
+		resolve(lib, api_.get_error_name, CUDA_SYMBOL_NAME(cuGetErrorName));
+	}
+
+	[[noreturn]] void run(unsigned interval_ms)
+	{
+		CUdevice dev = 0;
+		CUcontext ctx = nullptr;
+		check(api_.init(0), "cuInit");
+		check(api_.device_get(&dev, 0), "cuDeviceGet");
+		char name[256] = {};
+		check(api_.device_get_name(name, sizeof(name) - 1, dev), "cuDeviceGetName");
+		device_ = name;
+		check(api_.primary_ctx_retain(&ctx, dev), "cuDevicePrimaryCtxRetain");
+		check(api_.ctx_set_current(ctx), "cuCtxSetCurrent");
+		const size_t total = mb_ << 20;
+		check(api_.mem_alloc(&dptr_, total), "cuMemAlloc");
+
+		const size_t chunks = (total + kChunk - 1) / kChunk;
+		generation_.assign(chunks, 0);
+		host_.resize(std::min(total, kChunk) / 8);
+		for (size_t c = 0; c < chunks; c++) {
+			fill(c);
+			check(api_.memcpy_htod(dptr_ + c * kChunk, host_.data(), chunk_bytes(c)), "cuMemcpyHtoD");
+		}
+		write_state("ok");
+
+		for (;;) {
+			pause_ms(interval_ms);
+			for (size_t c = 0; c < chunks; c++)
+				verify(c);
+			iterations_++;
+			size_t c = (iterations_ - 1) % chunks;
+			generation_[c] = iterations_;
+			fill(c);
+			check(api_.memcpy_htod(dptr_ + c * kChunk, host_.data(), chunk_bytes(c)), "cuMemcpyHtoD");
+			write_state("ok");
+		}
+	}
+
+private:
+	template <typename T>
+	void resolve(void *lib, T &slot, const char *name)
+	{
+		slot = reinterpret_cast<T>(dlsym(lib, name));
+		if (!slot)
+			fail("the driver library has no %s", name);
+	}
+
+	void check(CUresult r, const char *call)
+	{
+		if (r == CUDA_SUCCESS)
+			return;
+		const char *name = nullptr;
+		if (api_.get_error_name(r, &name) != CUDA_SUCCESS || !name)
+			name = "unknown error";
+		fail("%s failed: %s (%d)", call, name, static_cast<int>(r));
+	}
+
+	static uint64_t mix(uint64_t z)
+	{
+		z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+		z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+		return z ^ (z >> 31);
+	}
+
+	uint64_t word(size_t chunk, size_t index) const
+	{
+		uint64_t base = mix(0x5e1f7e57ULL ^ mix((static_cast<uint64_t>(chunk) << 32) ^ generation_[chunk]));
+		return mix(base + index * 0x9e3779b97f4a7c15ULL);
+	}
+
+	size_t chunk_bytes(size_t chunk) const { return std::min(kChunk, (mb_ << 20) - chunk * kChunk); }
+
+	void fill(size_t chunk)
+	{
+		for (size_t w = 0; w < chunk_bytes(chunk) / 8; w++)
+			host_[w] = word(chunk, w);
+	}
+
+	void verify(size_t chunk)
+	{
+		check(api_.memcpy_dtoh(host_.data(), dptr_ + chunk * kChunk, chunk_bytes(chunk)), "cuMemcpyDtoH");
+		for (size_t w = 0; w < chunk_bytes(chunk) / 8; w++)
+			if (host_[w] != word(chunk, w))
+				fail("data mismatch in chunk %zu at byte %zu (generation %llu, iteration %llu): expected "
+				     "0x%016llx, found 0x%016llx",
+				     chunk, w * 8, static_cast<unsigned long long>(generation_[chunk]),
+				     static_cast<unsigned long long>(iterations_) + 1,
+				     static_cast<unsigned long long>(word(chunk, w)), static_cast<unsigned long long>(host_[w]));
+	}
+
+	// Replaced by rename, so that a reader never sees half a file.
+	void write_state(const std::string &status)
+	{
+		std::string tmp = state_file_ + ".tmp";
+		FILE *f = std::fopen(tmp.c_str(), "we");
+		if (!f)
+			return;
+		std::fprintf(f, "iterations=%llu\nstatus=%s\npid=%d\nmb=%zu\ndevice=%s\n",
+			     static_cast<unsigned long long>(iterations_), status.c_str(), static_cast<int>(getpid()), mb_,
+			     device_.c_str());
+		if (std::fclose(f) == 0)
+			std::rename(tmp.c_str(), state_file_.c_str());
+	}
+
+	static void pause_ms(unsigned ms)
+	{
+		timespec ts{static_cast<time_t>(ms / 1000), static_cast<long>(ms % 1000) * 1000000};
+		while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
+			;
+	}
+
+	CudaApi api_;
+	std::string state_file_;
+	size_t mb_;
+	std::string device_;
+	CUdeviceptr dptr_ = 0;
+	std::vector<uint64_t> generation_;
+	std::vector<uint64_t> host_;
+	uint64_t iterations_ = 0;
+};
+
+} // namespace
+
+int cmd_selftest_workload(const Args &args)
+{
+	auto parsed = parse_args(args, {{"--mb", true, nullptr},
+					{"--state", true, nullptr},
+					{"--libcuda", true, nullptr},
+					{"--interval-ms", true, nullptr}});
+	if (!parsed || !parsed->value("--mb") || !parsed->value("--state"))
+		return usage_error(kSelftestWorkloadCommand, "usage: --mb N --state FILE [--libcuda PATH] [--interval-ms MS]");
+	auto mb = parse_count(*parsed->value("--mb"), 1, 1 << 20);
+	auto interval = parse_count(parsed->value("--interval-ms") ? *parsed->value("--interval-ms") : "50", 0, 60000);
+	if (!mb || !interval)
+		return usage_error(kSelftestWorkloadCommand, "bad --mb or --interval-ms");
+	Workload w(*parsed->value("--state"), *mb);
+	w.load(parsed->value("--libcuda") ? *parsed->value("--libcuda") : "");
+	w.run(static_cast<unsigned>(*interval));
+}
+
+} // namespace cuda_criu::cli

@@ -1,0 +1,103 @@
+#!/usr/bin/env bash
+# cuda-criu check: the lines and the JSON, on a machine without a GPU (no driver), with the fake GPU,
+# with patched and stock CRIU, with our plugin, CRIU's own plugin and none, and a broken option file.
+source "$(dirname "$0")/lib.sh"
+e2e_setup
+# A command that fails outside a check says which (functions, the cleanup among them, do not inherit this).
+trap 'fail "line $LINENO: \"$BASH_COMMAND\" failed"' ERR
+# Options from this test only, never from a machine-wide /etc/criu/cuda_plugin.conf.
+: >"$T/cuda_plugin.conf"
+export CUDA_CRIU_CONFIG=$T/cuda_plugin.conf
+
+# py CODE < JSON: runs CODE with the parsed document in d (and fails on a document that does not parse).
+py() { python3 -c "import json,sys; d=json.load(sys.stdin); $1"; }
+status_of() { py "print([c['status'] for c in d['checks'] if c['name'] == '$1'][0])" <"$2"; }
+CHECK=("$CUDA_CRIU" check --criu "$CRIU" --libdir "$PLUGIN_DIR")
+CRIU_ROOT=$(cd "$(dirname "$CRIU")/.." && pwd) # install prefix of CRIU: lib/criu-intree has CRIU's own plugin
+
+# 1. No driver at all (the library path names nothing): driver checks warn, unless --require-gpu.
+if [ ! -d /proc/driver/nvidia/gpus ]; then
+	rc=0
+	env -u CUDA_CRIU_LIBCUDA LD_LIBRARY_PATH=/nonexistent "${CHECK[@]}" --json >"$T/nogpu.json" || rc=$?
+	[ $rc -eq 0 ] || fail "check without a GPU exited $rc: $(cat "$T/nogpu.json")"
+	[ "$(status_of driver "$T/nogpu.json")" = warn ] || fail "no driver: not a warning"
+	py "assert d['driver'] is None and d['gpus'] == [], d" <"$T/nogpu.json" || fail "no driver: JSON facts"
+	py "assert d['result'] == 'warn', d['result']" <"$T/nogpu.json" || fail "no driver: result is not warn"
+	rc=0
+	env -u CUDA_CRIU_LIBCUDA LD_LIBRARY_PATH=/nonexistent "${CHECK[@]}" --require-gpu >"$T/nogpu.txt" || rc=$?
+	[ $rc -eq 1 ] || fail "--require-gpu without a GPU exited $rc"
+	grep -qE '^fail +driver +cannot load libcuda.so.1' "$T/nogpu.txt" || fail "--require-gpu: $(cat "$T/nogpu.txt")"
+	grep -qE '^      hint: install the NVIDIA driver' "$T/nogpu.txt" || fail "--require-gpu: no hint"
+	log "no GPU: driver warns, --require-gpu fails: ok"
+else
+	log "this machine has an NVIDIA GPU: the no-GPU part is skipped"
+fi
+
+# 2. The fake GPU with two devices, patched CRIU, our plugin: no failure, every GPU listed.
+start_fake_gpu --gpus 2
+"${CHECK[@]}" >"$T/fake.txt" || fail "check with the fake GPU failed: $(cat "$T/fake.txt")"
+grep -vE '^(ok|warn|fail)  ' "$T/fake.txt" | grep -vE '^      hint: |^result: ' &&
+	fail "lines not in the form 'ok|warn|fail  name  detail'"
+for name in driver checkpoint-api gpu0 gpu1 criu criu-device-hooks criu-patch plugin plugin-options privileges \
+	kernel ptrace; do
+	grep -qE "^ok +$name " "$T/fake.txt" || fail "check '$name' is not ok: $(grep " $name " "$T/fake.txt")"
+done
+grep -qE '^ok +gpu0 +GPU-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12} NVIDIA Fake H200, 16.0 GiB' \
+	"$T/fake.txt" || fail "gpu0 line: $(grep gpu0 "$T/fake.txt")"
+grep -qE '^ok +criu +.*: CRIU 4\.2\.1$' "$T/fake.txt" || fail "criu version line"
+"${CHECK[@]}" --json >"$T/fake.json" || fail "check --json failed"
+py "assert d['result'] == 'ok', d['result']
+assert [g['ordinal'] for g in d['gpus']] == [0, 1], d['gpus']
+assert all(g['uuid'].startswith('GPU-') and g['memory_bytes'] == 16 << 30 for g in d['gpus']), d['gpus']
+assert d['driver']['checkpoint_api'] is True and d['driver']['cuda_version'] == '13.0', d['driver']
+assert d['criu']['version'] == '4.2.1' and d['criu']['device_hooks'] and d['criu']['patched'], d['criu']
+assert all(c['hint'] is None for c in d['checks'] if c['status'] == 'ok')" <"$T/fake.json" || fail "check --json content"
+log "fake GPU: every check ok, JSON parses and holds the GPUs and CRIU: ok"
+
+# 3. A driver without the checkpoint API (the fake's old/libcuda.so.1, CUDA 12.4) fails.
+rc=0
+CUDA_CRIU_LIBCUDA=$(dirname "$FAKE_LIB")/old/libcuda.so.1 "${CHECK[@]}" >"$T/old.txt" || rc=$?
+[ $rc -eq 1 ] || fail "old driver: exit $rc"
+grep -qE '^ok +driver +.*CUDA 12\.4' "$T/old.txt" || fail "old driver: driver line"
+grep -qE '^fail +checkpoint-api +the driver lacks cuCheckpointProcessLock' "$T/old.txt" || fail "old driver: api line"
+grep -qE '^      hint: .*r570' "$T/old.txt" || fail "old driver: no hint"
+log "driver without the checkpoint API: fail with a hint: ok"
+
+# 4. Stock CRIU 4.1.1 (if built): ok with a warning about the missing patch.
+CRIU411=$CRIU_ROOT/../../4.1.1/install/sbin/criu
+if [ -x "$CRIU411" ]; then
+	"$CUDA_CRIU" check --criu "$CRIU411" --libdir "$PLUGIN_DIR" --json >"$T/stock.json" || fail "stock CRIU: check failed"
+	[ "$(status_of criu-patch "$T/stock.json")" = warn ] || fail "stock CRIU: criu-patch is not a warning"
+	py "assert d['criu']['version'] == '4.1.1' and d['criu']['patched'] is False, d['criu']" <"$T/stock.json" ||
+		fail "stock CRIU: JSON"
+	log "stock CRIU 4.1.1: criu-patch warns: ok"
+fi
+
+# 5. Plugin directories: CRIU's own cuda_plugin.so is told apart from ours; a missing one fails.
+rc=0
+"$CUDA_CRIU" check --criu "$CRIU" --libdir "$CRIU_ROOT/lib/criu-intree" >"$T/intree.txt" || rc=$?
+[ $rc -eq 1 ] || fail "CRIU's own plugin: exit $rc"
+grep -qE "^fail +plugin +.*is CRIU's own CUDA plugin" "$T/intree.txt" || fail "CRIU's own plugin: $(grep plugin "$T/intree.txt")"
+# A directory name with a quote, a newline and a byte that is not UTF-8 still gives valid JSON.
+odd="$T/odd\"dir"$'\n'$'\xff'
+mkdir -p "$odd"
+rc=0
+"$CUDA_CRIU" check --criu "$CRIU" --libdir "$odd" --json >"$T/odd.json" || rc=$?
+[ $rc -eq 1 ] || fail "empty plugin directory: exit $rc"
+py "c = [c for c in d['checks'] if c['name'] == 'plugin'][0]
+assert c['status'] == 'fail' and 'odd\"dir\n\ufffd' in c['detail'] and c['hint'], c" <"$T/odd.json" ||
+	fail "escaping in --json: $(cat "$T/odd.json")"
+log "plugin checks (ours, CRIU's own, none) and JSON escaping: ok"
+
+# 6. A broken option file fails plugin-options, naming the file and the line.
+printf 'lock-timeout = 5\nparallel = lots\n' >"$T/bad.conf"
+rc=0
+CUDA_CRIU_CONFIG=$T/bad.conf "${CHECK[@]}" >"$T/badconf.txt" || rc=$?
+[ $rc -eq 1 ] || fail "bad option file: exit $rc"
+grep -qE "^fail +plugin-options +$T/bad.conf:2: parallel" "$T/badconf.txt" || fail "bad option file: $(grep options "$T/badconf.txt")"
+log "broken option file: fail naming file and line: ok"
+
+# 7. Usage errors exit 2.
+rc=0; "$CUDA_CRIU" check --bogus 2>"$T/usage.err" || rc=$?
+[ $rc -eq 2 ] && grep -q "unknown option '--bogus'" "$T/usage.err" || fail "check --bogus: exit $rc"
+log PASS
