@@ -66,12 +66,27 @@ def wait_for(what, pred, timeout):
     raise RuntimeError(f"timed out after {timeout} s waiting for {what}")
 
 
+def reap():
+    """Collects every exited child (this script is a subreaper: restored trees end up its children)."""
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+
+
 def gone(pid):
-    try:
-        with open(f"/proc/{pid}/status") as f:
-            return "State:\tZ" in f.read()
-    except FileNotFoundError:
-        return True
+    """Gone and reaped: a zombie still holds its pid, and a restore needs that pid free."""
+    reap()
+    return not os.path.exists(f"/proc/{pid}")
+
+
+def become_subreaper():
+    import ctypes
+    PR_SET_CHILD_SUBREAPER = 36
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
 
 
 def start(cmd, out, env=None):
@@ -339,11 +354,24 @@ def main():
     ap.add_argument("--scenarios", default="1g,4g,16g,4x2g,torch,coldstart")
     ap.add_argument("--out", default=os.environ.get("OUT", "bench-out"))
     ap.add_argument("--scale", type=float, default=1.0, help="multiply every workload size (a quick dry run: 0.01)")
+    ap.add_argument("--from-json", nargs="+", metavar="FILE",
+                    help="no runs: report and plot the results.json files of earlier runs together")
     args = ap.parse_args()
+    if args.from_json:
+        results, cold = [], []
+        for path in args.from_json:
+            with open(path) as f:
+                data = json.load(f)
+            results += data["runs"]
+            cold += data["cold_start"]
+        os.makedirs(args.out, exist_ok=True)
+        report(results, cold, args.out)
+        return
     for name, (kind, size, procs) in SCENARIOS.items():
         SCENARIOS[name] = (kind, max(1, int(size * args.scale)) if kind == "memcheck" else size * args.scale, procs)
     if os.geteuid() != 0:
         sys.exit("bench.py: run as root (CRIU needs it)")
+    become_subreaper()
     shutil.rmtree(WORK, ignore_errors=True)
     os.makedirs(os.path.join(WORK, "logs"))
     os.makedirs(args.out, exist_ok=True)

@@ -19,7 +19,7 @@ set -uo pipefail
 bundle=$(cd "$(dirname "$0")" && pwd)
 work=${GPU_TESTS_WORK:-/var/tmp/cuda-criu-gpu-tests}
 python=${GPU_TESTS_PYTHON:-python3}
-all_tests=(memcheck-4g torch tree leave-running remap-self refuse-map)
+all_tests=(memcheck-4g torch tree leave-running remap-self refuse-map remap-gpu1 auto-remap tree-2gpu torch-2gpu)
 memcheck_mb=${MEMCHECK_MB:-4096}
 torch_gb=${TORCH_GB:-4}
 tree_mb=${TREE_MB:-1024}
@@ -197,6 +197,74 @@ test_remap_self() {
 	fi
 }
 
+# The UUIDs of the GPUs the given pids hold, as nvidia-smi sees them.
+gpus_of() {
+	local pids=" $* "
+	nvidia-smi --query-compute-apps=pid,gpu_uuid --format=csv,noheader 2>/dev/null |
+		awk -F', *' -v pids="$pids" 'index(pids, " " $1 " ") { print $2 }' | sort -u | xargs
+}
+gpu_uuid() { nvidia-smi --query-gpu=uuid --format=csv,noheader -i "$1" 2>/dev/null; }
+ngpus() { nvidia-smi -L 2>/dev/null | grep -c '^GPU'; }
+
+# with_two_gpus NAME: skips unless the machine has two GPUs.
+with_two_gpus() { [ "$(ngpus)" -ge 2 ] || { skip "$1" "needs 2 GPUs, this machine has $(ngpus)"; return 1; }; }
+
+# expect_on NAME PID GPU_INDEX: the process holds memory on that GPU only.
+expect_on() {
+	local got want; got=$(gpus_of "$2"); want=$(gpu_uuid "$3")
+	if [ "$got" != "$want" ]; then
+		fail "$1" "pid $2 is on '$got' after the restore, expected GPU $3 ($want)"
+		return 1
+	fi
+	echo "  pid $2 runs on GPU $3 ($want) after the restore"
+}
+
+# Checkpointed on GPU 0, restored onto GPU 1 by an explicit map.
+test_remap_gpu1() {
+	with_two_gpus remap-gpu1 || return
+	local dir=$work/remap-gpu1 pid
+	start "$dir" "$bundle/bin/cuda_memcheck" --mb 2048 --device 0 --state "$dir/state" --interval-ms 100
+	wait_state "$dir/state" 120 1 || { fail remap-gpu1 "before the dump: $why"; return; }
+	pid=$(state "$dir/state" pid)
+	RESTORE_ENV=CUDA_CRIU_DEVICE_MAP=0=1 KEEP_RUNNING=1 dump_restore_test remap-gpu1 "$dir" 120 "$dir/state"
+	alive "$pid" && expect_on remap-gpu1 "$pid" 1
+	kill_pids "$pid"
+}
+
+# The image's GPU is not visible to CRIU (CUDA_VISIBLE_DEVICES=1): the plugin pairs it automatically with
+# the GPU of the same model that is.
+test_auto_remap() {
+	with_two_gpus auto-remap || return
+	local dir=$work/auto-remap pid
+	start "$dir" "$bundle/bin/cuda_memcheck" --mb 2048 --device 0 --state "$dir/state" --interval-ms 100
+	wait_state "$dir/state" 120 1 || { fail auto-remap "before the dump: $why"; return; }
+	pid=$(state "$dir/state" pid)
+	RESTORE_ENV=CUDA_VISIBLE_DEVICES=1 KEEP_RUNNING=1 dump_restore_test auto-remap "$dir" 120 "$dir/state"
+	grep -o 'cuda_plugin: restoring with GPU pairs:.*' "$dir/restore.log" | sed 's/^/  /'
+	alive "$pid" && expect_on auto-remap "$pid" 1
+	kill_pids "$pid"
+}
+
+# A tree whose processes sit on different GPUs, restored with the two GPUs swapped.
+test_tree_2gpu() {
+	with_two_gpus tree-2gpu || return
+	local dir=$work/tree-2gpu root child
+	start "$dir" "$bundle/bin/cuda_memcheck" --mb 1024 --device 0 --children 1 --child-device 1 --state "$dir/state"
+	wait_state "$dir/state.0" 120 1 || { fail tree-2gpu "before the dump: $why"; return; }
+	root=$(state "$dir/state" pid); child=$(state "$dir/state.0" pid)
+	RESTORE_ENV=CUDA_CRIU_DEVICE_MAP=0=1,1=0 KEEP_RUNNING=1 dump_restore_test tree-2gpu "$dir" 120 "$dir/state" "$dir/state.0"
+	alive "$root" "$child" && expect_on tree-2gpu "$root" 1 && expect_on tree-2gpu "$child" 0
+	kill_pids "$child" "$root"
+}
+
+# One PyTorch process holding weights on two GPUs: dumped, restored as it was, then restored swapped.
+test_torch_2gpu() {
+	with_two_gpus torch-2gpu || return
+	local dir=$work/torch-2gpu
+	start "$dir" "$python" -u "$bundle/torch_workload.py" --gb 2 --second-device 1 --state "$dir/state" --interval-ms 100
+	RESTORE_ENV=CUDA_CRIU_DEVICE_MAP=0=1,1=0 dump_restore_test torch-2gpu "$dir" 240 "$dir/state"
+}
+
 # A device map naming a GPU this machine lacks: the restore fails before any process runs, says why.
 test_refuse_map() {
 	local name=refuse-map dir=$work/refuse-map pid line
@@ -236,7 +304,8 @@ dump() {
 restore() {
 	local dir=$1 t0 rc
 	t0=$(now)
-	timeout -k 10 "$criu_timeout" "${criu_cmd[@]}" restore -D "$dir/img" -d -L "$bundle/plugin" -v4 -o "$dir/restore.log"
+	timeout -k 10 "$criu_timeout" env ${RESTORE_ENV:-} "${criu_cmd[@]}" restore -D "$dir/img" -d -L "$bundle/plugin" -v4 \
+		-o "$dir/restore.log"
 	rc=$?
 	restore_s=$(since "$t0")
 	[ "$rc" = 124 ] && { why="criu restore did not finish within $criu_timeout s (killed)"; return 1; }
@@ -291,7 +360,7 @@ dump_restore_test() {
 	pass "$name" "dump $dump_s s, restore $restore_s s, image $(gib "$img_bytes") GiB, GPU $gpu GiB (after restore $gpu_after GiB), iterations $after"
 	f=$(plugin_line "$dir/dump.log" dump); echo "  ${f:-no 'cuda_plugin: dump:' line in dump.log}"
 	f=$(plugin_line "$dir/restore.log" restore); echo "  ${f:-no 'cuda_plugin: restore:' line in restore.log}"
-	kill_pids "${pids[@]}"
+	[ -n "${KEEP_RUNNING:-}" ] || kill_pids "${pids[@]}"
 	rm -rf "$dir/img"
 }
 
@@ -394,6 +463,10 @@ for t in "$@"; do
 	tree) test_tree ;;
 	leave-running) test_leave_running ;;
 	remap-self) test_remap_self ;;
+	remap-gpu1) test_remap_gpu1 ;;
+	auto-remap) test_auto_remap ;;
+	tree-2gpu) test_tree_2gpu ;;
+	torch-2gpu) test_torch_2gpu ;;
 	refuse-map) test_refuse_map ;;
 	*) fail "$t" "no such test (known: ${all_tests[*]})"; continue ;;
 	esac

@@ -59,6 +59,10 @@ class Workload:
         self.weights = [torch.randn(DIM, DIM, device=self.dev, generator=gen) / DIM ** 0.5
                         for _ in range(count)]
         self.x = torch.randn(DIM, COLS, device=self.dev, generator=gen)
+        if self.args.second_device is not None:
+            # A process on two GPUs: every other weight matrix moves to the second one.
+            dev2 = torch.device("cuda", self.args.second_device)
+            self.weights = [w.to(dev2) if i % 2 else w for i, w in enumerate(self.weights)]
         self.counter = torch.zeros(1, dtype=torch.int64, device=self.dev)
         if self.args.compile:
             # An expensive start: an MLP over the first weights compiled by TorchInductor (Triton kernels),
@@ -81,8 +85,8 @@ class Workload:
     def pass_checksum(self):
         total = torch.zeros((), dtype=torch.float64, device=self.dev)
         for i, w in enumerate(self.weights):
-            y = w @ self.x
-            total += y.double().abs().sum() * (i + 1)
+            y = w @ self.x.to(w.device)
+            total += (y.double().abs().sum() * (i + 1)).to(self.dev)
         if self.args.compile:
             total += self.compiled(self.x).double().abs().sum()
         return total.item()
@@ -109,6 +113,7 @@ def main():
     p.add_argument("--gb", type=float, required=True, help="GiB of weights on the GPU")
     p.add_argument("--state", help="state file, rewritten after every iteration")
     p.add_argument("--device", type=int, default=0)
+    p.add_argument("--second-device", type=int, help="put every other weight matrix on this GPU (a 2-GPU process)")
     p.add_argument("--interval-ms", type=int, default=100)
     p.add_argument("--seed", type=int, default=1234)
     p.add_argument("--compile", metavar="MODE", help="also run an MLP compiled with torch.compile(mode=MODE), "
