@@ -232,10 +232,9 @@ def round_trip(variant, scenario, rnd):
     return r
 
 
-def cold_start(rounds):
+def cold_start(rounds, out):
     """Start-up of a PyTorch workload with an expensive start (torch.compile + CUDA graphs) from scratch,
-    with empty and with warm compile caches, against restore-to-ready with each plugin."""
-    out = []
+    with empty and with warm compile caches, against restore-to-ready with each plugin. Appends to out."""
     cache = os.path.join(WORK, "inductor-cache")
     for rnd in range(rounds):
         for caches in ("empty", "warm"):
@@ -372,6 +371,8 @@ def main():
     if os.geteuid() != 0:
         sys.exit("bench.py: run as root (CRIU needs it)")
     become_subreaper()
+    # A TERM (a time limit) still reports what was measured so far.
+    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt("terminated")))
     shutil.rmtree(WORK, ignore_errors=True)
     os.makedirs(os.path.join(WORK, "logs"))
     os.makedirs(args.out, exist_ok=True)
@@ -385,7 +386,9 @@ def main():
                 for v in order:
                     results.append(round_trip(v, s, rnd))
         if "coldstart" in wanted:
-            cold = cold_start(args.rounds)
+            cold_start(args.rounds, cold)
+    except KeyboardInterrupt as e:
+        log(f"stopped early ({e}): reporting what was measured")
     finally:
         if results or cold:
             report(results, cold, args.out)

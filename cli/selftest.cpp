@@ -444,10 +444,12 @@ int cmd_selftest(const Args &args)
 	SelftestOptions o;
 	if (const std::string *v = a.value("--criu"))
 		o.criu = *v;
+	// CRIU runs in its image directory: paths handed to it must not be relative.
+	auto absolute = [](const std::string &p) { return p.empty() || p[0] == '/' ? p : std::string(std::filesystem::absolute(p)); };
 	if (const std::string *v = a.value("--libdir"))
-		o.libdir = *v;
+		o.libdir = absolute(*v);
 	if (const std::string *v = a.value("--libcuda"))
-		o.libcuda = *v;
+		o.libcuda = absolute(*v);
 	if (const std::string *v = a.value("--dir"))
 		o.parent_dir = *v;
 	if (const std::string *v = a.value("--mb")) {
