@@ -11,7 +11,6 @@
 #include "base/log.h"
 #include "core/gpu_plan.h"
 #include "core/parallel.h"
-#include "driver/nvml.h"
 
 #ifndef CUDA_CRIU_VERSION
 #define CUDA_CRIU_VERSION "dev"
@@ -97,9 +96,6 @@ Status DumpSession::load_driver()
 		return std::move(d).error();
 	timed_ = std::make_unique<TimedDriver>(**d);
 	driver_ = timed_.get();
-	t0 = now_us();
-	gpu_processes_ = nvml_gpu_processes();
-	pause_cost_.load_us += now_us() - t0;
 	return {};
 }
 
@@ -142,18 +138,14 @@ Result<bool> DumpSession::pause_cuda(pid_t pid)
 	if (machine_gpus_.empty())
 		if (auto gpus = driver_->gpus())
 			machine_gpus_ = std::move(*gpus);
-	if (gpu_processes_) {
-		// NVML knows the GPUs the process has a context on (it opens every GPU's device node).
-		if (auto it = gpu_processes_->find(pid); it != gpu_processes_->end())
-			p.gpu_uuids = it->second;
-	} else {
-		for (unsigned minor : info.nvidia_minors) {
-			std::string uuid = host_.gpu_uuid_of_minor(minor);
-			if (uuid.empty() && minor < machine_gpus_.size()) // no /proc/driver/nvidia: minors follow ordinals
-				uuid = machine_gpus_[minor].uuid.str();
-			if (!uuid.empty())
-				p.gpu_uuids.push_back(uuid);
-		}
+	// The GPUs whose device nodes the process holds: every GPU visible to it, which is what the driver
+	// checkpoints (a restore onto other GPUs must pair each of them, not only those it computes on).
+	for (unsigned minor : info.nvidia_minors) {
+		std::string uuid = host_.gpu_uuid_of_minor(minor);
+		if (uuid.empty() && minor < machine_gpus_.size()) // no /proc/driver/nvidia: minors follow ordinals
+			uuid = machine_gpus_[minor].uuid.str();
+		if (!uuid.empty())
+			p.gpu_uuids.push_back(uuid);
 	}
 
 	switch (*state) {

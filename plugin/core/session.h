@@ -85,8 +85,6 @@ private:
 	uint64_t device_phase_us_ = 0;
 	uint64_t rollback_us_ = 0;
 	std::vector<GpuInfo> machine_gpus_;
-	// Per pid, the GPUs it computes on (NVML); nullopt: found from its open device files instead.
-	std::optional<std::map<pid_t, std::vector<std::string>>> gpu_processes_;
 };
 
 class RestoreSession {

@@ -19,7 +19,7 @@ set -uo pipefail
 bundle=$(cd "$(dirname "$0")" && pwd)
 work=${GPU_TESTS_WORK:-/var/tmp/cuda-criu-gpu-tests}
 python=${GPU_TESTS_PYTHON:-python3}
-all_tests=(memcheck-4g torch tree leave-running remap-self refuse-map remap-gpu1 auto-remap tree-2gpu torch-2gpu)
+all_tests=(memcheck-4g torch tree leave-running remap-self refuse-map remap-gpu1 tree-2gpu torch-2gpu)
 memcheck_mb=${MEMCHECK_MB:-4096}
 torch_gb=${TORCH_GB:-4}
 tree_mb=${TREE_MB:-1024}
@@ -219,29 +219,16 @@ expect_on() {
 	echo "  pid $2 runs on GPU $3 ($want) after the restore"
 }
 
-# Checkpointed on GPU 0, restored onto GPU 1 by an explicit map.
+# Checkpointed on GPU 0, restored onto GPU 1 by an explicit map. The driver checkpoints every GPU the
+# process can see (it opens all their device nodes), so the map pairs both: 0=1,1=0.
 test_remap_gpu1() {
 	with_two_gpus remap-gpu1 || return
 	local dir=$work/remap-gpu1 pid
 	start "$dir" "$bundle/bin/cuda_memcheck" --mb 2048 --device 0 --state "$dir/state" --interval-ms 100
 	wait_state "$dir/state" 120 1 || { fail remap-gpu1 "before the dump: $why"; return; }
 	pid=$(state "$dir/state" pid)
-	RESTORE_ENV=CUDA_CRIU_DEVICE_MAP=0=1 KEEP_RUNNING=1 dump_restore_test remap-gpu1 "$dir" 120 "$dir/state"
+	RESTORE_ENV=CUDA_CRIU_DEVICE_MAP=0=1,1=0 KEEP_RUNNING=1 dump_restore_test remap-gpu1 "$dir" 120 "$dir/state"
 	alive "$pid" && expect_on remap-gpu1 "$pid" 1
-	kill_pids "$pid"
-}
-
-# The image's GPU is not visible to CRIU (CUDA_VISIBLE_DEVICES=1): the plugin pairs it automatically with
-# the GPU of the same model that is.
-test_auto_remap() {
-	with_two_gpus auto-remap || return
-	local dir=$work/auto-remap pid
-	start "$dir" "$bundle/bin/cuda_memcheck" --mb 2048 --device 0 --state "$dir/state" --interval-ms 100
-	wait_state "$dir/state" 120 1 || { fail auto-remap "before the dump: $why"; return; }
-	pid=$(state "$dir/state" pid)
-	RESTORE_ENV=CUDA_VISIBLE_DEVICES=1 KEEP_RUNNING=1 dump_restore_test auto-remap "$dir" 120 "$dir/state"
-	grep -o 'cuda_plugin: restoring with GPU pairs:.*' "$dir/restore.log" | sed 's/^/  /'
-	alive "$pid" && expect_on auto-remap "$pid" 1
 	kill_pids "$pid"
 }
 
@@ -464,7 +451,6 @@ for t in "$@"; do
 	leave-running) test_leave_running ;;
 	remap-self) test_remap_self ;;
 	remap-gpu1) test_remap_gpu1 ;;
-	auto-remap) test_auto_remap ;;
 	tree-2gpu) test_tree_2gpu ;;
 	torch-2gpu) test_torch_2gpu ;;
 	refuse-map) test_refuse_map ;;
