@@ -250,6 +250,83 @@ is removed on success and kept on failure.)",
 	 R"(cuda-criu selftest
 cuda-criu selftest --mb 1024 --criu /opt/criu/sbin/criu --libdir /opt/criu/lib)"},
 
+	{"roundtrip", "check that your own program survives a checkpoint and restore (for CI)",
+	 "cuda-criu roundtrip [OPTIONS] -- CMD [ARGS...]",
+	 R"(For CI: one command that checks that a program, a GPU program above all, survives a checkpoint and
+a restore. It starts CMD in its own session (no terminal; stdin /dev/null, stdout and stderr into a
+log file in the work directory), waits until it is ready, and then, --repeat times:
+
+  dump     `criu dump -L LIBDIR` of the whole process tree into a fresh image directory; the image's
+           size and the GPU state the plugin saved are reported
+  exit     waits until every process of the tree is gone (CRIU ends what it dumps)
+  restore  `criu restore -d -L LIBDIR` (CUDA_CRIU_DEVICE_MAP set from --device-map)
+  health   the program is alive and healthy again: the health command passes, or else the readiness
+           criterion holds again (the ready file is modified, a new output line matches, the port
+           accepts, or the program lives through the delay); then it must live on for --settle
+
+With --leave-running, the dump leaves the program running (`criu dump -R`), and `exit` is replaced by
+
+  running  the program, left running, is still healthy after the dump
+  kill     it is killed, so that `restore` brings it back from the image and `health` checks that
+
+Readiness (one of them, or a --health-cmd alone): --ready-file appears (or, when it exists already,
+is modified), a line of the output matches --ready-log, 127.0.0.1:--ready-port accepts a connection,
+or the program lives --ready-delay seconds. A health command is run through /bin/sh -c with
+ROUNDTRIP_PID (the root process), ROUNDTRIP_CYCLE, ROUNDTRIP_PHASE (start, running or restore),
+ROUNDTRIP_LOG (the program's output) and ROUNDTRIP_DIR (the work directory) in its environment; exit 0
+means healthy, anything else is retried until --health-timeout. It is also run once before the first
+dump: a command that never passes fails the start, not the restore.
+
+Each step prints a line `CYCLE STEP ok|FAIL TIME DETAIL`. A failure prints what failed, a hint where one
+is known, and the lines that explain it: CRIU's errors and the plugin's lines from CRIU's log, CRIU's
+own output, the program's last output, the health command's output. Every process started (the
+program, whatever it forked, the restored tree, CRIU, the health command) is killed at the end, also on
+SIGINT, SIGTERM or SIGHUP, and the work directory is removed unless --keep-images. Needs root.)",
+	 R"(--ready-file PATH the program is ready when PATH appears (or is modified, when it exists already)
+--ready-log REGEX ready when a line of its output matches the POSIX extended regular expression
+--ready-port PORT ready when 127.0.0.1:PORT accepts connections (the dump then gets
+                  --skip-in-flight: the probe's connections must not stop it)
+--ready-delay SECONDS
+                  ready when it has lived that long
+--health-cmd CMD  healthy when `/bin/sh -c CMD` exits 0 (default: the readiness criterion again)
+--settle SECONDS  once healthy, the program must live on that long (default 1; 0: no wait)
+--repeat N        N dump/restore cycles of the same program (default 1)
+--leave-running   dump with criu -R; check the running program, then kill it and restore it
+--require-cuda    a dump in which the plugin found no CUDA process is a failure
+--device-map OLD=NEW,...
+                  restore with CUDA_CRIU_DEVICE_MAP set: onto other GPUs
+--criu PATH       the CRIU binary (default: /usr/local/sbin/criu, /usr/sbin/criu or /usr/bin/criu)
+--libdir DIR      the directory of cuda_plugin.so, given to CRIU with -L (default /usr/lib/criu)
+--criu-env NAME=VALUE
+                  set in CRIU's environment only (repeatable), e.g. LD_LIBRARY_PATH=DIR for a CRIU
+                  whose libraries are not installed
+--criu-arg ARG    one more argument for criu dump and criu restore (repeatable), e.g.
+                  --tcp-established or --ext-unix-sk
+--dir DIR         the work directory (new or empty; default: a new one in $TMPDIR or /tmp). Large GPU
+                  images need room: point it at a disk, not a tmpfs
+--keep-images     keep the work directory: images-N/ (each cycle's images and CRIU logs),
+                  program.log, criu-*.out
+--start-timeout SECONDS    to get ready (default 120)
+--dump-timeout SECONDS     for criu dump, and then for the processes to end (default 600)
+--restore-timeout SECONDS  for criu restore (default 600)
+--health-timeout SECONDS   to be healthy again (default 60)
+--json FILE       write the report as JSON: "result", "exit_status", "steps" (cycle, step, result,
+                  seconds, detail, hint, image_bytes, gpu_state_bytes, cuda_processes, log), "failure"
+--junit FILE      write the report as JUnit XML: one testsuite, one testcase per step and cycle
+--name NAME       the name in the reports (default: the program's name))",
+	 R"(0  every cycle passed
+1  a dump, a restore or a health check failed: the program did not survive (the step, the reason
+   and the log lines that explain it are printed)
+2  bad usage
+3  the round trip could not be tried: setup failed (not root, no CRIU, no plugin), or the program
+   did not get ready, so nothing was checkpointed; or it passed but a report could not be written
+A signal (SIGINT, SIGTERM, SIGHUP) ends it, after the cleanup, with that signal (130, 143, 129).)",
+	 R"(cuda-criu roundtrip --ready-file /tmp/state -- ./my_cuda_app --state /tmp/state
+cuda-criu roundtrip --repeat 3 --junit rt.xml --ready-log 'model loaded' -- python3 serve.py
+cuda-criu roundtrip --ready-port 8000 --health-cmd 'curl -sf localhost:8000/health' -- ./server
+cuda-criu roundtrip --criu /opt/criu/sbin/criu --criu-env LD_LIBRARY_PATH=/opt/criu/lib \
+    --libdir /opt/criu/plugin --ready-delay 30 -- python3 train.py)"},
+
 	{"help", "print the manual of cuda-criu or of one of its commands", "cuda-criu help [COMMAND]",
 	 R"(Prints the overview, or the page of COMMAND. `cuda-criu COMMAND --help` does the same.)", nullptr,
 	 R"(0  the help was printed
@@ -274,7 +351,8 @@ DESCRIPTION
     Before a checkpoint, `check` tells whether this machine can do it and `ps` lists the CUDA
     processes. `lock`, `checkpoint`, `restore`, `unlock`, `suspend` and `resume` move a process
     through the driver's states by hand, and `status` shows where it is. After a dump, `inspect`
-    shows what the plugin stored in the image. `selftest` runs the whole stack end to end.
+    shows what the plugin stored in the image. `selftest` runs the whole stack end to end, and
+    `roundtrip` checks that your own program survives a checkpoint and restore (for CI).
 
     The driver's states of a CUDA process, and the commands between them:
 
@@ -309,6 +387,7 @@ EXAMPLES
     cuda-criu resume 4242                # and bring it back
     criu dump -t 4242 -D img && cuda-criu inspect img
     cuda-criu selftest                   # the whole stack, end to end
+    cuda-criu roundtrip --ready-file F -- ./app --state F   # does my program survive a restore?
 
 SEE ALSO
     criu(8), docs/cli.md

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "cli.h"
+#include "roundtrip.h"
 
 #ifndef CUDA_CRIU_VERSION
 #define CUDA_CRIU_VERSION "dev"
@@ -43,6 +44,8 @@ int dispatch(const std::string &cmd, const Args &rest)
 		return cmd_compat("cuda-criu compat", rest);
 	if (cmd == "selftest")
 		return cmd_selftest(rest);
+	if (cmd == "roundtrip")
+		return cmd_roundtrip(rest);
 	if (cmd == kSelftestWorkloadCommand)
 		return cmd_selftest_workload(rest);
 	if (is_command(cmd))
