@@ -31,7 +31,7 @@ printf 'extern "C" int LLVMFuzzerTestOneInput(const unsigned char *, unsigned lo
 san=(-fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer -g -O1)
 read -r -a pbc_flags <<<"$(pkg-config --cflags libprotobuf-c 2>/dev/null || true)"
 read -r -a pbc_libs <<<"$(pkg-config --libs libprotobuf-c 2>/dev/null || echo -lprotobuf-c)"
-protoc-c --proto_path="$top/plugin/image" --c_out="$out/gen" "$top/plugin/image/cuda_plugin.proto"
+protoc-c --proto_path="$top/include/cuda_criu" --c_out="$out/gen" "$top/include/cuda_criu/cuda_plugin.proto"
 inc=(-I"$top/plugin" -I"$out/gen" "${pbc_flags[@]}")
 "$CLANG" "${san[@]}" "${inc[@]}" -c "$out/gen/cuda_plugin.pb-c.c" -o "$out/obj/pb.o"
 objs=("$out/obj/pb.o")
