@@ -110,4 +110,19 @@ expect_state "$pid" running
 expect_healthy "$STATE"
 [ "$(state_value "$STATE" iterations)" -gt "$before" ] || fail "no progress after the in-tree restore"
 log "CRIU's in-tree plugin dumps and restores through our cuda-checkpoint: ok"
+
+# 7. Images of either plugin restore with the other (both record "cuda_plugin" in CRIU's inventory).
+rm -rf "$T/img"; mkdir -p "$T/img"
+intree_criu dump -t "$pid" -D "$T/img" -L "$T/intree" -v4 -o dump.log || fail "in-tree dump (for ours) failed"
+wait_gone "$pid"
+restore "$T/img" || fail "our plugin could not restore an image of the in-tree plugin"
+expect_log "$T/restore.log" "cuda_plugin: restore: 1 CUDA process\(es\), 0 failed" "our restore summary"
+expect_healthy "$STATE"
+rm -rf "$T/img"; mkdir -p "$T/img"
+dump "$pid" "$T/img" || fail "our dump (for the in-tree plugin) failed"
+wait_gone "$pid"
+intree_criu restore -D "$T/img" -d -L "$T/intree" -v4 -o restore.log || { cp "$T/img/restore.log" "$T/"; fail "the in-tree plugin could not restore our image"; }
+expect_state "$pid" running
+expect_healthy "$STATE"
+log "in-tree image restored by ours, and ours by the in-tree plugin: ok"
 log PASS
