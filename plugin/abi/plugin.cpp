@@ -107,7 +107,9 @@ int init_dump(State &s)
 	else
 		LOG_WARN("this CRIU cannot seize in interrupt-only mode: a CUDA process in a frozen cgroup cannot be "
 			 "checkpointed");
-	s.dump = std::make_unique<DumpSession>(s.options, s.host, driver_source(s.options));
+	std::string libcuda = s.options.libcuda;
+	s.dump = std::make_unique<DumpSession>(s.options, s.host, driver_source(s.options),
+					       [libcuda] { return DumpGuard::start(libcuda); });
 	LOG_INFO("ready to dump CUDA processes (lock timeout %.1f s)", s.options.lock_timeout_ms / 1000.0);
 	return 0;
 }

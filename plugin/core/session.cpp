@@ -80,8 +80,8 @@ std::string PhaseCost::per_process() const
 
 // ---------------------------------------------------------------------------------------------- dump
 
-DumpSession::DumpSession(Options options, Host &host, DriverSource driver)
-	: options_(std::move(options)), host_(host), driver_source_(std::move(driver))
+DumpSession::DumpSession(Options options, Host &host, DriverSource driver, GuardSource guard)
+	: options_(std::move(options)), host_(host), driver_source_(std::move(driver)), guard_source_(std::move(guard))
 {
 }
 
@@ -90,6 +90,15 @@ Status DumpSession::load_driver()
 	if (driver_)
 		return {};
 	uint64_t t0 = now_us();
+	// The guard is forked first, while this process has no driver threads.
+	if (guard_source_) {
+		if (auto g = guard_source_())
+			guard_ = std::move(*g);
+		else
+			LOG_WARN("no guard for this dump (%s): if CRIU dies mid-dump, run cuda-criu resume on the CUDA "
+				 "processes",
+				 g.error().message().c_str());
+	}
 	auto d = driver_source_();
 	pause_cost_.load_us += now_us() - t0;
 	if (!d)
@@ -156,10 +165,13 @@ Result<bool> DumpSession::pause_cuda(pid_t pid)
 				  pid);
 	case CudaState::Locked:
 	case CudaState::Checkpointed:
+		if (*state == CudaState::Locked)
+			guard_.watch(pid, CudaState::Locked); // it will be checkpointed
 		LOG_INFO("pid %d was already %s; it is dumped as it is and left %s", pid, to_string(*state),
 			 to_string(*state));
 		break;
 	case CudaState::Running: {
+		guard_.watch(pid, CudaState::Running);
 		// The driver honours the lock timeout itself; the job's own limit only guards against a driver
 		// that does not return at all.
 		Driver *d = driver_;

@@ -15,6 +15,7 @@
 
 #include "base/clock.h"
 #include "base/result.h"
+#include "core/guard.h"
 #include "core/options.h"
 #include "core/timed_driver.h"
 #include "driver/driver.h"
@@ -25,6 +26,8 @@ namespace cuda_criu {
 
 // Loads the driver on first need (libcuda is never touched for a dump without CUDA processes).
 using DriverSource = std::function<Result<Driver *>()>;
+// Starts the guard that outlives CRIU (core/guard.h); empty in tests.
+using GuardSource = std::function<Result<DumpGuard>()>;
 
 // Time the plugin spent in one phase (one hook kind), and how much of it the driver's calls covered.
 struct PhaseCost {
@@ -38,7 +41,7 @@ struct PhaseCost {
 
 class DumpSession {
 public:
-	DumpSession(Options options, Host &host, DriverSource driver);
+	DumpSession(Options options, Host &host, DriverSource driver, GuardSource guard = {});
 
 	// PAUSE_DEVICES: locks pid if it is a CUDA process. false: not a CUDA process (nothing done).
 	Result<bool> pause(pid_t pid);
@@ -77,6 +80,8 @@ private:
 	Options options_;
 	Host &host_;
 	DriverSource driver_source_;
+	GuardSource guard_source_;
+	DumpGuard guard_; // released when the session ends (destruction)
 	std::unique_ptr<TimedDriver> timed_;
 	Driver *driver_ = nullptr; // timed_, once loaded
 	PhaseCost pause_cost_, checkpoint_cost_;

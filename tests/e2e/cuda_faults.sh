@@ -48,8 +48,8 @@ dump_must_fail hang-checkpoint "checkpoint pid [0-9]+: no answer from the driver
 # CRIU failing after the GPU state was checkpointed (CRIU's own fault injection).
 dump_must_fail criu-fails-on-pages "returning [0-9]+ CUDA process" CRIU_FAULT=3
 
-# CRIU killed (SIGKILL) after the checkpoint: nothing of CRIU's runs any more, the processes are left
-# checkpointed; `cuda-criu resume` is the way back.
+# CRIU killed (SIGKILL) after the checkpoint: none of CRIU's rollback runs. The plugin's guard, a process
+# that outlives CRIU, returns the process to running by itself.
 start_memcheck criu-killed 16
 pid=$LAST_PID
 mkdir -p "$T/img-killed"
@@ -57,13 +57,21 @@ if CRIU_FAULT=1 "$CRIU" dump -t "$pid" -D "$T/img-killed" -L "$PLUGIN_DIR" -v4 -
 	fail "criu-killed: dump succeeded"
 fi
 alive "$pid" || fail "criu-killed: the workload died with CRIU"
-stranded=$(cuda_state "$pid")
-[ "$stranded" = checkpointed ] || fail "criu-killed: expected the process stranded checkpointed, it is $stranded"
-cuda_criu resume "$pid" >/dev/null || fail "criu-killed: cuda-criu resume failed"
-[ "$(cuda_state "$pid")" = running ] || fail "criu-killed: not running after cuda-criu resume"
+wait_for "the guard to return pid $pid to running" 20 sh -c "[ \"\$(LD_LIBRARY_PATH=$(dirname "$FAKE_LIB") CUDA_CRIU_LIBCUDA=$FAKE_LIB $CUDA_CRIU status $pid | awk '{print \$2}')\" = running ]"
 expect_healthy "$STATE"
 kill -9 "$pid"; wait_gone "$pid"
-log "criu killed mid-dump: process left $stranded, brought back by cuda-criu resume, data intact"
+log "criu killed mid-dump: the guard returned the process to running, data intact"
+
+# Without the guard (e.g. it was killed too), cuda-criu resume is the way back from a stranded state.
+start_memcheck stranded 16
+pid=$LAST_PID
+cuda_criu lock "$pid" >/dev/null && cuda_criu checkpoint "$pid" >/dev/null || fail "stranded: cuda-criu checkpoint failed"
+[ "$(cuda_state "$pid")" = checkpointed ] || fail "stranded: not checkpointed"
+cuda_criu resume "$pid" >/dev/null || fail "stranded: cuda-criu resume failed"
+[ "$(cuda_state "$pid")" = running ] || fail "stranded: not running after cuda-criu resume"
+expect_healthy "$STATE"
+kill -9 "$pid"; wait_gone "$pid"
+log "stranded process brought back by cuda-criu resume: ok"
 
 # The target dies mid-dump: the dump fails naming it, the other process is returned to running.
 start_memcheck crash 16 --children 1 --tolerate-child-exit
