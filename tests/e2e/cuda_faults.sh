@@ -90,18 +90,54 @@ expect_healthy "$STATE"
 kill -9 -- "-$root"; wait_gone "$root"
 log "target killed mid-dump: reported, the other process running and intact"
 
+# The target dies while being locked: the dump fails, the other process of the tree runs on intact.
+start_memcheck crash-lock 16 --children 1 --tolerate-child-exit
+root=$LAST_PID
+wait_for "child" 10 test -f "$STATE.0"
+child=$(state_value "$STATE.0" pid)
+mkdir -p "$T/img-crash-lock"
+if FAKEGPU_CRASH_TARGET=lock:$child "$CRIU" dump -t "$root" -D "$T/img-crash-lock" -L "$PLUGIN_DIR" -v4 \
+	-o dump.log 2>/dev/null; then
+	fail "crash-lock: dump succeeded although a target died"
+fi
+cp "$T/img-crash-lock/dump.log" "$T/dump.log"
+expect_log "$T/dump.log" "Error \(cuda_plugin\): .*lock pid $child" "crash-lock: the dead pid is not named"
+[ "$(cuda_state "$root")" = running ] || fail "crash-lock: root left $(cuda_state "$root")"
+expect_healthy "$STATE"
+kill -9 -- "-$root"; wait_gone "$root"
+log "target killed while being locked: reported, the other process running and intact"
+
+# The rollback itself fails (CRIU fails after the checkpoint, then the driver refuses the restore): the
+# dump fails naming the process and the command that brings it back, which then works.
+start_memcheck rollback-fails 16
+pid=$LAST_PID
+mkdir -p "$T/img-rollback"
+if CRIU_FAULT=3 FAKEGPU_FAIL=restore "$CRIU" dump -t "$pid" -D "$T/img-rollback" -L "$PLUGIN_DIR" -v4 \
+	-o dump.log 2>/dev/null; then
+	fail "rollback-fails: dump succeeded"
+fi
+cp "$T/img-rollback/dump.log" "$T/dump.log"
+expect_log "$T/dump.log" "Error \(cuda_plugin\): could not return pid $pid .*cuda-criu resume $pid" \
+	"rollback-fails: no line naming the pid and the way back"
+[ "$(cuda_state "$pid")" = checkpointed ] || fail "rollback-fails: expected checkpointed, got $(cuda_state "$pid")"
+cuda_criu resume "$pid" >/dev/null || fail "rollback-fails: cuda-criu resume failed"
+expect_healthy "$STATE"
+kill -9 "$pid"; wait_gone "$pid"
+log "rollback failure: named with the way back (cuda-criu resume), which restores the process intact"
+
 # Restore failures, patched CRIU (ours): the restore fails and no restored process is left.
-restore_must_fail() { # NAME CRIU_BINARY FAULT
-	local name=$1 criu=$2 fault=$3
+restore_must_fail() { # NAME CRIU_BINARY FAULT [EXPECTED_ERROR [ENV...]]: FAULT goes into FAKEGPU_FAIL
+	local name=$1 criu=$2 fault=$3 expected=${4:-CUDA_ERROR_UNKNOWN}
+	shift 3; [ $# -gt 0 ] && shift
 	start_memcheck "$name" 16
 	local pid=$LAST_PID
 	CRIU=$criu dump "$pid" "$T/img-$name" || fail "$name: dump failed"
 	wait_gone "$pid"
 	local rc=0
-	env FAKEGPU_FAIL="$fault" "$criu" restore -D "$T/img-$name" -d -L "$PLUGIN_DIR" -v4 -o restore.log \
+	env FAKEGPU_FAIL="$fault" "$@" "$criu" restore -D "$T/img-$name" -d -L "$PLUGIN_DIR" -v4 -o restore.log \
 		2>/dev/null || rc=$?
 	cp "$T/img-$name/restore.log" "$T/restore.log"
-	expect_log "$T/restore.log" "Error \(cuda_plugin\): .*pid $pid.*CUDA_ERROR_UNKNOWN" "$name: the failure is not logged with the pid"
+	expect_log "$T/restore.log" "Error \(cuda_plugin\): .*pid $pid.*$expected" "$name: the failure is not logged with the pid"
 	wait_for "$name: restored process to be gone" 10 sh -c "! [ -e /proc/$pid ] || grep -q '^State:.*Z' /proc/$pid/status"
 	RESTORE_RC=$rc
 }
@@ -109,7 +145,14 @@ restore_must_fail restore-fails "$CRIU" restore
 [ "$RESTORE_RC" -ne 0 ] || fail "patched CRIU reported success for a failed GPU restore"
 restore_must_fail unlock-fails "$CRIU" unlock
 [ "$RESTORE_RC" -ne 0 ] || fail "patched CRIU reported success for a failed unlock"
-log "restore failures with our CRIU: restore fails (exit $RESTORE_RC), nothing left running"
+# Hangs of the restore and of the unlock, past CUDA_CRIU_RESTORE_TIMEOUT.
+restore_must_fail restore-hangs "$CRIU" none "no answer from the driver after 1000 ms" FAKEGPU_HANG=restore \
+	FAKEGPU_HANG_MS=600000 CUDA_CRIU_RESTORE_TIMEOUT=1
+[ "$RESTORE_RC" -ne 0 ] || fail "a hung GPU restore was reported as success"
+restore_must_fail unlock-hangs "$CRIU" none "no answer from the driver after 1000 ms" FAKEGPU_HANG=unlock \
+	FAKEGPU_HANG_MS=600000 CUDA_CRIU_RESTORE_TIMEOUT=1
+[ "$RESTORE_RC" -ne 0 ] || fail "a hung unlock was reported as success"
+log "restore failures with our CRIU (errors and hangs of restore and unlock): restore fails (exit $RESTORE_RC), nothing left running"
 
 # Stock CRIU 4.1.1 ignores the hook's failure: the plugin kills the restored tree itself.
 CRIU411=$BUILD_DIR/criu/4.1.1/install/sbin/criu
