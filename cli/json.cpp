@@ -4,9 +4,7 @@
 #include <cstdio>
 
 namespace cuda_criu::cli {
-namespace {
 
-// Length of the valid UTF-8 sequence starting at s[i], or 0 when the bytes there are not one.
 size_t utf8_sequence_length(std::string_view s, size_t i)
 {
 	auto byte = [&](size_t k) { return static_cast<unsigned char>(s[k]); };
@@ -40,8 +38,6 @@ size_t utf8_sequence_length(std::string_view s, size_t i)
 		return 0;
 	return len;
 }
-
-} // namespace
 
 std::string json_quote(std::string_view s)
 {

@@ -54,4 +54,7 @@ private:
 // s as a JSON string literal, quotes included.
 std::string json_quote(std::string_view s);
 
+// Length of the valid UTF-8 sequence at s[i]; 0 when there is none (invalid, overlong, truncated).
+size_t utf8_sequence_length(std::string_view s, size_t i);
+
 } // namespace cuda_criu::cli

@@ -135,40 +135,6 @@ long ms_left(Clock::time_point deadline)
 
 std::string mib(uint64_t bytes) { return format("%.1f MiB", static_cast<double>(bytes) / (1 << 20)); }
 
-// Length of the valid UTF-8 sequence at s[i], 0 when there is none.
-size_t utf8_length(std::string_view s, size_t i)
-{
-	auto byte = [&](size_t k) { return static_cast<unsigned char>(s[k]); };
-	unsigned char c = byte(i);
-	size_t len = 0;
-	uint32_t cp = 0;
-	if (c < 0x80)
-		return 1;
-	if ((c & 0xe0) == 0xc0) {
-		len = 2;
-		cp = c & 0x1f;
-	} else if ((c & 0xf0) == 0xe0) {
-		len = 3;
-		cp = c & 0x0f;
-	} else if ((c & 0xf8) == 0xf0) {
-		len = 4;
-		cp = c & 0x07;
-	} else {
-		return 0;
-	}
-	if (i + len > s.size())
-		return 0;
-	for (size_t k = 1; k < len; k++) {
-		if ((byte(i + k) & 0xc0) != 0x80)
-			return 0;
-		cp = (cp << 6) | (byte(i + k) & 0x3f);
-	}
-	static const uint32_t kMin[] = {0, 0, 0x80, 0x800, 0x10000};
-	if (cp < kMin[len] || (cp >= 0xd800 && cp <= 0xdfff) || cp > 0x10ffff)
-		return 0;
-	return len;
-}
-
 // A line of a program's or CRIU's output made safe for a terminal, JSON and XML: valid UTF-8, no control
 // characters but tabs, at most kMaxLineBytes.
 std::string clean_line(std::string_view s)
@@ -179,7 +145,7 @@ std::string clean_line(std::string_view s)
 		if (c == '\t' || (c >= 0x20 && c != 0x7f && c < 0x80)) {
 			out += static_cast<char>(c);
 			i++;
-		} else if (size_t len = c >= 0x80 ? utf8_length(s, i) : 0; len > 1) {
+		} else if (size_t len = c >= 0x80 ? utf8_sequence_length(s, i) : 0; len > 1) {
 			out.append(s.substr(i, len));
 			i += len;
 		} else {
