@@ -1,6 +1,7 @@
 #include "core/guard.h"
 
 #include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
@@ -19,59 +20,98 @@
 namespace cuda_criu {
 namespace {
 
+#ifndef SYS_pidfd_open
+#define SYS_pidfd_open 434
+#endif
+
+int pidfd_open(pid_t pid) { return static_cast<int>(syscall(SYS_pidfd_open, pid, 0)); }
+
+// Whether the process behind a pidfd has exited (a pidfd polls readable then). Without a pidfd (old
+// kernels), whether /proc has it.
+bool exited(int pidfd, pid_t pid)
+{
+	if (pidfd < 0)
+		return !process_exists(pid);
+	pollfd p{pidfd, POLLIN, 0};
+	return poll(&p, 1, 0) > 0;
+}
+
 // The guard's life, in the grandchild of CRIU (reparented away from it, so CRIU never waits for it).
-[[noreturn]] void guard_main(int in, pid_t criu, const std::string &libcuda)
+[[noreturn]] void guard_main(int in, pid_t criu, int criu_pidfd, const std::string &libcuda)
 {
 	setsid();
 	int null = open("/dev/null", O_RDWR | O_CLOEXEC);
 	dup2(in, 3);
+	dup2(criu_pidfd, 4);
 	for (int fd = 0; fd < 3; fd++)
 		dup2(null, fd);
-	syscall(SYS_close_range, 4, ~0U, 0); // nothing of CRIU's (image files, its log, runc's pipes)
+	syscall(SYS_close_range, 5, ~0U, 0); // nothing of CRIU's (image files, its log, runc's pipes)
 	in = 3;
+	criu_pidfd = criu_pidfd >= 0 ? 4 : -1;
 
 	struct Watched {
 		pid_t pid;
+		int pidfd; // the process itself, not a later one with the same pid
 		CudaState found;
 	};
 	std::vector<Watched> watched;
 	FILE *f = fdopen(in, "r");
 	char line[128];
 	while (f && std::fgets(line, sizeof(line), f)) {
-		if (line[0] == 'R')
-			_exit(0);
 		int pid = 0, state = 0;
 		if (std::sscanf(line, "W %d %d", &pid, &state) == 2)
-			watched.push_back({pid, static_cast<CudaState>(state)});
+			watched.push_back({pid, pidfd_open(pid), static_cast<CudaState>(state)});
 	}
-	// CRIU is gone without a release. Its tracees are let go once it has fully exited.
-	for (int i = 0; i < 500; i++) {
-		auto st = read_task_status(criu);
-		if (!st || st->state == 'Z' || st->state == 'X')
-			break;
-		usleep(10000);
+	// The plugin is done with CRIU's run (or CRIU died). Once CRIU has fully exited, its tracees are let
+	// go: every watched process still alive must be in the state it was found in. It is after a normal
+	// dump (killed), after --leave-running or a failed dump (the plugin returned it); it is not when CRIU
+	// died mid-dump, or let the tasks go after a successful dump (a post-dump script said so).
+	if (criu_pidfd >= 0) {
+		pollfd p{criu_pidfd, POLLIN, 0};
+		while (poll(&p, 1, -1) < 0 && errno == EINTR) {
+		}
+	} else {
+		for (;;) {
+			auto st = read_task_status(criu);
+			if (!st || st->state == 'Z' || st->state == 'X')
+				break;
+			usleep(10000);
+		}
 	}
+	bool any_alive = false;
+	for (const Watched &w : watched)
+		any_alive |= !exited(w.pidfd, w.pid);
+	if (!any_alive)
+		_exit(0);
 	openlog("cuda_plugin-guard", LOG_PID, LOG_DAEMON);
 	auto driver = load_libcuda(libcuda);
 	for (const Watched &w : watched) {
-		if (!process_exists(w.pid))
+		if (exited(w.pidfd, w.pid))
 			continue;
 		if (!driver) {
-			syslog(LOG_ERR, "CRIU (pid %d) died mid-dump; pid %d may be left locked: %s; run: cuda-criu resume %d",
+			syslog(LOG_ERR, "CRIU (pid %d) has exited; pid %d may be left locked: %s; run: cuda-criu resume %d",
 			       criu, w.pid, driver.error().message().c_str(), w.pid);
 			continue;
 		}
-		Status st;
 		auto now = (*driver)->state(w.pid);
-		if (now && *now == CudaState::Checkpointed && w.found != CudaState::Checkpointed)
+		if (!now) {
+			syslog(LOG_ERR, "CRIU (pid %d) has exited; cannot read the CUDA state of pid %d: %s", criu, w.pid,
+			       now.error().message().c_str());
+			continue;
+		}
+		if (*now == w.found)
+			continue;
+		Status st;
+		if (*now == CudaState::Checkpointed)
 			st = (*driver)->restore(w.pid, {});
-		if (st && now && *now != CudaState::Running && w.found == CudaState::Running)
+		if (st && w.found == CudaState::Running)
 			st = (*driver)->unlock(w.pid);
-		if (!st || !now)
-			syslog(LOG_ERR, "CRIU (pid %d) died mid-dump; could not return pid %d to %s: %s; run: cuda-criu resume %d",
-			       criu, w.pid, to_string(w.found), (st ? now.error() : st.error()).message().c_str(), w.pid);
+		if (!st)
+			syslog(LOG_ERR, "CRIU (pid %d) left pid %d %s; could not return it to %s: %s; run: cuda-criu resume %d",
+			       criu, w.pid, to_string(*now), to_string(w.found), st.error().message().c_str(), w.pid);
 		else
-			syslog(LOG_WARNING, "CRIU (pid %d) died mid-dump; pid %d returned to %s", criu, w.pid, to_string(w.found));
+			syslog(LOG_WARNING, "CRIU (pid %d) left pid %d %s; returned it to %s", criu, w.pid, to_string(*now),
+			       to_string(w.found));
 	}
 	_exit(0);
 }
@@ -85,13 +125,14 @@ Result<DumpGuard> DumpGuard::start(const std::string &libcuda)
 		return errno_error("%s", "create the dump guard's socket");
 	UniqueFd rd(fds[0]), wr(fds[1]);
 	pid_t criu = getpid();
+	UniqueFd criu_pidfd(pidfd_open(criu));
 	pid_t child = fork();
 	if (child < 0)
 		return errno_error("%s", "fork the dump guard");
 	if (child == 0) {
 		wr.reset();
 		if (fork() == 0)
-			guard_main(rd.get(), criu, libcuda);
+			guard_main(rd.get(), criu, criu_pidfd.get(), libcuda);
 		_exit(0);
 	}
 	while (waitpid(child, nullptr, 0) < 0 && errno == EINTR) {
@@ -108,12 +149,5 @@ void DumpGuard::watch(pid_t pid, CudaState found)
 	(void)!send(pipe_.get(), msg, static_cast<size_t>(n), MSG_NOSIGNAL); // a dead guard must not kill CRIU
 }
 
-void DumpGuard::release()
-{
-	if (!pipe_.valid())
-		return;
-	(void)!send(pipe_.get(), "R\n", 2, MSG_NOSIGNAL);
-	pipe_.reset();
-}
 
 } // namespace cuda_criu

@@ -1,7 +1,8 @@
-// The dump guard: a small process that outlives CRIU. If CRIU dies in the middle of a dump (SIGKILL, a
-// crash) after the plugin locked or checkpointed processes, nothing of CRIU's rollback runs; the guard
-// notices (its pipe from CRIU closes without a release) and returns each process to the state it was found
-// in (and says so in syslog). A dump that ends normally releases it and it exits.
+// The dump guard: a small process that outlives CRIU. Once CRIU has exited, every CUDA process of the dump
+// that is still alive must be in the state it was found in: after a normal dump it is dead, after
+// --leave-running or a failed dump the plugin returned it. If not (CRIU died mid-dump, or CRIU let the
+// tasks go after a successful dump because a post-dump script asked), the guard returns it there and says
+// so in syslog.
 #pragma once
 
 #include <sys/types.h>
@@ -21,13 +22,8 @@ public:
 	static Result<DumpGuard> start(const std::string &libcuda);
 
 	DumpGuard() = default;
-	DumpGuard(DumpGuard &&) = default;
-	DumpGuard &operator=(DumpGuard &&) = default;
-	~DumpGuard() { release(); } // a normal end of the dump; only a dead CRIU skips it
 	// Tells the guard about a process about to be locked, and the state it was found in.
 	void watch(pid_t pid, CudaState found);
-	// The dump is over and every process is where it should be: the guard exits.
-	void release();
 
 private:
 	explicit DumpGuard(UniqueFd pipe) : pipe_(std::move(pipe)) {}

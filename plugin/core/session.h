@@ -81,7 +81,7 @@ private:
 	Host &host_;
 	DriverSource driver_source_;
 	GuardSource guard_source_;
-	DumpGuard guard_; // released when the session ends (destruction)
+	DumpGuard guard_; // its socket closes with the session; the guard then waits for CRIU to exit
 	std::unique_ptr<TimedDriver> timed_;
 	Driver *driver_ = nullptr; // timed_, once loaded
 	PhaseCost pause_cost_, checkpoint_cost_;

@@ -62,6 +62,25 @@ expect_healthy "$STATE"
 kill -9 "$pid"; wait_gone "$pid"
 log "criu killed mid-dump: the guard returned the process to running, data intact"
 
+# A post-dump script that fails makes CRIU let the tasks go after a successful dump (the plugin was told
+# the dump succeeded and the tasks would be killed): the guard returns the process to running.
+cat >"$T/post-dump-fails.sh" <<'EOS'
+#!/bin/sh
+[ "$CRTOOLS_SCRIPT_ACTION" = post-dump ] && exit 1
+exit 0
+EOS
+chmod +x "$T/post-dump-fails.sh"
+start_memcheck post-dump 16
+pid=$LAST_PID
+mkdir -p "$T/img-post-dump"
+"$CRIU" dump -t "$pid" -D "$T/img-post-dump" -L "$PLUGIN_DIR" -v4 -o dump.log --action-script "$T/post-dump-fails.sh" \
+	2>/dev/null && fail "post-dump: criu reported success despite the failing post-dump script"
+alive "$pid" || fail "post-dump: the workload was killed"
+wait_for "the guard to return pid $pid to running" 20 sh -c "[ \"\$(LD_LIBRARY_PATH=$(dirname "$FAKE_LIB") CUDA_CRIU_LIBCUDA=$FAKE_LIB $CUDA_CRIU status $pid | awk '{print \$2}')\" = running ]"
+expect_healthy "$STATE"
+kill -9 "$pid"; wait_gone "$pid"
+log "post-dump script failed, CRIU let the tasks go: the guard returned the process to running, data intact"
+
 # Without the guard (e.g. it was killed too), cuda-criu resume is the way back from a stranded state.
 start_memcheck stranded 16
 pid=$LAST_PID
