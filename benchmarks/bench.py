@@ -194,16 +194,14 @@ class Workload:
         wait_for("the workload to exit", lambda: all(gone(p) for p in self.pids), 60)
 
 
-def round_trip(variant, scenario, rnd):
-    kind, size, procs = SCENARIOS[scenario]
-    name = f"{scenario}-{variant}-{rnd}"
+def dump_and_restore(variant, w, name):
+    """Dumps the running workload w with one plugin, restores it, waits until it has verified its data
+    again, then kills it. Returns the figures of that round trip."""
     img = os.path.join(WORK, "img-" + name)
     shutil.rmtree(img, ignore_errors=True)
     os.makedirs(img)
-    w = Workload(kind, size, procs, name)
-    time.sleep(0.5)
-    rc, dump_s, dump_rss = run_criu(variant, ["dump", "-t", str(w.pid), "-D", img, "-L", VARIANTS[variant]["libdir"],
-                                              "-v4", "-o", "dump.log"])
+    libdir = VARIANTS[variant]["libdir"]
+    rc, dump_s, dump_rss = run_criu(variant, ["dump", "-t", str(w.pid), "-D", img, "-L", libdir, "-v4", "-o", "dump.log"])
     if rc != 0:
         w.kill()
         raise RuntimeError(f"{name}: criu dump failed (exit {rc}); see {img}/dump.log")
@@ -211,14 +209,11 @@ def round_trip(variant, scenario, rnd):
     wait_for("the dumped processes to exit", lambda: all(gone(p) for p in w.pids), 60)
     image = dir_bytes(img)
     t0 = time.monotonic()
-    rc, restore_s, restore_rss = run_criu(variant, ["restore", "-D", img, "-d", "-L", VARIANTS[variant]["libdir"],
-                                                    "-v4", "-o", "restore.log"])
+    rc, restore_s, restore_rss = run_criu(variant, ["restore", "-D", img, "-d", "-L", libdir, "-v4", "-o", "restore.log"])
     if rc != 0:
         raise RuntimeError(f"{name}: criu restore failed (exit {rc}); see {img}/restore.log")
-    ready_s = w.healthy_after(before) - t0
     r = {
-        "variant": variant, "scenario": scenario, "round": rnd,
-        "dump_s": dump_s, "restore_s": restore_s, "restore_to_ready_s": ready_s,
+        "dump_s": dump_s, "restore_s": restore_s, "restore_to_ready_s": w.healthy_after(before) - t0,
         "device_dump_s": device_seconds(os.path.join(img, "dump.log"), {10, 11}),
         "device_restore_s": device_seconds(os.path.join(img, "restore.log"), {9}),
         "image_gib": image / (1 << 30), "criu_peak_mib": max(dump_rss, restore_rss),
@@ -227,7 +222,16 @@ def round_trip(variant, scenario, rnd):
     for logname in ("dump.log", "restore.log"):
         shutil.copy(os.path.join(img, logname), os.path.join(WORK, "logs", f"{name}-{logname}"))
     shutil.rmtree(img)
-    log(f"{name}: dump {dump_s:.2f} s (device {r['device_dump_s']:.2f}), restore {restore_s:.2f} s "
+    return r
+
+
+def round_trip(variant, scenario, rnd):
+    kind, size, procs = SCENARIOS[scenario]
+    name = f"{scenario}-{variant}-{rnd}"
+    w = Workload(kind, size, procs, name)
+    time.sleep(0.5)
+    r = {"variant": variant, "scenario": scenario, "round": rnd, **dump_and_restore(variant, w, name)}
+    log(f"{name}: dump {r['dump_s']:.2f} s (device {r['device_dump_s']:.2f}), restore {r['restore_s']:.2f} s "
         f"(device {r['device_restore_s']:.2f}), image {r['image_gib']:.2f} GiB, data verified")
     return r
 
@@ -236,41 +240,22 @@ def cold_start(rounds, out):
     """Start-up of a PyTorch workload with an expensive start (torch.compile + CUDA graphs) from scratch,
     with empty and with warm compile caches, against restore-to-ready with each plugin. Appends to out."""
     cache = os.path.join(WORK, "inductor-cache")
+    env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=cache, TRITON_CACHE_DIR=os.path.join(cache, "triton"),
+               TORCHINDUCTOR_COMPILE_THREADS="1")
+    compiled = ["--compile", "reduce-overhead"]
     for rnd in range(rounds):
         for caches in ("empty", "warm"):
             if caches == "empty":
                 shutil.rmtree(cache, ignore_errors=True)
-            env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=cache, TRITON_CACHE_DIR=os.path.join(cache, "triton"),
-                       TORCHINDUCTOR_COMPILE_THREADS="1")
-            w = Workload("torch", 2, 1, f"cold-{caches}-{rnd}", ["--compile", "reduce-overhead"], env)
+            w = Workload("torch", 2, 1, f"cold-{caches}-{rnd}", compiled, env)
             out.append({"what": f"cold start, {caches} caches", "round": rnd, "seconds": w.ready_at - w.t0})
             log(f"cold start with {caches} compile caches: {w.ready_at - w.t0:.2f} s")
             w.kill()
         for variant in VARIANTS:
             name = f"compiled-{variant}-{rnd}"
-            img = os.path.join(WORK, "img-" + name)
-            shutil.rmtree(img, ignore_errors=True)
-            os.makedirs(img)
-            env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=cache, TRITON_CACHE_DIR=os.path.join(cache, "triton"),
-                       TORCHINDUCTOR_COMPILE_THREADS="1")
-            w = Workload("torch", 2, 1, name, ["--compile", "reduce-overhead"], env)
-            rc, _, _ = run_criu(variant, ["dump", "-t", str(w.pid), "-D", img, "-L", VARIANTS[variant]["libdir"],
-                                          "-v4", "-o", "dump.log"])
-            if rc != 0:
-                w.kill()
-                raise RuntimeError(f"{name}: dump failed; see {img}/dump.log")
-            before = w.iterations()
-            wait_for("exit", lambda: all(gone(p) for p in w.pids), 60)
-            t0 = time.monotonic()
-            rc, _, _ = run_criu(variant, ["restore", "-D", img, "-d", "-L", VARIANTS[variant]["libdir"],
-                                          "-v4", "-o", "restore.log"])
-            if rc != 0:
-                raise RuntimeError(f"{name}: restore failed; see {img}/restore.log")
-            ready = w.healthy_after(before) - t0
+            ready = dump_and_restore(variant, Workload("torch", 2, 1, name, compiled, env), name)["restore_to_ready_s"]
             out.append({"what": f"restore-to-ready, {variant}", "round": rnd, "seconds": ready})
             log(f"{name}: restore-to-ready {ready:.2f} s, data verified")
-            w.kill()
-            shutil.rmtree(img)
     return out
 
 

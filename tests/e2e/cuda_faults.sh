@@ -57,7 +57,7 @@ if CRIU_FAULT=1 "$CRIU" dump -t "$pid" -D "$T/img-killed" -L "$PLUGIN_DIR" -v4 -
 	fail "criu-killed: dump succeeded"
 fi
 alive "$pid" || fail "criu-killed: the workload died with CRIU"
-wait_for "the guard to return pid $pid to running" 20 sh -c "[ \"\$(LD_LIBRARY_PATH=$(dirname "$FAKE_LIB") CUDA_CRIU_LIBCUDA=$FAKE_LIB $CUDA_CRIU status $pid | awk '{print \$2}')\" = running ]"
+wait_for "the guard to return pid $pid to running" 20 is_running "$pid"
 expect_healthy "$STATE"
 kill -9 "$pid"; wait_gone "$pid"
 log "criu killed mid-dump: the guard returned the process to running, data intact"
@@ -76,7 +76,7 @@ mkdir -p "$T/img-post-dump"
 "$CRIU" dump -t "$pid" -D "$T/img-post-dump" -L "$PLUGIN_DIR" -v4 -o dump.log --action-script "$T/post-dump-fails.sh" \
 	2>/dev/null && fail "post-dump: criu reported success despite the failing post-dump script"
 alive "$pid" || fail "post-dump: the workload was killed"
-wait_for "the guard to return pid $pid to running" 20 sh -c "[ \"\$(LD_LIBRARY_PATH=$(dirname "$FAKE_LIB") CUDA_CRIU_LIBCUDA=$FAKE_LIB $CUDA_CRIU status $pid | awk '{print \$2}')\" = running ]"
+wait_for "the guard to return pid $pid to running" 20 is_running "$pid"
 expect_healthy "$STATE"
 kill -9 "$pid"; wait_gone "$pid"
 log "post-dump script failed, CRIU let the tasks go: the guard returned the process to running, data intact"

@@ -137,6 +137,7 @@ expect_healthy() {
 }
 
 cuda_state() { LD_LIBRARY_PATH=$(dirname "$FAKE_LIB") CUDA_CRIU_LIBCUDA=$FAKE_LIB "$CUDA_CRIU" status "$1" | awk '{print $2}'; }
+is_running() { [ "$(cuda_state "$1")" = running ]; }
 cuda_criu() { LD_LIBRARY_PATH=$(dirname "$FAKE_LIB") CUDA_CRIU_LIBCUDA=$FAKE_LIB "$CUDA_CRIU" "$@"; }
 
 # expect_log FILE PATTERN WHAT
