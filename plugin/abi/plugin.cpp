@@ -41,7 +41,6 @@ struct State {
 	std::unique_ptr<RestoreSession> restore;
 	bool inventory_added = false;
 	bool image_written = false;
-	uint64_t started_us = 0;
 	std::thread driver_warmup; // restore: loads libcuda while CRIU restores memory
 	~State()
 	{
@@ -170,7 +169,6 @@ static int cuda_plugin_init(int stage)
 		auto s = std::make_unique<State>();
 		s->criu = g_criu_for_log;
 		s->options = std::move(*options);
-		s->started_us = now_us();
 		int ret = stage == CR_PLUGIN_STAGE__DUMP ? init_dump(*s) : init_restore(*s);
 		if (ret == 0)
 			g_state = s.release();
