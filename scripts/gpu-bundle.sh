@@ -12,6 +12,7 @@
 #     intree/cuda_plugin.so                       CRIU's own CUDA plugin, for comparison
 #     bin/cuda_memcheck                           the driver-API test workload
 #     bin/cuda-criu, bin/cuda-checkpoint          the CLI, and its cuda-checkpoint-compatible name
+#     sbin/runc                                   this machine's runc, when installed (the container test)
 #     bench.py                                    the benchmark (benchmarks/bench.py)
 #     bundle-info.txt                             what went in, and from which sources
 #
@@ -109,10 +110,17 @@ install -m 755 "$cli" "$tmp/bin/cuda-criu"
 # CRIU's in-tree plugin runs `cuda-checkpoint` from PATH: ours answers that command line (benchmarks).
 ln -s cuda-criu "$tmp/bin/cuda-checkpoint"
 install -m 755 "$top/benchmarks/bench.py" "$tmp/bench.py"
+runc=$(command -v runc || true)
+if [ -n "$runc" ]; then
+	install -m 755 "$runc" "$tmp/sbin/runc"
+else
+	log "note: no runc here (test-containers/setup.sh installs it): the bundle's container test will skip"
+fi
 strip --strip-debug "$tmp/sbin/criu" "$tmp/intree/cuda_plugin.so" "$tmp/plugin/cuda_plugin.so" "$tmp/bin/cuda_memcheck" \
 	"$tmp/bin/cuda-criu"
 
-for f in "$tmp/sbin/criu" "$tmp/intree/cuda_plugin.so" "$tmp/plugin/cuda_plugin.so" "$tmp/bin/cuda-criu"; do
+for f in "$tmp/sbin/criu" "$tmp/intree/cuda_plugin.so" "$tmp/plugin/cuda_plugin.so" "$tmp/bin/cuda-criu" \
+	${runc:+"$tmp/sbin/runc"}; do
 	needed_libs "$f"
 done | sort -u | while read -r lib; do
 	is_system_lib "$lib" && continue

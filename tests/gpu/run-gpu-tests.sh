@@ -4,7 +4,7 @@
 #
 #   bash build/gpu-bundle/run-gpu-tests.sh [TEST...]      (as root; default: all tests)
 #
-# Tests: memcheck-4g torch tree leave-running. Each prints one line, "PASS name (figures)", "FAIL name: why"
+# Tests: all_tests below (those for 2 GPUs skip on one). Each prints one line, "PASS name (figures)", "FAIL name: why"
 # or "SKIP name: why"; the exit status is 1 when any test failed. Only criu runs with the bundle's lib/ in
 # LD_LIBRARY_PATH: the workloads use the machine's own libraries and its libcuda.so.1.
 #
@@ -19,7 +19,8 @@ set -uo pipefail
 bundle=$(cd "$(dirname "$0")" && pwd)
 work=${GPU_TESTS_WORK:-/var/tmp/cuda-criu-gpu-tests}
 python=${GPU_TESTS_PYTHON:-python3}
-all_tests=(memcheck-4g torch tree leave-running remap-self refuse-map remap-gpu1 tree-2gpu torch-2gpu)
+all_tests=(memcheck-4g torch tree leave-running remap-self refuse-map remap-gpu1 tree-2gpu torch-2gpu auto-remap
+	cli-steps roundtrip-torch runc)
 memcheck_mb=${MEMCHECK_MB:-4096}
 torch_gb=${TORCH_GB:-4}
 tree_mb=${TREE_MB:-1024}
@@ -274,6 +275,199 @@ test_refuse_map() {
 	echo "  $line"
 }
 
+# Automatic remapping: a process that sees only GPU 0 (CUDA_VISIBLE_DEVICES=0) is restored by a CRIU that
+# sees only GPU 1: GPU 0 is then absent for the plugin, a GPU of the same model is there, no map is given.
+test_auto_remap() {
+	with_two_gpus auto-remap || return
+	local dir=$work/auto-remap pid nodes line
+	start "$dir" env CUDA_VISIBLE_DEVICES=0 "$bundle/bin/cuda_memcheck" --mb 1024 --state "$dir/state" --interval-ms 100
+	wait_state "$dir/state" 120 1 || { fail auto-remap "before the dump: $why"; return; }
+	pid=$(state "$dir/state" pid)
+	nodes=$(ls -l "/proc/$pid/fd" 2>/dev/null | grep -o '/dev/nvidia[0-9]*$' | sort -u | xargs)
+	echo "  auto-remap: pid $pid holds the GPU device nodes: ${nodes:-none}"
+	RESTORE_ENV=CUDA_VISIBLE_DEVICES=1 KEEP_RUNNING=1 dump_restore_test auto-remap "$dir" 120 "$dir/state"
+	line=$(grep -o 'cuda_plugin: restoring with GPU pairs:.*' "$dir/restore.log" | tail -n1)
+	echo "  ${line:-no 'restoring with GPU pairs' line in restore.log}"
+	case "$line" in *"automatic: same model"*) ;; *) fail auto-remap "the plugin did not pair the GPUs automatically" ;; esac
+	alive "$pid" && expect_on auto-remap "$pid" 1
+	kill_pids "$pid"
+}
+
+cli() { env "LD_LIBRARY_PATH=$bundle/lib" "$bundle/bin/cuda-criu" "$@"; }
+
+# cuda-criu on a real GPU: each driver step by hand (lock, checkpoint, restore, unlock), the state after
+# each, the GPU memory freed while checkpointed; then `inspect` (text and JSON) of a CRIU image.
+test_cli_steps() {
+	local name=cli-steps dir=$work/cli-steps pid st gpu step
+	start "$dir" "$bundle/bin/cuda_memcheck" --mb 1024 --state "$dir/state" --interval-ms 100
+	wait_state "$dir/state" 120 1 || { fail $name "before the steps: $why"; return; }
+	pid=$(state "$dir/state" pid)
+	started+=("$pid")
+	echo "  $name: cuda-criu ps"
+	cli ps 2>&1 | sed 's/^/  | /'
+	for step in "lock locked" "checkpoint checkpointed" "restore locked" "unlock running"; do
+		set -- $step
+		cli "$1" "$pid" >"$dir/$1.out" 2>&1 || { fail $name "cuda-criu $1 $pid: $(cat "$dir/$1.out")"; kill_pids "$pid"; return; }
+		st=$(cli status "$pid" 2>&1)
+		gpu=$(gpu_gib "$pid")
+		echo "  cuda-criu $1 $pid -> '$(cat "$dir/$1.out")'; status '$st'; GPU memory $gpu GiB"
+		[ "$st" = "$pid $2" ] || { fail $name "after $1: status says '$st', expected '$pid $2'"; kill_pids "$pid"; return; }
+		if [ "$1" = checkpoint ] && [ "$gpu" != 0.00 ]; then
+			fail $name "checkpointed, but the process still holds $gpu GiB on the GPU"; kill_pids "$pid"; return
+		fi
+	done
+	advance 30 "$dir/state" "$(state "$dir/state" iterations)" || { fail $name "after unlock: $why"; kill_pids "$pid"; return; }
+	dump "$dir" "$pid" || { fail $name "$why"; show_log "$dir/dump.log"; kill_pids "$pid"; return; }
+	echo "  cuda-criu inspect $dir/img"
+	cli inspect "$dir/img" >"$dir/inspect.txt" 2>&1 || { fail $name "inspect: $(cat "$dir/inspect.txt")"; return; }
+	sed 's/^/  | /' "$dir/inspect.txt"
+	cli inspect --json "$dir/img" >"$dir/inspect.json" 2>&1 || { fail $name "inspect --json: $(cat "$dir/inspect.json")"; return; }
+	python3 - "$dir/inspect.json" "$pid" <<'PY' || { fail $name "inspect --json does not describe pid $pid"; return; }
+import json, sys
+d = json.load(open(sys.argv[1]))
+procs = [p for p in d["processes"] if p["pid"] == int(sys.argv[2])]
+assert d["cuda_image"] and procs and d["gpus"], d
+print("  inspect --json: %d process(es), %d GPU(s), driver %s" % (len(d["processes"]), len(d["gpus"]), d["driver_version"]))
+PY
+	pass $name "lock/checkpoint/restore/unlock by hand, status after each, inspect of a $(gib "$img_bytes") GiB image"
+	rm -rf "$dir/img"
+}
+
+# cuda-criu roundtrip against a PyTorch program: two cycles, and one with --leave-running; the reports
+# (table, JSON, JUnit) go to the logs.
+test_roundtrip_torch() {
+	local name=roundtrip-torch dir=$work/roundtrip-torch rc
+	if ! "$python" -c 'import torch' 2>/dev/null; then skip $name "$python has no PyTorch"; return; fi
+	mkdir -p "$dir"
+	local health='f='"$dir"'/state; a=$(sed -n "s/^iterations=//p" $f); sleep 1; b=$(sed -n "s/^iterations=//p" $f); grep -qx status=ok $f && [ "$b" -gt "$a" ]'
+	local common=(--criu "$bundle/sbin/criu" --criu-env "LD_LIBRARY_PATH=$bundle/lib" --libdir "$bundle/plugin"
+		--require-cuda --health-cmd "$health" --start-timeout 240)
+	local workload=(env -u LD_LIBRARY_PATH "$python" -u "$bundle/torch_workload.py" --gb 2 --state "$dir/state" --interval-ms 100)
+	cli roundtrip "${common[@]}" --repeat 2 --dir "$dir/rt" --json "$dir/rt.json" --junit "$dir/rt.xml" --name torch-2gb \
+		-- "${workload[@]}" >"$dir/rt.txt" 2>&1
+	rc=$?
+	sed 's/^/  | /' "$dir/rt.txt" | tail -n 30
+	[ "$rc" = 0 ] || { fail $name "cuda-criu roundtrip --repeat 2 exited $rc"; return; }
+	rm -f "$dir/state"
+	cli roundtrip "${common[@]}" --leave-running --dir "$dir/rt-r" --json "$dir/rt-r.json" --name torch-2gb-leave-running \
+		-- "${workload[@]}" >"$dir/rt-r.txt" 2>&1
+	rc=$?
+	sed 's/^/  | /' "$dir/rt-r.txt" | tail -n 20
+	[ "$rc" = 0 ] || { fail $name "cuda-criu roundtrip --leave-running exited $rc"; return; }
+	pass $name "2 cycles, and 1 with --leave-running, of a 2 GiB PyTorch program"
+}
+
+# A real CUDA workload in a runc container (hand-written OCI config: the host's /usr and /etc read-only, the
+# NVIDIA device nodes as devices): checkpointed, the container removed, restored from the image under its
+# own name, removed, and restored again under a new name; its data checked each time.
+test_runc() {
+	local name=runc dir=$work/runc runc_bin=$bundle/sbin/runc
+	[ -x "$runc_bin" ] || { skip $name "no runc in the bundle"; return; }
+	# runc re-executes itself (runc init) with an empty environment: its libseccomp must be the system's.
+	if ! ldconfig -p 2>/dev/null | grep -q 'libseccomp\.so\.2 '; then
+		echo "  runc: this machine has no libseccomp.so.2: installing the bundle's copy into /usr/local/lib"
+		install -m 644 "$bundle/lib/libseccomp.so.2" /usr/local/lib/ && ldconfig
+	fi
+	mkdir -p "$dir"/{rootfs,state,runc-root}
+	local root=$dir/rootfs d n devs=()
+	for d in usr etc proc sys dev tmp state opt/bin; do mkdir -p "$root/$d"; done
+	for d in bin sbin lib lib64 lib32; do
+		if [ -L "/$d" ]; then ln -sfn "$(readlink "/$d")" "$root/$d"; elif [ -d "/$d" ]; then mkdir -p "$root/$d"; fi
+	done
+	# CRIU through a wrapper: its libraries, and our plugin's directory (runc passes its environment on).
+	printf '#!/bin/sh\nexport LD_LIBRARY_PATH=%s CRIU_LIBS_DIR=%s\nexec %s "$@"\n' \
+		"$bundle/lib" "$bundle/plugin" "$bundle/sbin/criu" >"$dir/criu"
+	chmod +x "$dir/criu"
+	for n in /dev/nvidiactl /dev/nvidia-uvm /dev/nvidia-uvm-tools /dev/nvidia[0-9]*; do [ -c "$n" ] && devs+=("$n"); done
+	python3 - "$dir" "$root" "$(readlink -f "$bundle/bin")" "${devs[@]}" <<'PY' || { fail $name "cannot write config.json"; return; }
+import json, os, sys
+dir, root, bindir, devs = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4:]
+binds = [("/usr", "/usr", "ro"), ("/etc", "/etc", "ro"), (bindir, "/opt/bin", "ro"), (dir + "/state", "/state", "rw")]
+binds += [(p, p, "ro") for p in ("/lib", "/lib64", "/bin", "/sbin") if os.path.isdir(p) and not os.path.islink(p)]
+devices, allow = [], [{"allow": False, "access": "rwm"}]
+for d in devs:
+    st = os.stat(d)
+    ma, mi = os.major(st.st_rdev), os.minor(st.st_rdev)
+    devices.append({"path": d, "type": "c", "major": ma, "minor": mi, "fileMode": 0o666, "uid": 0, "gid": 0})
+    allow.append({"allow": True, "type": "c", "major": ma, "minor": mi, "access": "rwm"})
+cmd = "exec /opt/bin/cuda_memcheck --mb 1024 --state /state/one --interval-ms 100 2>>/state/one.err"
+caps = ["CAP_KILL"]
+config = {
+    "ociVersion": "1.0.2",
+    "process": {"terminal": False, "user": {"uid": 0, "gid": 0}, "args": ["/bin/sh", "-c", cmd],
+                "env": ["PATH=/usr/bin:/bin"], "cwd": "/",
+                "capabilities": {"bounding": caps, "effective": caps, "permitted": caps},
+                "rlimits": [{"type": "RLIMIT_NOFILE", "hard": 1024, "soft": 1024}], "noNewPrivileges": True},
+    "root": {"path": root, "readonly": True},
+    "hostname": "cuda-gpu-ct",
+    "mounts": [
+        {"destination": "/proc", "type": "proc", "source": "proc"},
+        {"destination": "/dev", "type": "tmpfs", "source": "tmpfs", "options": ["nosuid", "strictatime", "mode=755", "size=65536k"]},
+        {"destination": "/dev/shm", "type": "tmpfs", "source": "shm", "options": ["nosuid", "noexec", "nodev", "mode=1777", "size=65536k"]},
+        {"destination": "/sys", "type": "sysfs", "source": "sysfs", "options": ["nosuid", "noexec", "nodev", "ro"]},
+        {"destination": "/tmp", "type": "tmpfs", "source": "tmpfs", "options": ["nosuid", "nodev", "mode=1777"]},
+    ] + [{"destination": d, "type": "bind", "source": s, "options": ["rbind", o]} for s, d, o in binds],
+    "linux": {
+        # No network namespace: CRIU would need iptables to lock it, and that machine has none.
+        "namespaces": [{"type": "pid"}, {"type": "ipc"}, {"type": "uts"}, {"type": "mount"}],
+        "devices": devices,
+        "resources": {"devices": allow},
+        "maskedPaths": ["/proc/kcore", "/proc/keys", "/proc/timer_list", "/sys/firmware"],
+        "readonlyPaths": ["/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger"],
+    },
+}
+with open(dir + "/config.json", "w") as f:
+    json.dump(config, f, indent=1)
+print("  runc: devices " + " ".join(devs))
+PY
+	rc_() { "$runc_bin" --root "$dir/runc-root" --log "$dir/runc.log" --criu "$dir/criu" "$@"; }
+	ct_state() { rc_ state "$1" 2>/dev/null | python3 -c "import json,sys; print(json.load(sys.stdin)['$2'])" 2>/dev/null; }
+	ct_remove() { rc_ kill "$1" KILL 2>/dev/null; sleep 1; rc_ delete -f "$1" 2>/dev/null; }
+	ct_cleanup() { local id; for id in $(rc_ list -q 2>/dev/null); do rc_ kill "$id" KILL; rc_ delete -f "$id"; done 2>/dev/null; }
+	ct_fail() {
+		fail $name "$1"
+		[ -n "${2:-}" ] && show_log "$2"
+		tail -n 5 "$dir/runc.log" 2>/dev/null | sed 's/^/  runc.log | /'
+		tail -n 5 "$dir/state/one.err" 2>/dev/null | sed 's/^/  one.err | /'
+		ct_cleanup
+	}
+	"$runc_bin" --version | head -n1 | sed 's/^/  /'
+
+	rc_ run -d --bundle "$dir" ct-gpu </dev/null >"$dir/run.out" 2>&1 || { ct_fail "runc run failed: $(cat "$dir/run.out")"; return; }
+	wait_state "$dir/state/one" 120 1 || { ct_fail "in the container: $why"; return; }
+	local host_pid at_dump now gpu t0 id
+	host_pid=$(ct_state ct-gpu pid)
+	gpu=$(gpu_gib "$host_pid")
+	echo "  runc: container ct-gpu, workload host pid $host_pid (pid $(state "$dir/state/one" pid) inside), $gpu GiB on the GPU"
+	t0=$(now)
+	rc_ checkpoint --image-path "$dir/img" --work-path "$dir/work-dump" ct-gpu </dev/null >"$dir/checkpoint.out" 2>&1 ||
+		{ ct_fail "runc checkpoint failed: $(tail -n 3 "$dir/checkpoint.out")" "$dir/work-dump/dump.log"; return; }
+	dump_s=$(since "$t0")
+	img_bytes=$(du -sb "$dir/img" | cut -f1)
+	wait_gone 30 "$host_pid" || { ct_fail "pid $host_pid still exists after the checkpoint"; return; }
+	rc_ delete -f ct-gpu 2>/dev/null
+	at_dump=$(state "$dir/state/one" iterations)
+	echo "  runc: checkpointed in $dump_s s at iteration $at_dump, image $(gib "$img_bytes") GiB, container removed"
+	plugin_line "$dir/work-dump/dump.log" dump | sed 's/^/  /'
+	for id in ct-gpu ct-gpu-new; do
+		t0=$(now)
+		rc_ restore -d --bundle "$dir" --image-path "$dir/img" --work-path "$dir/work-$id" "$id" </dev/null >"$dir/restore-$id.out" 2>&1 ||
+			{ ct_fail "runc restore as $id failed: $(tail -n 3 "$dir/restore-$id.out")" "$dir/work-$id/restore.log"; return; }
+		restore_s=$(since "$t0")
+		[ "$(ct_state "$id" status)" = running ] || { ct_fail "$id is $(ct_state "$id" status) after the restore" "$dir/work-$id/restore.log"; return; }
+		advance 60 "$dir/state/one" "$at_dump" || { ct_fail "$id after the restore: $why" "$dir/work-$id/restore.log"; return; }
+		now=$(state "$dir/state/one" iterations)
+		echo "  runc: restored as $id in $restore_s s (host pid $(ct_state "$id" pid)), iterations $at_dump -> $now, data verified"
+		plugin_line "$dir/work-$id/restore.log" restore | sed 's/^/  /'
+		ct_remove "$id"
+		# Blanked, same size (CRIU checks the size of files held open): the next restore must write it.
+		head -c 1536 /dev/zero | tr '\0' '\n' >"$dir/state/one"
+	done
+	ct_cleanup
+	pass $name "checkpoint $dump_s s, image $(gib "$img_bytes") GiB; restored as ct-gpu and as ct-gpu-new, data intact"
+	rm -rf "$dir/img"
+}
+
 dump() {
 	local dir=$1 pid=$2; shift 2
 	local t0 rc
@@ -454,6 +648,10 @@ for t in "$@"; do
 	tree-2gpu) test_tree_2gpu ;;
 	torch-2gpu) test_torch_2gpu ;;
 	refuse-map) test_refuse_map ;;
+	auto-remap) test_auto_remap ;;
+	cli-steps) test_cli_steps ;;
+	roundtrip-torch) test_roundtrip_torch ;;
+	runc) test_runc ;;
 	*) fail "$t" "no such test (known: ${all_tests[*]})"; continue ;;
 	esac
 	mapfile -t left < <(pids_in "$work/$t") # whatever a failed test left running
