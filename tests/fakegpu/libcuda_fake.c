@@ -16,6 +16,13 @@
  *   FAKEGPU_HANG=op[:pid][,...]   op sleeps FAKEGPU_HANG_MS (default 3600000) first
  *   FAKEGPU_CRASH_TARGET=op[:pid][,...]  the target's restore thread SIGKILLs
  *                             its process when it receives op
+ *   FAKEGPU_KILL_CALLER=op[:pid][,...]   the calling process (e.g. CRIU, which
+ *                             runs the plugin) SIGKILLs itself when it calls op;
+ *                             once per op (and pid, if given): a file
+ *                             kill-caller.<op>[.<pid>] in FAKEGPU_DIR records it,
+ *                             so that a process taking over afterwards (the
+ *                             plugin's guard, which inherits CRIU's environment)
+ *                             can make the same call
  *   op is one of getrestoretid, getstate, lock, checkpoint, restore, unlock.
  */
 #define _GNU_SOURCE
@@ -948,7 +955,8 @@ enum { OP_GETRESTORETID, OP_GETSTATE, OP_LOCK, OP_CHECKPOINT, OP_RESTORE, OP_UNL
 static const char *const g_op_names[] = { "getrestoretid", "getstate", "lock",
 					   "checkpoint", "restore", "unlock" };
 
-/* Does the list in env var `var` (op[:pid][,op[:pid]...]) name op for pid? */
+/* Does the list in env var `var` (op[:pid][,op[:pid]...]) name op for pid?
+ * 1: by op alone, 2: by op and pid. */
 static int env_matches(const char *var, int op, int pid)
 {
 	const char *s = getenv(var);
@@ -963,7 +971,7 @@ static int env_matches(const char *var, int op, int pid)
 			if (len == nl)
 				return 1;
 			if (s[nl] == ':' && atoi(s + nl + 1) == pid)
-				return 1;
+				return 2;
 		}
 		s += len;
 		if (*s == ',')
@@ -1030,6 +1038,28 @@ static int pid_dead(int pid)
 	return !p || p[1] != ' ' || p[2] == 'Z' || p[2] == 'X';
 }
 
+/* FAKEGPU_KILL_CALLER: SIGKILLs this process the first time it (or any
+ * process) calls op for pid. */
+static void maybe_kill_caller(int op, int pid)
+{
+	int how = env_matches("FAKEGPU_KILL_CALLER", op, pid);
+	const char *dir = getenv("FAKEGPU_DIR");
+	if (!how || !dir)
+		return;
+	char marker[PATH_MAX];
+	if (how == 2)
+		snprintf(marker, sizeof(marker), "%s/kill-caller.%s.%d", dir, g_op_names[op], pid);
+	else
+		snprintf(marker, sizeof(marker), "%s/kill-caller.%s", dir, g_op_names[op]);
+	int fd = open(marker, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+	if (fd < 0)
+		return; /* fired already */
+	close(fd);
+	fg_err("FAKEGPU_KILL_CALLER: %s of pid %d: killing the caller, process %d", g_op_names[op], pid,
+	       (int)getpid());
+	kill(getpid(), SIGKILL);
+}
+
 /* Common start of every checkpoint call: resolve the pid, fault injection. */
 static CUresult ck_begin(int op, int pid, uint64_t *id)
 {
@@ -1038,6 +1068,7 @@ static CUresult ck_begin(int op, int pid, uint64_t *id)
 	*id = resolve_pid(pid);
 	if (!*id)
 		return CUDA_ERROR_NOT_FOUND;
+	maybe_kill_caller(op, pid);
 	if (env_matches("FAKEGPU_HANG", op, pid)) {
 		uint64_t ms = env_u64("FAKEGPU_HANG_MS", 3600000);
 		fg_err("FAKEGPU_HANG: %s of pid %d sleeps %llu ms", g_op_names[op], pid, (unsigned long long)ms);
