@@ -107,8 +107,9 @@ int init_dump(State &s)
 		LOG_WARN("this CRIU cannot seize in interrupt-only mode: a CUDA process in a frozen cgroup cannot be "
 			 "checkpointed");
 	std::string libcuda = s.options.libcuda;
+	unsigned timeout_ms = s.options.restore_timeout_ms;
 	s.dump = std::make_unique<DumpSession>(s.options, s.host, driver_source(s.options),
-					       [libcuda] { return DumpGuard::start(libcuda); });
+					       [libcuda, timeout_ms] { return DumpGuard::start(libcuda, timeout_ms); });
 	LOG_INFO("ready to dump CUDA processes (lock timeout %.1f s)", s.options.lock_timeout_ms / 1000.0);
 	return 0;
 }
@@ -135,8 +136,15 @@ int init_restore(State &s)
 		LOG_INFO("no NVIDIA driver on this machine; CUDA plugin inactive");
 		return 0;
 	}
+	// Forked now, while CRIU has no threads and has not forked the tasks yet (nor set its SIGCHLD handler).
+	auto guard = RestoreGuard::start();
+	if (!guard)
+		LOG_WARN("no guard for this restore (%s): if CRIU dies mid-restore, a restored CUDA process may run on "
+			 "without its GPU state; check with cuda-criu status",
+			 guard.error().message().c_str());
 	s.restore = std::make_unique<RestoreSession>(s.options, s.host, driver_source(s.options), std::move(*image),
-						     s.criu.resume_late_errors_fatal);
+						     s.criu.resume_late_errors_fatal,
+						     guard ? std::move(*guard) : RestoreGuard());
 	LOG_INFO("ready to restore CUDA processes%s", image->has_value() ? "" : " (image without cuda-plugin.img)");
 	return 0;
 }

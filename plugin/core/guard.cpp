@@ -12,8 +12,12 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
+#include <optional>
 #include <vector>
 
+#include "base/format.h"
+#include "core/parallel.h"
 #include "driver/libcuda.h"
 #include "os/proc.h"
 
@@ -23,37 +27,114 @@ namespace {
 #ifndef SYS_pidfd_open
 #define SYS_pidfd_open 434
 #endif
+#ifndef SYS_pidfd_send_signal
+#define SYS_pidfd_send_signal 424
+#endif
 
 int pidfd_open(pid_t pid) { return static_cast<int>(syscall(SYS_pidfd_open, pid, 0)); }
 
 // Whether the process behind a pidfd has exited (a pidfd polls readable then). Without a pidfd (old
-// kernels), whether /proc has it.
+// kernels), whether /proc has it as a live process.
 bool exited(int pidfd, pid_t pid)
 {
-	if (pidfd < 0)
-		return !process_exists(pid);
+	if (pidfd < 0) {
+		auto st = read_task_status(pid);
+		return !st || st->state == 'Z' || st->state == 'X';
+	}
 	pollfd p{pidfd, POLLIN, 0};
 	return poll(&p, 1, 0) > 0;
 }
 
-// The guard's life, in the grandchild of CRIU (reparented away from it, so CRIU never waits for it).
-[[noreturn]] void guard_main(int in, pid_t criu, int criu_pidfd, const std::string &libcuda)
-{
-	setsid();
-	int null = open("/dev/null", O_RDWR | O_CLOEXEC);
-	dup2(in, 3);
-	dup2(criu_pidfd, 4);
-	for (int fd = 0; fd < 3; fd++)
-		dup2(null, fd);
-	syscall(SYS_close_range, 5, ~0U, 0); // nothing of CRIU's (image files, its log, runc's pipes)
-	in = 3;
-	criu_pidfd = criu_pidfd >= 0 ? 4 : -1;
+// The guard's body, in the grandchild of CRIU: in is the socket the plugin writes to, criu_pidfd CRIU
+// itself (-1 without pidfds).
+using GuardMain = std::function<void(int in, pid_t criu, int criu_pidfd)>;
 
-	struct Watched {
-		pid_t pid;
-		int pidfd; // the process itself, not a later one with the same pid
-		CudaState found;
-	};
+// Forks the guard as a grandchild of this process (reparented away from it, so CRIU never waits for it)
+// and returns the socket to talk to it.
+Result<UniqueFd> spawn(const char *what, const GuardMain &body)
+{
+	int fds[2];
+	if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds) != 0)
+		return errno_error("create the %s's socket", what);
+	UniqueFd rd(fds[0]), wr(fds[1]);
+	pid_t criu = getpid();
+	UniqueFd criu_pidfd(pidfd_open(criu));
+	pid_t child = fork();
+	if (child < 0)
+		return errno_error("fork the %s", what);
+	if (child == 0) {
+		wr.reset();
+		if (fork() != 0)
+			_exit(0);
+		setsid();
+		int null = open("/dev/null", O_RDWR | O_CLOEXEC);
+		dup2(rd.get(), 3);
+		dup2(criu_pidfd.get(), 4);
+		for (int fd = 0; fd < 3; fd++)
+			dup2(null, fd);
+		syscall(SYS_close_range, 5, ~0U, 0); // nothing of CRIU's (image files, its log, runc's pipes)
+		body(3, criu, criu_pidfd.valid() ? 4 : -1);
+		_exit(0);
+	}
+	while (waitpid(child, nullptr, 0) < 0 && errno == EINTR) {
+	}
+	return wr;
+}
+
+// Waits until CRIU has fully exited (its tracees are let go).
+void wait_for_exit(pid_t criu, int criu_pidfd)
+{
+	if (criu_pidfd >= 0) {
+		pollfd p{criu_pidfd, POLLIN, 0};
+		while (poll(&p, 1, -1) < 0 && errno == EINTR) {
+		}
+		return;
+	}
+	while (!exited(-1, criu))
+		usleep(10000);
+}
+
+struct Watched {
+	pid_t pid;
+	int pidfd; // the process itself, not a later one with the same pid
+	CudaState found;
+};
+
+// Returns one process to the state it was found in. A driver call that CRIU made for it may still be in
+// progress (CRIU died in the middle of it): the driver refuses another call until that one ends, and the
+// state moves on, so each failed step is tried again, from the state then, for a few seconds.
+Status return_process(Driver &d, const Watched &w, pid_t criu)
+{
+	constexpr int kAttempts = 50;
+	constexpr useconds_t kPauseUs = 100000;
+	std::optional<CudaState> left;
+	for (int attempt = 1;; attempt++) {
+		auto now = d.state(w.pid);
+		if (!now)
+			return std::move(now).error().context("%s", "read its CUDA state");
+		if (!left)
+			left = *now;
+		if (*now == w.found)
+			break;
+		Status st;
+		if (*now == CudaState::Checkpointed)
+			st = d.restore(w.pid, {});
+		if (st && w.found == CudaState::Running)
+			st = d.unlock(w.pid);
+		if (st)
+			break;
+		if (attempt == kAttempts)
+			return std::move(st).error().context("it was left %s", to_string(*left));
+		usleep(kPauseUs);
+	}
+	if (*left != w.found)
+		syslog(LOG_WARNING, "CRIU (pid %d) left pid %d %s; returned it to %s", criu, w.pid, to_string(*left),
+		       to_string(w.found));
+	return {};
+}
+
+void dump_guard_main(int in, pid_t criu, int criu_pidfd, const std::string &libcuda, unsigned timeout_ms)
+{
 	std::vector<Watched> watched;
 	FILE *f = fdopen(in, "r");
 	char line[128];
@@ -62,29 +143,20 @@ bool exited(int pidfd, pid_t pid)
 		if (std::sscanf(line, "W %d %d", &pid, &state) == 2)
 			watched.push_back({pid, pidfd_open(pid), static_cast<CudaState>(state)});
 	}
-	// The plugin is done with CRIU's run (or CRIU died). Once CRIU has fully exited, its tracees are let
-	// go: every watched process still alive must be in the state it was found in. It is after a normal
-	// dump (killed), after --leave-running or a failed dump (the plugin returned it); it is not when CRIU
-	// died mid-dump, or let the tasks go after a successful dump (a post-dump script said so).
-	if (criu_pidfd >= 0) {
-		pollfd p{criu_pidfd, POLLIN, 0};
-		while (poll(&p, 1, -1) < 0 && errno == EINTR) {
-		}
-	} else {
-		for (;;) {
-			auto st = read_task_status(criu);
-			if (!st || st->state == 'Z' || st->state == 'X')
-				break;
-			usleep(10000);
-		}
-	}
+	// The plugin is done with CRIU's run (or CRIU died). Once CRIU has fully exited, every watched process
+	// still alive must be in the state it was found in. It is after a normal dump (killed), after
+	// --leave-running or a failed dump (the plugin returned it); it is not when CRIU died mid-dump, or let
+	// the tasks go after a successful dump (a post-dump script said so).
+	wait_for_exit(criu, criu_pidfd);
 	bool any_alive = false;
 	for (const Watched &w : watched)
 		any_alive |= !exited(w.pidfd, w.pid);
 	if (!any_alive)
-		_exit(0);
+		return;
 	openlog("cuda_plugin-guard", LOG_PID, LOG_DAEMON);
 	auto driver = load_libcuda(libcuda);
+	std::vector<Job> jobs;
+	std::vector<pid_t> pids;
 	for (const Watched &w : watched) {
 		if (exited(w.pidfd, w.pid))
 			continue;
@@ -93,51 +165,93 @@ bool exited(int pidfd, pid_t pid)
 			       criu, w.pid, driver.error().message().c_str(), w.pid);
 			continue;
 		}
-		auto now = (*driver)->state(w.pid);
-		if (!now) {
-			syslog(LOG_ERR, "CRIU (pid %d) has exited; cannot read the CUDA state of pid %d: %s", criu, w.pid,
-			       now.error().message().c_str());
-			continue;
-		}
-		if (*now == w.found)
-			continue;
-		Status st;
-		if (*now == CudaState::Checkpointed)
-			st = (*driver)->restore(w.pid, {});
-		if (st && w.found == CudaState::Running)
-			st = (*driver)->unlock(w.pid);
-		if (!st)
-			syslog(LOG_ERR, "CRIU (pid %d) left pid %d %s; could not return it to %s: %s; run: cuda-criu resume %d",
-			       criu, w.pid, to_string(*now), to_string(w.found), st.error().message().c_str(), w.pid);
-		else
-			syslog(LOG_WARNING, "CRIU (pid %d) left pid %d %s; returned it to %s", criu, w.pid, to_string(*now),
-			       to_string(w.found));
+		Driver *d = *driver;
+		pids.push_back(w.pid);
+		jobs.push_back({format("CRIU (pid %d) has exited; return pid %d to %s", criu, w.pid, to_string(w.found)),
+				[d, w, criu] { return return_process(*d, w, criu); }});
 	}
-	_exit(0);
+	// A driver call that does not return is abandoned (it dies with this process): the guard never hangs.
+	std::vector<Status> results = run_jobs(std::move(jobs), 0, timeout_ms);
+	for (size_t i = 0; i < results.size(); i++)
+		if (!results[i])
+			syslog(LOG_ERR, "%s; run: cuda-criu resume %d", results[i].error().message().c_str(), pids[i]);
+}
+
+// Reads "R pid" (being restored) and "D pid" (restored) lines until the plugin closes the socket or CRIU
+// exits, then kills every process being restored that is not restored.
+void restore_guard_main(int in, pid_t criu, int criu_pidfd)
+{
+	struct Restoring {
+		pid_t pid;
+		int pidfd;
+		bool done;
+	};
+	std::vector<Restoring> procs;
+	std::string pending;
+	bool criu_gone = false;
+	for (;;) {
+		pollfd p[2] = {{in, POLLIN, 0}, {criu_pidfd, POLLIN, 0}};
+		if (poll(p, criu_pidfd >= 0 ? 2 : 1, criu_pidfd >= 0 ? -1 : 100) < 0 && errno != EINTR)
+			break;
+		// A helper forked by CRIU may still hold the socket: CRIU's exit ends the run too.
+		criu_gone = criu_gone || exited(criu_pidfd, criu);
+		char chunk[512];
+		ssize_t n = recv(in, chunk, sizeof(chunk), MSG_DONTWAIT);
+		if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR) || (n < 0 && criu_gone))
+			break;
+		if (n < 0)
+			continue;
+		pending.append(chunk, static_cast<size_t>(n));
+		size_t eol;
+		while ((eol = pending.find('\n')) != std::string::npos) {
+			char kind = 0;
+			int pid = 0;
+			if (std::sscanf(pending.c_str(), "%c %d", &kind, &pid) == 2) {
+				if (kind == 'R')
+					procs.push_back({pid, pidfd_open(pid), false});
+				else if (kind == 'D')
+					for (Restoring &r : procs)
+						r.done |= r.pid == pid;
+			}
+			pending.erase(0, eol + 1);
+		}
+	}
+	// Killed at once, even when CRIU has killed them already (a failed restore) and they are still exiting:
+	// a restored process must not run a moment longer without its GPU state.
+	std::string killed, failed;
+	for (const Restoring &r : procs) {
+		if (r.done || exited(r.pidfd, r.pid))
+			continue;
+		bool ok = (r.pidfd >= 0 ? syscall(SYS_pidfd_send_signal, r.pidfd, SIGKILL, nullptr, 0)
+					: kill(r.pid, SIGKILL)) == 0;
+		(ok ? killed : failed) += format("%s%d", (ok ? killed : failed).empty() ? "" : ", ", r.pid);
+	}
+	if (killed.empty() && failed.empty())
+		return;
+	openlog("cuda_plugin-guard", LOG_PID, LOG_DAEMON);
+	const char *how = criu_gone ? "exited" : "finished";
+	if (!killed.empty())
+		syslog(LOG_WARNING,
+		       "CRIU (pid %d) %s without the GPU state of pid(s) %s restored; killed them so that none runs "
+		       "without its GPU state",
+		       criu, how, killed.c_str());
+	if (!failed.empty())
+		syslog(LOG_ERR,
+		       "CRIU (pid %d) %s without the GPU state of pid(s) %s restored, and they cannot be killed (%s): "
+		       "kill them",
+		       criu, how, failed.c_str(), std::strerror(errno));
 }
 
 } // namespace
 
-Result<DumpGuard> DumpGuard::start(const std::string &libcuda)
+Result<DumpGuard> DumpGuard::start(const std::string &libcuda, unsigned timeout_ms)
 {
-	int fds[2];
-	if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds) != 0)
-		return errno_error("%s", "create the dump guard's socket");
-	UniqueFd rd(fds[0]), wr(fds[1]);
-	pid_t criu = getpid();
-	UniqueFd criu_pidfd(pidfd_open(criu));
-	pid_t child = fork();
-	if (child < 0)
-		return errno_error("%s", "fork the dump guard");
-	if (child == 0) {
-		wr.reset();
-		if (fork() == 0)
-			guard_main(rd.get(), criu, criu_pidfd.get(), libcuda);
-		_exit(0);
-	}
-	while (waitpid(child, nullptr, 0) < 0 && errno == EINTR) {
-	}
-	return DumpGuard(std::move(wr));
+	auto fd = spawn("dump guard", [&libcuda, timeout_ms](int in, pid_t criu, int criu_pidfd) {
+		dump_guard_main(in, criu, criu_pidfd, libcuda, timeout_ms);
+	});
+	if (!fd)
+		return std::move(fd).error();
+	return DumpGuard(std::move(*fd));
 }
 
 void DumpGuard::watch(pid_t pid, CudaState found)
@@ -149,5 +263,25 @@ void DumpGuard::watch(pid_t pid, CudaState found)
 	(void)!send(pipe_.get(), msg, static_cast<size_t>(n), MSG_NOSIGNAL); // a dead guard must not kill CRIU
 }
 
+Result<RestoreGuard> RestoreGuard::start()
+{
+	auto fd = spawn("restore guard", restore_guard_main);
+	if (!fd)
+		return std::move(fd).error();
+	return RestoreGuard(std::move(*fd));
+}
+
+void RestoreGuard::restoring(pid_t pid) { send_line('R', pid); }
+
+void RestoreGuard::restored(pid_t pid) { send_line('D', pid); }
+
+void RestoreGuard::send_line(char kind, pid_t pid)
+{
+	if (!pipe_.valid())
+		return;
+	char msg[32];
+	int n = std::snprintf(msg, sizeof(msg), "%c %d\n", kind, pid);
+	(void)!send(pipe_.get(), msg, static_cast<size_t>(n), MSG_NOSIGNAL);
+}
 
 } // namespace cuda_criu

@@ -1,8 +1,14 @@
-// The dump guard: a small process that outlives CRIU. Once CRIU has exited, every CUDA process of the dump
-// that is still alive must be in the state it was found in: after a normal dump it is dead, after
-// --leave-running or a failed dump the plugin returned it. If not (CRIU died mid-dump, or CRIU let the
-// tasks go after a successful dump because a post-dump script asked), the guard returns it there and says
-// so in syslog.
+// The guards: small processes that outlive CRIU, each forked from it (as a grandchild, reparented away)
+// while CRIU has no threads of ours or of libcuda.
+//
+// The dump guard: once CRIU has exited, every CUDA process of the dump that is still alive must be in the
+// state it was found in: after a normal dump it is dead, after --leave-running or a failed dump the plugin
+// returned it. If not (CRIU died mid-dump, or CRIU let the tasks go after a successful dump because a
+// post-dump script asked), the guard returns it there and says so in syslog.
+//
+// The restore guard: every CUDA process whose GPU state is being restored must end fully restored and
+// unlocked, or dead. If CRIU exits (or the plugin finishes) before saying that a process is, the guard
+// SIGKILLs it, so that no process runs without its GPU state, and says so in syslog.
 #pragma once
 
 #include <sys/types.h>
@@ -19,7 +25,8 @@ class DumpGuard {
 public:
 	// Must run before libcuda is loaded into this process: the guard is forked from it and loads its own
 	// copy of the driver only if it has to act. libcuda: the driver library path (empty: the default).
-	static Result<DumpGuard> start(const std::string &libcuda);
+	// timeout_ms: how long the guard waits for the driver to return one process (0: no limit).
+	static Result<DumpGuard> start(const std::string &libcuda, unsigned timeout_ms);
 
 	DumpGuard() = default;
 	// Tells the guard about a process about to be locked, and the state it was found in.
@@ -27,6 +34,24 @@ public:
 
 private:
 	explicit DumpGuard(UniqueFd pipe) : pipe_(std::move(pipe)) {}
+	UniqueFd pipe_;
+};
+
+class RestoreGuard {
+public:
+	// Must run while CRIU has no threads, before it forks the restored tasks (they close the inherited
+	// socket with the rest of CRIU's files).
+	static Result<RestoreGuard> start();
+
+	RestoreGuard() = default;
+	// A process whose GPU state is about to be restored.
+	void restoring(pid_t pid);
+	// That process is restored and unlocked: the guard leaves it alone.
+	void restored(pid_t pid);
+
+private:
+	explicit RestoreGuard(UniqueFd pipe) : pipe_(std::move(pipe)) {}
+	void send_line(char kind, pid_t pid);
 	UniqueFd pipe_;
 };
 

@@ -375,9 +375,9 @@ std::string DumpSession::summary() const
 // ------------------------------------------------------------------------------------------- restore
 
 RestoreSession::RestoreSession(Options options, Host &host, DriverSource driver, std::optional<ImageRecord> image,
-			       bool criu_fails_on_error)
+			       bool criu_fails_on_error, RestoreGuard guard)
 	: options_(std::move(options)), host_(host), driver_source_(std::move(driver)), image_(std::move(image)),
-	  criu_fails_on_error_(criu_fails_on_error)
+	  criu_fails_on_error_(criu_fails_on_error), guard_(std::move(guard))
 {
 }
 
@@ -457,6 +457,7 @@ void RestoreSession::restore_batch(const std::vector<pid_t> &candidates)
 		tids.clear();
 	}
 	for (pid_t pid : pids) {
+		guard_.restoring(pid); // from here on, if CRIU dies, the guard kills pid
 		uint64_t *spent = &outcomes_[pid].restore_us; // std::map nodes are stable
 		std::vector<GpuPair> p = *pairs;
 		jobs.push_back({format("restore pid %d", pid), [driver, pid, spent, p]() -> Status {
@@ -474,9 +475,12 @@ void RestoreSession::restore_batch(const std::vector<pid_t> &candidates)
 		std::vector<Status> results =
 			run_with_restore_threads(host_, tids, std::move(jobs), options_.parallel, options_.restore_timeout_ms);
 		device_phase_us_ += now_us() - t0;
-		for (size_t i = 0; i < pids.size(); i++)
-			if (!results[i])
+		for (size_t i = 0; i < pids.size(); i++) {
+			if (results[i])
+				guard_.restored(pids[i]);
+			else
 				outcomes_[pids[i]].error = std::move(results[i]).error();
+		}
 	}
 
 	if (image_) {

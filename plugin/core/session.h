@@ -97,8 +97,9 @@ public:
 	// image: our image, or nullopt for an image of CRIU's own plugin. criu_fails_on_error: CRIU turns a
 	// RESUME_DEVICES_LATE failure into a failed restore (our patch); without it, the session kills
 	// the restored tasks itself so that no process runs without its GPU state.
+	// guard: told about each process before its restore and after its unlock (inactive in tests).
 	RestoreSession(Options options, Host &host, DriverSource driver, std::optional<ImageRecord> image,
-		       bool criu_fails_on_error);
+		       bool criu_fails_on_error, RestoreGuard guard = {});
 
 	// RESUME_DEVICES_LATE: the first call restores and unlocks every restored CUDA process at once.
 	// false: pid is not a CUDA process.
@@ -121,6 +122,7 @@ private:
 	DriverSource driver_source_;
 	std::optional<ImageRecord> image_;
 	bool criu_fails_on_error_;
+	RestoreGuard guard_; // its socket closes with the session: a process not restored by then is killed
 	std::unique_ptr<TimedDriver> timed_;
 	PhaseCost restore_cost_;
 	std::map<pid_t, Outcome> outcomes_; // CUDA processes handled so far
