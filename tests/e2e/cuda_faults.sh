@@ -33,6 +33,37 @@ dump_must_fail() {
 	kill -9 -- "-$pid"; wait_gone "$pid"
 }
 
+
+# start_tree NAME: a CUDA process with one CUDA child; sets $root, $child and $STATE (the child's: $STATE.0).
+start_tree() {
+	start_memcheck "$1" 16 --children 1 --tolerate-child-exit
+	root=$LAST_PID
+	wait_for "child of $1" 10 test -f "$STATE.0"
+	child=$(state_value "$STATE.0" pid)
+}
+# dump_fails NAME [env assignments...]: dumps $root with that environment for CRIU; the dump must fail.
+# Sets $DUMP_RC; CRIU's log goes to $T/dump.log.
+dump_fails() {
+	local name=$1
+	shift
+	mkdir -p "$T/img-$name"
+	DUMP_RC=0
+	env "$@" "$CRIU" dump -t "$root" -D "$T/img-$name" -L "$PLUGIN_DIR" -v4 -o dump.log 2>/dev/null || DUMP_RC=$?
+	[ "$DUMP_RC" -ne 0 ] || fail "$name: dump succeeded despite the fault"
+	cp "$T/img-$name/dump.log" "$T/dump.log"
+}
+# No process runs with this image directory: neither CRIU nor a guard forked from it (same command line).
+criu_gone() { ! pgrep -f -- "-D $1( |\$)" >/dev/null; }
+ended() { ! alive "$1"; }
+tree_ended() { ended "$root" && ended "$child"; }
+# tree_healthy NAME: both processes of the tree run (CUDA state running) and count on with their data.
+tree_healthy() {
+	wait_for "$1: root $root to run" 20 is_running "$root"
+	wait_for "$1: child $child to run" 20 is_running "$child"
+	expect_healthy "$STATE"
+	expect_healthy "$STATE.0"
+}
+
 # Errors from each driver call.
 dump_must_fail fail-getstate "cuCheckpointProcessGetState failed: CUDA_ERROR_UNKNOWN" FAKEGPU_FAIL=getstate
 dump_must_fail fail-lock "lock pid [0-9]+: cuCheckpointProcessLock failed" FAKEGPU_FAIL=lock
@@ -144,6 +175,53 @@ expect_healthy "$STATE"
 kill -9 "$pid"; wait_gone "$pid"
 log "rollback failure: named with the way back (cuda-criu resume), which restores the process intact"
 
+# The rollback's restore hangs past CUDA_CRIU_RESTORE_TIMEOUT: the dump fails within seconds naming the
+# process and the way back; neither CRIU nor its guard (whose own attempt hangs too) is left waiting.
+start_memcheck rollback-hangs 16
+root=$LAST_PID
+t0=$SECONDS
+dump_fails rollback-hangs CRIU_FAULT=3 FAKEGPU_HANG=restore FAKEGPU_HANG_MS=600000 CUDA_CRIU_RESTORE_TIMEOUT=1
+expect_log "$T/dump.log" "Error \(cuda_plugin\): could not return pid $root .*no answer from the driver after 1000 ms.*cuda-criu resume $root" \
+	"rollback-hangs: no line naming the pid, the hang and the way back"
+wait_for "CRIU and its guard to exit" 20 criu_gone "$T/img-rollback-hangs"
+[ $((SECONDS - t0)) -lt 30 ] || fail "rollback-hangs: took $((SECONDS - t0)) s"
+[ "$(cuda_state "$root")" = checkpointed ] || fail "rollback-hangs: expected checkpointed, got $(cuda_state "$root")"
+cuda_criu resume "$root" >/dev/null || fail "rollback-hangs: cuda-criu resume failed"
+expect_healthy "$STATE"
+kill -9 "$root"; wait_gone "$root"
+log "rollback hangs: dump failed in $((SECONDS - t0)) s naming the way back (cuda-criu resume), which restores the process intact"
+
+# A target dies when its restore thread gets the rollback's restore request: reported for that pid, the
+# other process is returned to running with its data.
+start_tree rollback-crash
+dump_fails rollback-crash CRIU_FAULT=3 FAKEGPU_CRASH_TARGET=restore:$child
+expect_log "$T/dump.log" "Error \(cuda_plugin\): could not return pid $child " "rollback-crash: the dead pid is not named"
+! grep -q "could not return pid $root " "$T/dump.log" || fail "rollback-crash: root $root was not returned"
+wait_for "the crashed child to be gone" 10 ended "$child"
+[ "$(cuda_state "$root")" = running ] || fail "rollback-crash: root left $(cuda_state "$root")"
+expect_healthy "$STATE"
+kill -9 -- "-$root"; wait_gone "$root"
+log "target killed during the rollback: reported, the other process running and intact"
+
+# CRIU SIGKILLed (by the fake driver, FAKEGPU_KILL_CALLER) while locking the second process of a tree: the
+# guard unlocks the first one.
+start_tree pause-killed
+dump_fails pause-killed FAKEGPU_KILL_CALLER=lock:$child
+[ "$DUMP_RC" -eq 137 ] || fail "pause-killed: CRIU was not killed (exit $DUMP_RC)"
+expect_log "$T/dump.log" "pid $root: running, restore thread" "pause-killed: root was not locked before CRIU died"
+tree_healthy pause-killed
+kill -9 -- "-$root"; wait_gone "$root"
+log "criu killed during the lock: the guard returned the tree to running, data intact"
+
+# CRIU SIGKILLed in the rollback (at the child's restore call): the guard returns both processes.
+start_tree rollback-killed
+dump_fails rollback-killed CRIU_FAULT=3 FAKEGPU_KILL_CALLER=restore:$child
+[ "$DUMP_RC" -eq 137 ] || fail "rollback-killed: CRIU was not killed (exit $DUMP_RC)"
+expect_log "$T/dump.log" "dump failed: returning 2 CUDA process" "rollback-killed: no rollback started"
+tree_healthy rollback-killed
+kill -9 -- "-$root"; wait_gone "$root"
+log "criu killed during the rollback: the guard returned the tree to running, data intact"
+
 # Restore failures, patched CRIU (ours): the restore fails and no restored process is left.
 restore_must_fail() { # NAME CRIU_BINARY FAULT [EXPECTED_ERROR [ENV...]]: FAULT goes into FAKEGPU_FAIL
 	local name=$1 criu=$2 fault=$3 expected=${4:-CUDA_ERROR_UNKNOWN}
@@ -172,6 +250,47 @@ restore_must_fail unlock-hangs "$CRIU" none "no answer from the driver after 100
 	FAKEGPU_HANG_MS=600000 CUDA_CRIU_RESTORE_TIMEOUT=1
 [ "$RESTORE_RC" -ne 0 ] || fail "a hung unlock was reported as success"
 log "restore failures with our CRIU (errors and hangs of restore and unlock): restore fails (exit $RESTORE_RC), nothing left running"
+
+# restore_tree_must_fail NAME VAR OP: dumps a tree of two CUDA processes and restores it with VAR=OP:CHILD
+# (OP alone for FAKEGPU_KILL_CALLER) for CRIU; the restore must fail and leave no process of the tree nor
+# CRIU or its guard. Sets $RESTORE_RC; CRIU's log goes to $T/restore.log.
+restore_tree_must_fail() {
+	local name=$1 var=$2 op=$3
+	start_tree "$name"
+	dump "$root" "$T/img-$name" || fail "$name: dump failed"
+	wait_gone "$root" "$child"
+	local fault=$op:$child
+	[ "$var" != FAKEGPU_KILL_CALLER ] || fault=$op
+	RESTORE_RC=0
+	env "$var=$fault" "$CRIU" restore -D "$T/img-$name" -d -L "$PLUGIN_DIR" -v4 -o restore.log 2>/dev/null ||
+		RESTORE_RC=$?
+	cp "$T/img-$name/restore.log" "$T/restore.log"
+	[ "$RESTORE_RC" -ne 0 ] || fail "$name: restore reported success"
+	wait_for "$name: restored tree to be gone" 10 tree_ended
+	wait_for "$name: CRIU and its guard to exit" 10 criu_gone "$T/img-$name"
+}
+# The target dies during its restore or its unlock: the restore fails naming it, the tree is killed.
+for op in restore unlock; do
+	restore_tree_must_fail "$op-crash" FAKEGPU_CRASH_TARGET $op
+	expect_log "$T/restore.log" "Error \(cuda_plugin\): .*pid $child" "$op-crash: the dead pid is not named"
+	log "target killed during its $op: restore failed (exit $RESTORE_RC), nothing left running"
+done
+# CRIU SIGKILLed at the restore call, then at the unlock call: nothing of CRIU runs any more; the restore
+# guard kills the processes whose GPU state was not restored.
+for op in restore unlock; do
+	restore_tree_must_fail "$op-criu-killed" FAKEGPU_KILL_CALLER $op
+	[ "$RESTORE_RC" -eq 137 ] || fail "$op-criu-killed: CRIU was not killed (exit $RESTORE_RC)"
+	log "criu killed at the $op call: the restore guard killed the tree, nothing left running"
+done
+# A restore that succeeds leaves no guard behind.
+start_tree restore-ok
+dump "$root" "$T/img-restore-ok" || fail "restore-ok: dump failed"
+wait_gone "$root" "$child"
+restore "$T/img-restore-ok" || fail "restore-ok: restore failed"
+wait_for "restore-ok: the restore guard to exit" 2 criu_gone "$T/img-restore-ok"
+tree_healthy restore-ok
+kill -9 -- "-$root"; wait_gone "$root"
+log "successful restore: the restore guard is gone, the tree runs intact"
 
 # Stock CRIU 4.1.1 ignores the hook's failure: the plugin kills the restored tree itself.
 CRIU411=$BUILD_DIR/criu/4.1.1/install/sbin/criu
