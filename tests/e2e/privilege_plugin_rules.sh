@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The plugin's own rules (docs/hardening.md): it runs no program (no exec/system/popen/posix_spawn in its
-# imports; fork only for the dump guard, which runs the plugin's own code and execs nothing), writes cuda-plugin.img with the permissions CRIU gives its images, and never writes
+# imports; fork only for the dump and restore guards, which run the plugin's own code and exec nothing), writes cuda-plugin.img with the permissions CRIU gives its images, and never writes
 # through a symlink planted in the image directory.
 source "$(dirname "$0")/lib.sh"
 e2e_setup
