@@ -33,7 +33,6 @@ dump_must_fail() {
 	kill -9 -- "-$pid"; wait_gone "$pid"
 }
 
-
 # start_tree NAME: a CUDA process with one CUDA child; sets $root, $child and $STATE (the child's: $STATE.0).
 start_tree() {
 	start_memcheck "$1" 16 --children 1 --tolerate-child-exit
