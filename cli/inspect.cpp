@@ -37,6 +37,9 @@ void print_text(const ImageRecord &r)
 	for (const GpuRecord &g : r.gpus)
 		std::printf("GPU %d: %s %s, %.1f GiB, %s\n", g.ordinal, g.uuid.c_str(), g.name.c_str(),
 			    g.memory_bytes / double(1ULL << 30), g.pci_bus_id.c_str());
+	for (const GpuRecord &g : r.other_gpus)
+		std::printf("GPU %d: %s %s, %s (no process held it)\n", g.ordinal, g.uuid.c_str(), g.name.c_str(),
+			    g.pci_bus_id.c_str());
 	std::printf("%-8s %-8s %-13s %12s %10s %12s  %s\n", "PID", "NS-PID", "FOUND", "GPU-STATE", "LOCK", "CHECKPOINT",
 		    "GPUS");
 	for (const ProcessRecord &p : r.processes) {
@@ -60,16 +63,18 @@ void print_json(const std::string &dir, const std::optional<ImageRecord> &img)
 			.field("hostname", r.hostname)
 			.field("created_unix", r.created_unix)
 			.field("device_phase_us", r.device_phase_us);
-		j.key("gpus").begin_array();
-		for (const GpuRecord &g : r.gpus)
-			j.begin_object()
-				.field("ordinal", g.ordinal)
-				.field("uuid", g.uuid)
-				.field("name", g.name)
-				.field("memory_bytes", g.memory_bytes)
-				.field("pci_bus_id", g.pci_bus_id)
-				.end_object();
-		j.end_array();
+		for (const char *key : {"gpus", "other_gpus"}) {
+			j.key(key).begin_array();
+			for (const GpuRecord &g : key == std::string("gpus") ? r.gpus : r.other_gpus)
+				j.begin_object()
+					.field("ordinal", g.ordinal)
+					.field("uuid", g.uuid)
+					.field("name", g.name)
+					.field("memory_bytes", g.memory_bytes)
+					.field("pci_bus_id", g.pci_bus_id)
+					.end_object();
+			j.end_array();
+		}
 		j.key("processes").begin_array();
 		for (const ProcessRecord &p : r.processes) {
 			j.begin_object()

@@ -33,7 +33,8 @@ std::string list_here(const std::vector<GpuInfo> &here)
 
 } // namespace
 
-Result<GpuPlan> plan_gpus(const ImageRecord &image, const std::vector<GpuInfo> &here, const std::string &device_map)
+Result<GpuPlan> plan_gpus(const ImageRecord &image, const std::vector<GpuInfo> &here, const std::vector<GpuInfo> &machine,
+			  const std::string &device_map)
 {
 	auto find_here = [&](const std::string &uuid) -> const GpuInfo * {
 		for (const GpuInfo &g : here)
@@ -94,14 +95,16 @@ Result<GpuPlan> plan_gpus(const ImageRecord &image, const std::vector<GpuInfo> &
 	for (const GpuRecord &g : image.gpus) {
 		if (target.count(g.uuid))
 			continue;
-		if (const GpuInfo *same = find_here(g.uuid); same && !used.count(g.uuid)) {
+		const GpuInfo *same = find_here(g.uuid);
+		if (same && !used.count(g.uuid)) {
 			target[g.uuid] = same;
 			used.insert(g.uuid);
 			continue;
 		}
 		if (!device_map.empty())
-			return make_error(ENODEV, "GPU %s (%s) of the image is not on this machine and not in the device map; %s",
-					  g.uuid.c_str(), g.name.c_str(), hint.c_str());
+			return make_error(ENODEV, "GPU %s (%s) of the image is %s and not in the device map: map it too; %s",
+					  g.uuid.c_str(), g.name.c_str(),
+					  same ? "taken by another pair of the map" : "not on this machine", hint.c_str());
 		unplaced.push_back(&g);
 	}
 	std::sort(unplaced.begin(), unplaced.end(),
@@ -149,7 +152,25 @@ Result<GpuPlan> plan_gpus(const ImageRecord &image, const std::vector<GpuInfo> &
 		return plan; // an explicit map is always handed to the driver, even onto the same GPUs
 	if (!moved)
 		plan.description = "onto the same GPUs (device map)";
-	for (const GpuRecord &g : image.gpus) {
+	// The GPUs no process held: paired with what is left of this machine, themselves first.
+	const std::vector<GpuInfo> &all = machine.empty() ? here : machine;
+	std::vector<GpuRecord> listed = image.gpus;
+	for (const GpuRecord &g : image.other_gpus) {
+		const GpuInfo *pick = nullptr;
+		for (const GpuInfo &h : all)
+			if (!used.count(h.uuid.str()) && (h.uuid.str() == g.uuid || (!pick && h.name == g.name)))
+				pick = &h;
+		if (!pick) {
+			plan.description += format("%sGPU %s, held by no process, left unpaired: no GPU of that model "
+						   "left here", plan.description.empty() ? "" : ", ", g.uuid.c_str());
+			continue;
+		}
+		target[g.uuid] = pick;
+		used.insert(pick->uuid.str());
+		how[g.uuid] = "held by no process";
+		listed.push_back(g);
+	}
+	for (const GpuRecord &g : listed) {
 		auto from = GpuUuid::parse(g.uuid);
 		if (!from)
 			return std::move(from).error().context("%s", "the image's GPU list");

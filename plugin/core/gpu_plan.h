@@ -16,16 +16,21 @@ struct GpuPlan {
 	std::string description;    // "GPU-aa.. -> GPU-bb.. (automatic: same model)" for the log
 };
 
-// image: what the dump recorded; here: this machine's GPUs (driver order); device_map: the user's
-// "OLD=NEW,..." (UUIDs, or indices: OLD the GPU's ordinal on the dumping machine, NEW on this one),
-// empty for automatic. Rules, in order:
+// image: what the dump recorded; here: the GPUs this restore may place processes on (the driver's list,
+// so CUDA_VISIBLE_DEVICES in CRIU's environment narrows it); machine: every GPU of this machine, hidden
+// ones too (empty: the same as here); device_map: the user's "OLD=NEW,..." (UUIDs, or indices: OLD the
+// GPU's ordinal on the dumping machine, NEW on this one), empty for automatic. Rules, in order:
 //  - with a map: each OLD must be a GPU of the image and each NEW a GPU here, no NEW twice; GPUs of the
 //    image left out of the map stay on themselves and must be here;
 //  - without: GPUs present here (same UUID) stay; the others are paired with unused GPUs of the same
 //    model, both sides in ordinal order; none of that model left -> refused;
 //  - every target GPU must have room for the GPU state the processes restored onto it bring
-//    (memory_bytes of the target, when known).
+//    (memory_bytes of the target, when known);
+//  - when any GPU moves, the dumping machine's GPUs that no process held (image.other_gpus) are paired
+//    too, with GPUs of this machine not yet taken (themselves first, else the same model): the driver
+//    wants every GPU it knew of in the process paired, also those hidden from it.
 // Errors say what differs and how to fix it.
-Result<GpuPlan> plan_gpus(const ImageRecord &image, const std::vector<GpuInfo> &here, const std::string &device_map);
+Result<GpuPlan> plan_gpus(const ImageRecord &image, const std::vector<GpuInfo> &here, const std::vector<GpuInfo> &machine,
+			  const std::string &device_map);
 
 } // namespace cuda_criu

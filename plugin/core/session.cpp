@@ -143,14 +143,18 @@ Result<bool> DumpSession::pause_cuda(pid_t pid)
 	TaskInfo info = host_.task_info(pid);
 	p.ns_pid = info.ns_pid;
 	p.rss_before = info.rss_bytes;
-	if (machine_gpus_.empty())
+	if (machine_gpus_.empty()) {
 		if (auto gpus = driver_->gpus())
 			machine_gpus_ = std::move(*gpus);
-	// The GPUs whose device nodes the process holds: every GPU visible to it, which is what the driver
-	// checkpoints (a restore onto other GPUs must pair each of them, not only those it computes on).
+		kernel_gpus_ = host_.machine_gpus();
+	}
+	// The GPUs whose device nodes the process holds: every GPU visible to it.
 	for (unsigned minor : info.nvidia_minors) {
-		std::string uuid = host_.gpu_uuid_of_minor(minor);
-		if (uuid.empty() && minor < machine_gpus_.size()) // no /proc/driver/nvidia: minors follow ordinals
+		std::string uuid;
+		for (const GpuInfo &g : kernel_gpus_)
+			if (g.ordinal == static_cast<int>(minor))
+				uuid = g.uuid.str();
+		if (kernel_gpus_.empty() && minor < machine_gpus_.size()) // no /proc/driver/nvidia: minors follow ordinals
 			uuid = machine_gpus_[minor].uuid.str();
 		if (!uuid.empty())
 			p.gpu_uuids.push_back(uuid);
@@ -330,15 +334,22 @@ Status DumpSession::finish(bool dump_failed, bool leave_running)
 	return {};
 }
 
-std::vector<GpuRecord> DumpSession::gpus_used() const
+// The machine's GPUs, those some process held (used) or the others: the driver's list (ordinals,
+// memory), then those only the kernel driver lists (hidden from CRIU by CUDA_VISIBLE_DEVICES).
+std::vector<GpuRecord> DumpSession::machine_gpu_records(bool used) const
 {
-	std::set<std::string> used;
+	std::set<std::string> held, listed;
 	for (const Proc &p : procs_)
-		used.insert(p.gpu_uuids.begin(), p.gpu_uuids.end());
+		held.insert(p.gpu_uuids.begin(), p.gpu_uuids.end());
 	std::vector<GpuRecord> out;
-	for (const GpuInfo &g : machine_gpus_)
-		if (used.count(g.uuid.str()))
+	for (const GpuInfo &g : machine_gpus_) {
+		listed.insert(g.uuid.str());
+		if (held.count(g.uuid.str()) == used)
 			out.push_back({g.uuid.str(), g.name, g.memory_bytes, g.pci_bus_id, g.ordinal});
+	}
+	for (const GpuInfo &g : kernel_gpus_)
+		if (!listed.count(g.uuid.str()) && held.count(g.uuid.str()) == used)
+			out.push_back({g.uuid.str(), g.name, 0, g.pci_bus_id, -1});
 	return out;
 }
 
@@ -347,7 +358,8 @@ ImageRecord DumpSession::image_record() const
 	ImageRecord r;
 	r.driver_version = driver_ ? driver_->version() : "";
 	r.plugin_version = CUDA_CRIU_VERSION;
-	r.gpus = gpus_used();
+	r.gpus = machine_gpu_records(true);
+	r.other_gpus = machine_gpu_records(false);
 	for (const Proc &p : procs_)
 		r.processes.push_back({p.pid, p.ns_pid, to_string(p.initial), p.gpu_uuids, p.state_bytes, p.lock_us,
 				       p.checkpoint_us});
@@ -393,7 +405,7 @@ Result<std::vector<GpuPair>> RestoreSession::gpu_pairs(Driver &driver)
 	auto here = driver.gpus();
 	if (!here)
 		return std::move(here).error().context("%s", "list this machine's GPUs");
-	auto plan = plan_gpus(*image_, *here, options_.device_map);
+	auto plan = plan_gpus(*image_, *here, host_.machine_gpus(), options_.device_map);
 	if (!plan)
 		return std::move(plan).error().context("%s", "cannot restore the image's GPU state on this machine");
 	if (!plan->pairs.empty())

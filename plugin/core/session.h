@@ -73,7 +73,7 @@ private:
 	};
 
 	Status checkpoint_all();
-	std::vector<GpuRecord> gpus_used() const;
+	std::vector<GpuRecord> machine_gpu_records(bool used) const;
 	Status load_driver();
 	Result<bool> pause_cuda(pid_t pid);
 
@@ -89,7 +89,8 @@ private:
 	bool checkpointed_ = false;
 	uint64_t device_phase_us_ = 0;
 	uint64_t rollback_us_ = 0;
-	std::vector<GpuInfo> machine_gpus_;
+	std::vector<GpuInfo> machine_gpus_; // the driver's list
+	std::vector<GpuInfo> kernel_gpus_;  // Host::machine_gpus()
 };
 
 class RestoreSession {

@@ -94,7 +94,15 @@ public:
 			args.gpuPairs = cu_pairs.data(); // borrowed for the duration of the call
 			args.gpuPairsCount = static_cast<unsigned>(cu_pairs.size());
 		}
-		return check(api_.restore(pid, &args), "cuCheckpointProcessRestore");
+		CUresult res = api_.restore(pid, &args);
+		Status st = check(res, "cuCheckpointProcessRestore");
+		if (res == CUDA_ERROR_INVALID_VALUE && !pairs.empty())
+			return make_error(EIO,
+					  "%s (with %zu GPU pair(s): the driver wants every GPU the process was "
+					  "checkpointed with paired, also GPUs hidden from it by CUDA_VISIBLE_DEVICES, each "
+					  "onto a GPU of the same model)",
+					  st.error().message().c_str(), pairs.size());
+		return st;
 	}
 
 	Status unlock(pid_t pid) override

@@ -29,15 +29,13 @@ struct PackedStrings {
 
 std::string str_or_empty(const char *s) { return s ? s : ""; }
 
-} // namespace
-
-std::vector<uint8_t> encode_image(const ImageRecord &record)
+// A GPU list as messages (`gpus` holds them, `ptrs` points at them, as protobuf-c wants).
+void encode_gpus(const std::vector<GpuRecord> &list, PackedStrings &keep, std::vector<CudaGpu> &gpus,
+		 std::vector<CudaGpu *> &ptrs)
 {
-	PackedStrings keep;
-	std::vector<CudaGpu> gpus(record.gpus.size());
-	std::vector<CudaGpu *> gpu_ptrs;
-	for (size_t i = 0; i < record.gpus.size(); i++) {
-		const GpuRecord &g = record.gpus[i];
+	gpus.resize(list.size());
+	for (size_t i = 0; i < list.size(); i++) {
+		const GpuRecord &g = list[i];
 		CudaGpu &m = gpus[i];
 		cuda_gpu__init(&m);
 		m.uuid = keep.keep(g.uuid);
@@ -47,8 +45,28 @@ std::vector<uint8_t> encode_image(const ImageRecord &record)
 		m.pci_bus_id = keep.keep(g.pci_bus_id);
 		m.has_ordinal = true;
 		m.ordinal = g.ordinal;
-		gpu_ptrs.push_back(&m);
+		ptrs.push_back(&m);
 	}
+}
+
+std::vector<GpuRecord> decode_gpus(CudaGpu *const *gpus, size_t n)
+{
+	std::vector<GpuRecord> out;
+	for (size_t i = 0; i < n; i++)
+		out.push_back({str_or_empty(gpus[i]->uuid), str_or_empty(gpus[i]->name), gpus[i]->memory_bytes,
+			       str_or_empty(gpus[i]->pci_bus_id), gpus[i]->has_ordinal ? gpus[i]->ordinal : -1});
+	return out;
+}
+
+} // namespace
+
+std::vector<uint8_t> encode_image(const ImageRecord &record)
+{
+	PackedStrings keep;
+	std::vector<CudaGpu> gpus, others;
+	std::vector<CudaGpu *> gpu_ptrs, other_ptrs;
+	encode_gpus(record.gpus, keep, gpus, gpu_ptrs);
+	encode_gpus(record.other_gpus, keep, others, other_ptrs);
 	std::vector<CudaProcess> procs(record.processes.size());
 	std::vector<CudaProcess *> proc_ptrs;
 	std::vector<std::vector<char *>> uuid_lists(record.processes.size());
@@ -77,6 +95,8 @@ std::vector<uint8_t> encode_image(const ImageRecord &record)
 	img.plugin_version = keep.keep(record.plugin_version);
 	img.n_gpus = gpu_ptrs.size();
 	img.gpus = gpu_ptrs.data();
+	img.n_other_gpus = other_ptrs.size();
+	img.other_gpus = other_ptrs.data();
 	img.n_processes = proc_ptrs.size();
 	img.processes = proc_ptrs.data();
 	img.has_device_phase_us = img.has_created_unix = true;
@@ -121,11 +141,8 @@ Result<ImageRecord> decode_image(const uint8_t *data, size_t size)
 	r.version = img->version;
 	r.driver_version = str_or_empty(img->driver_version);
 	r.plugin_version = str_or_empty(img->plugin_version);
-	for (size_t i = 0; i < img->n_gpus; i++) {
-		const CudaGpu *g = img->gpus[i];
-		r.gpus.push_back({str_or_empty(g->uuid), str_or_empty(g->name), g->memory_bytes,
-				  str_or_empty(g->pci_bus_id), g->has_ordinal ? g->ordinal : -1});
-	}
+	r.gpus = decode_gpus(img->gpus, img->n_gpus);
+	r.other_gpus = decode_gpus(img->other_gpus, img->n_other_gpus);
 	for (size_t i = 0; i < img->n_processes; i++) {
 		const CudaProcess *p = img->processes[i];
 		if (p->pid <= 0)

@@ -29,7 +29,8 @@ struct ImageRecord {
 	uint32_t version = 0;
 	std::string driver_version;
 	std::string plugin_version;
-	std::vector<GpuRecord> gpus;
+	std::vector<GpuRecord> gpus;       // every GPU a process below held
+	std::vector<GpuRecord> other_gpus; // the dumping machine's other GPUs
 	std::vector<ProcessRecord> processes;
 	uint64_t device_phase_us = 0;
 	uint64_t created_unix = 0;

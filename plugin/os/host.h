@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "base/result.h"
+#include "driver/driver.h"
 
 namespace cuda_criu {
 
@@ -39,8 +40,9 @@ public:
 	virtual void kill(pid_t pid) = 0;
 	// Whether the process still exists (and is not a zombie).
 	virtual bool alive(pid_t pid) = 0;
-	// Maps an nvidia device minor to the GPU's UUID ("GPU-...") from /proc/driver/nvidia, or "".
-	virtual std::string gpu_uuid_of_minor(unsigned minor) = 0;
+	// Every GPU the kernel driver has (/proc/driver/nvidia/gpus), whatever CUDA_VISIBLE_DEVICES says:
+	// ordinal = device minor, name = model, no memory size; in minor order. Empty without that directory.
+	virtual std::vector<GpuInfo> machine_gpus() = 0;
 };
 
 class SystemHost final : public Host {
@@ -51,7 +53,7 @@ public:
 	std::vector<pid_t> stopped_tasks() override;
 	void kill(pid_t pid) override;
 	bool alive(pid_t pid) override;
-	std::string gpu_uuid_of_minor(unsigned minor) override;
+	std::vector<GpuInfo> machine_gpus() override;
 };
 
 } // namespace cuda_criu

@@ -6,6 +6,7 @@
 #include <sys/sysmacros.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <fstream>
 #include <set>
@@ -126,31 +127,41 @@ bool SystemHost::alive(pid_t pid)
 	return st && st->state != 'Z' && st->state != 'X';
 }
 
-std::string SystemHost::gpu_uuid_of_minor(unsigned minor)
+std::vector<GpuInfo> SystemHost::machine_gpus()
 {
+	std::vector<GpuInfo> out;
 	DIR *d = opendir("/proc/driver/nvidia/gpus");
 	if (!d)
-		return {};
-	std::string uuid;
+		return out;
+	auto value = [](const std::string &line) {
+		size_t v = line.find_first_not_of(" \t", line.find(':') + 1);
+		return v == std::string::npos ? std::string() : line.substr(v);
+	};
 	while (dirent *de = readdir(d)) {
 		if (de->d_name[0] == '.')
 			continue;
 		std::ifstream f(std::string("/proc/driver/nvidia/gpus/") + de->d_name + "/information");
-		std::string line, this_uuid;
-		long this_minor = -1;
+		std::string line;
+		GpuInfo g;
+		g.ordinal = -1;
+		bool has_uuid = false;
 		while (std::getline(f, line)) {
-			if (line.rfind("Device Minor:", 0) == 0)
-				this_minor = std::atol(line.c_str() + 13);
-			else if (line.rfind("GPU UUID:", 0) == 0 && line.find("GPU-") != std::string::npos)
-				this_uuid = line.substr(line.find("GPU-"));
+			if (line.rfind("Model:", 0) == 0)
+				g.name = value(line);
+			else if (line.rfind("Device Minor:", 0) == 0)
+				g.ordinal = std::atoi(value(line).c_str());
+			else if (line.rfind("Bus Location:", 0) == 0)
+				g.pci_bus_id = value(line);
+			else if (line.rfind("GPU UUID:", 0) == 0)
+				if (auto u = GpuUuid::parse(value(line)))
+					g.uuid = *u, has_uuid = true;
 		}
-		if (this_minor == static_cast<long>(minor)) {
-			uuid = this_uuid;
-			break;
-		}
+		if (has_uuid && g.ordinal >= 0)
+			out.push_back(g);
 	}
 	closedir(d);
-	return uuid;
+	std::sort(out.begin(), out.end(), [](const GpuInfo &a, const GpuInfo &b) { return a.ordinal < b.ordinal; });
+	return out;
 }
 
 } // namespace cuda_criu

@@ -20,7 +20,7 @@ bundle=$(cd "$(dirname "$0")" && pwd)
 work=${GPU_TESTS_WORK:-/var/tmp/cuda-criu-gpu-tests}
 python=${GPU_TESTS_PYTHON:-python3}
 all_tests=(memcheck-4g torch tree leave-running remap-self refuse-map remap-gpu1 tree-2gpu torch-2gpu auto-remap
-	cli-steps roundtrip-torch runc)
+	remap-visible cli-steps roundtrip-torch runc)
 memcheck_mb=${MEMCHECK_MB:-4096}
 torch_gb=${TORCH_GB:-4}
 tree_mb=${TREE_MB:-1024}
@@ -293,6 +293,45 @@ test_auto_remap() {
 	kill_pids "$pid"
 }
 
+# What the driver accepts when a process restricted to GPU 0 (CUDA_VISIBLE_DEVICES, by index or UUID) is
+# moved to GPU 1 by hand (cuda-criu suspend, restore --device-map, unlock), next to an unrestricted
+# process. Prints each outcome; passes when every process ends up running with its data intact.
+test_remap_visible() {
+	with_two_gpus remap-visible || return
+	local name=remap-visible u0 u1 v i=0 dir pid map out ok bad=0
+	u0=$(gpu_uuid 0); u1=$(gpu_uuid 1)
+	for v in 0 "$u0" unrestricted; do
+		dir=$work/$name/$i; i=$((i + 1))
+		if [ "$v" = unrestricted ]; then
+			start "$dir" env -u CUDA_VISIBLE_DEVICES "$bundle/bin/cuda_memcheck" --mb 256 --device 0 --state "$dir/state" --interval-ms 100
+		else
+			start "$dir" env CUDA_VISIBLE_DEVICES="$v" "$bundle/bin/cuda_memcheck" --mb 256 --state "$dir/state" --interval-ms 100
+		fi
+		wait_state "$dir/state" 60 1 || { fail $name "CUDA_VISIBLE_DEVICES=$v: $why"; continue; }
+		pid=$(state "$dir/state" pid)
+		started+=("$pid")
+		echo "  CUDA_VISIBLE_DEVICES=$v: pid $pid holds $(ls -l "/proc/$pid/fd" | grep -o '/dev/nvidia[0-9]*$' | sort -u | xargs)"
+		for map in "$u0=$u1" "$u0=$u1,$u1=$u0"; do
+			cli suspend "$pid" >/dev/null 2>&1 || { echo "    suspend failed"; break; }
+			if out=$(cli restore --device-map "$map" "$pid" 2>&1); then
+				cli unlock "$pid" >/dev/null 2>&1
+				echo "    map ${map//GPU-/}: restored, now on $(gpus_of "$pid")"
+				break
+			fi
+			echo "    map ${map//GPU-/}: refused: $(echo "$out" | head -n1)"
+		done
+		cli resume "$pid" >/dev/null 2>&1
+		if advance 30 "$dir/state" "$(state "$dir/state" iterations)"; then
+			echo "    running again, data intact (iterations $after), on $(gpus_of "$pid")"
+		else
+			bad=1; echo "    not running again: $why"
+		fi
+		kill_pids "$pid"
+	done
+	[ "$bad" = 0 ] && pass $name "each process running again with its data (GPU 0 = $u0, GPU 1 = $u1)"
+	[ "$bad" = 0 ] || fail $name "a process did not come back (see above)"
+}
+
 cli() { env "LD_LIBRARY_PATH=$bundle/lib" "$bundle/bin/cuda-criu" "$@"; }
 
 # cuda-criu on a real GPU: each driver step by hand (lock, checkpoint, restore, unlock), the state after
@@ -382,8 +421,15 @@ test_runc() {
 	python3 - "$dir" "$root" "$(readlink -f "$bundle/bin")" "${devs[@]}" <<'PY' || { fail $name "cannot write config.json"; return; }
 import json, os, sys
 dir, root, bindir, devs = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4:]
-binds = [("/usr", "/usr", "ro"), ("/etc", "/etc", "ro"), (bindir, "/opt/bin", "ro"), (dir + "/state", "/state", "rw")]
+binds = [("/usr", "/usr", "ro"), ("/etc", "/etc", "ro")]
 binds += [(p, p, "ro") for p in ("/lib", "/lib64", "/bin", "/sbin") if os.path.isdir(p) and not os.path.islink(p)]
+# Mounts below those (e.g. the driver on its own file system) as mounts of their own: runc tells CRIU
+# about the bind mounts of config.json only, and CRIU cannot dump a file system it does not know.
+tops = [b[0] for b in binds]
+with open("/proc/self/mountinfo") as f:
+    subs = sorted({l.split()[4] for l in f}, key=len)
+binds += [(m, m, "ro") for m in subs if any(m.startswith(t + "/") for t in tops)]
+binds += [(bindir, "/opt/bin", "ro"), (dir + "/state", "/state", "rw")]
 devices, allow = [], [{"allow": False, "access": "rwm"}]
 for d in devs:
     st = os.stat(d)
@@ -406,7 +452,7 @@ config = {
         {"destination": "/dev/shm", "type": "tmpfs", "source": "shm", "options": ["nosuid", "noexec", "nodev", "mode=1777", "size=65536k"]},
         {"destination": "/sys", "type": "sysfs", "source": "sysfs", "options": ["nosuid", "noexec", "nodev", "ro"]},
         {"destination": "/tmp", "type": "tmpfs", "source": "tmpfs", "options": ["nosuid", "nodev", "mode=1777"]},
-    ] + [{"destination": d, "type": "bind", "source": s, "options": ["rbind", o]} for s, d, o in binds],
+    ] + [{"destination": d, "type": "bind", "source": s, "options": ["bind", o]} for s, d, o in binds],
     "linux": {
         # No network namespace: CRIU would need iptables to lock it, and that machine has none.
         "namespaces": [{"type": "pid"}, {"type": "ipc"}, {"type": "uts"}, {"type": "mount"}],
@@ -418,7 +464,7 @@ config = {
 }
 with open(dir + "/config.json", "w") as f:
     json.dump(config, f, indent=1)
-print("  runc: devices " + " ".join(devs))
+print("  runc: devices " + " ".join(devs) + "; bind mounts " + " ".join(b[1] for b in binds))
 PY
 	rc_() { "$runc_bin" --root "$dir/runc-root" --log "$dir/runc.log" --criu "$dir/criu" "$@"; }
 	ct_state() { rc_ state "$1" 2>/dev/null | python3 -c "import json,sys; print(json.load(sys.stdin)['$2'])" 2>/dev/null; }
@@ -433,7 +479,8 @@ PY
 	}
 	"$runc_bin" --version | head -n1 | sed 's/^/  /'
 
-	rc_ run -d --bundle "$dir" ct-gpu </dev/null >"$dir/run.out" 2>&1 || { ct_fail "runc run failed: $(cat "$dir/run.out")"; return; }
+	# The container's stdio is runc's: /dev/null (CRIU cannot restore a file outside the container).
+	rc_ run -d --bundle "$dir" ct-gpu </dev/null >/dev/null 2>&1 || { ct_fail "runc run failed (runc.log below)"; return; }
 	wait_state "$dir/state/one" 120 1 || { ct_fail "in the container: $why"; return; }
 	local host_pid at_dump now gpu t0 id
 	host_pid=$(ct_state ct-gpu pid)
@@ -451,8 +498,8 @@ PY
 	plugin_line "$dir/work-dump/dump.log" dump | sed 's/^/  /'
 	for id in ct-gpu ct-gpu-new; do
 		t0=$(now)
-		rc_ restore -d --bundle "$dir" --image-path "$dir/img" --work-path "$dir/work-$id" "$id" </dev/null >"$dir/restore-$id.out" 2>&1 ||
-			{ ct_fail "runc restore as $id failed: $(tail -n 3 "$dir/restore-$id.out")" "$dir/work-$id/restore.log"; return; }
+		rc_ restore -d --bundle "$dir" --image-path "$dir/img" --work-path "$dir/work-$id" "$id" </dev/null >/dev/null 2>&1 ||
+			{ ct_fail "runc restore as $id failed" "$dir/work-$id/restore.log"; return; }
 		restore_s=$(since "$t0")
 		[ "$(ct_state "$id" status)" = running ] || { ct_fail "$id is $(ct_state "$id" status) after the restore" "$dir/work-$id/restore.log"; return; }
 		advance 60 "$dir/state/one" "$at_dump" || { ct_fail "$id after the restore: $why" "$dir/work-$id/restore.log"; return; }
@@ -649,6 +696,7 @@ for t in "$@"; do
 	torch-2gpu) test_torch_2gpu ;;
 	refuse-map) test_refuse_map ;;
 	auto-remap) test_auto_remap ;;
+	remap-visible) test_remap_visible ;;
 	cli-steps) test_cli_steps ;;
 	roundtrip-torch) test_roundtrip_torch ;;
 	runc) test_runc ;;

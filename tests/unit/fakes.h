@@ -61,7 +61,8 @@ public:
 	std::vector<pid_t> stopped_tasks() override { return stopped; }
 	void kill(pid_t pid) override { killed.insert(pid); }
 	bool alive(pid_t pid) override { return !dead.count(pid); }
-	std::string gpu_uuid_of_minor(unsigned) override { return {}; }
+	std::vector<GpuInfo> all_gpus; // machine_gpus()
+	std::vector<GpuInfo> machine_gpus() override { return all_gpus; }
 };
 
 } // namespace cuda_criu::testing

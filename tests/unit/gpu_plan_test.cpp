@@ -36,14 +36,14 @@ const GpuInfo C0 = gpu(0, 0xc0, "NVIDIA A100");
 
 TEST(GpuPlan, SameGpusNeedNoPairs)
 {
-	auto p = plan_gpus(image_on({A0, A1}), {A0, A1}, "");
+	auto p = plan_gpus(image_on({A0, A1}), {A0, A1}, {}, "");
 	ASSERT_TRUE(p.ok()) << p.error().message();
 	EXPECT_TRUE(p->pairs.empty());
 }
 
 TEST(GpuPlan, AutomaticRemapPairsSameModelInOrdinalOrder)
 {
-	auto p = plan_gpus(image_on({A1, A0}), {B0, B1}, "");
+	auto p = plan_gpus(image_on({A1, A0}), {B0, B1}, {}, "");
 	ASSERT_TRUE(p.ok()) << p.error().message();
 	ASSERT_EQ(p->pairs.size(), 2u);
 	// Every GPU of the image is listed; A0 -> B0 and A1 -> B1 whatever the image's order.
@@ -54,7 +54,7 @@ TEST(GpuPlan, AutomaticRemapPairsSameModelInOrdinalOrder)
 
 TEST(GpuPlan, PartlyPresentKeepsThePresentOnesAndListsAll)
 {
-	auto p = plan_gpus(image_on({A0, A1}), {A1, B1}, "");
+	auto p = plan_gpus(image_on({A0, A1}), {A1, B1}, {}, "");
 	ASSERT_TRUE(p.ok()) << p.error().message();
 	ASSERT_EQ(p->pairs.size(), 2u);
 	for (const GpuPair &pair : p->pairs)
@@ -63,7 +63,7 @@ TEST(GpuPlan, PartlyPresentKeepsThePresentOnesAndListsAll)
 
 TEST(GpuPlan, WrongModelIsRefusedWithAHint)
 {
-	auto p = plan_gpus(image_on({A0}), {C0}, "");
+	auto p = plan_gpus(image_on({A0}), {C0}, {}, "");
 	ASSERT_FALSE(p.ok());
 	EXPECT_NE(p.error().message().find("NVIDIA H200"), std::string::npos) << p.error().message();
 	EXPECT_NE(p.error().message().find("CUDA_CRIU_DEVICE_MAP"), std::string::npos);
@@ -71,19 +71,19 @@ TEST(GpuPlan, WrongModelIsRefusedWithAHint)
 
 TEST(GpuPlan, TooFewGpusIsRefused)
 {
-	auto p = plan_gpus(image_on({A0, A1, A2}), {B0, B1}, "");
+	auto p = plan_gpus(image_on({A0, A1, A2}), {B0, B1}, {}, "");
 	ASSERT_FALSE(p.ok());
 	EXPECT_NE(p.error().message().find("3 x NVIDIA H200"), std::string::npos) << p.error().message();
 }
 
 TEST(GpuPlan, NoGpuAtAllIsRefused)
 {
-	EXPECT_FALSE(plan_gpus(image_on({A0}), {}, "").ok());
+	EXPECT_FALSE(plan_gpus(image_on({A0}), {}, {}, "").ok());
 }
 
 TEST(GpuPlan, ExplicitMapByUuidAndByIndex)
 {
-	auto p = plan_gpus(image_on({A0, A1}), {A0, A1}, A0.uuid.str() + "=" + A1.uuid.str() + ",1=0");
+	auto p = plan_gpus(image_on({A0, A1}), {A0, A1}, {}, A0.uuid.str() + "=" + A1.uuid.str() + ",1=0");
 	ASSERT_TRUE(p.ok()) << p.error().message();
 	ASSERT_EQ(p->pairs.size(), 2u);
 	for (const GpuPair &pair : p->pairs)
@@ -92,7 +92,7 @@ TEST(GpuPlan, ExplicitMapByUuidAndByIndex)
 
 TEST(GpuPlan, ExplicitMapOntoTheSameGpuIsStillHandedToTheDriver)
 {
-	auto p = plan_gpus(image_on({A0}), {A0}, "0=0");
+	auto p = plan_gpus(image_on({A0}), {A0}, {}, "0=0");
 	ASSERT_TRUE(p.ok()) << p.error().message();
 	ASSERT_EQ(p->pairs.size(), 1u);
 	EXPECT_EQ(p->pairs[0].from, p->pairs[0].to);
@@ -100,18 +100,18 @@ TEST(GpuPlan, ExplicitMapOntoTheSameGpuIsStillHandedToTheDriver)
 
 TEST(GpuPlan, ExplicitMapMayCrossModels)
 {
-	auto p = plan_gpus(image_on({A0}), {C0}, "0=0");
+	auto p = plan_gpus(image_on({A0}), {C0}, {}, "0=0");
 	ASSERT_TRUE(p.ok()) << p.error().message();
 	ASSERT_EQ(p->pairs.size(), 1u);
 }
 
 TEST(GpuPlan, ExplicitMapErrors)
 {
-	EXPECT_FALSE(plan_gpus(image_on({A0}), {A0}, "7=0").ok()) << "7 is not a GPU of the image";
-	EXPECT_FALSE(plan_gpus(image_on({A0}), {A0}, "0=5").ok()) << "no GPU 5 here";
-	EXPECT_FALSE(plan_gpus(image_on({A0}), {A0}, "0").ok()) << "not OLD=NEW";
-	EXPECT_FALSE(plan_gpus(image_on({A0, A1}), {A0, A1}, "0=1,1=1").ok()) << "two onto one";
-	auto unmapped = plan_gpus(image_on({A0, A1}), {B0, B1}, "0=0");
+	EXPECT_FALSE(plan_gpus(image_on({A0}), {A0}, {}, "7=0").ok()) << "7 is not a GPU of the image";
+	EXPECT_FALSE(plan_gpus(image_on({A0}), {A0}, {}, "0=5").ok()) << "no GPU 5 here";
+	EXPECT_FALSE(plan_gpus(image_on({A0}), {A0}, {}, "0").ok()) << "not OLD=NEW";
+	EXPECT_FALSE(plan_gpus(image_on({A0, A1}), {A0, A1}, {}, "0=1,1=1").ok()) << "two onto one";
+	auto unmapped = plan_gpus(image_on({A0, A1}), {B0, B1}, {}, "0=0");
 	ASSERT_FALSE(unmapped.ok()) << "A1 is absent and not in the map";
 	EXPECT_NE(unmapped.error().message().find("not in the device map"), std::string::npos);
 }
@@ -119,7 +119,7 @@ TEST(GpuPlan, ExplicitMapErrors)
 TEST(GpuPlan, TooLittleMemoryIsRefused)
 {
 	GpuInfo small = gpu(0, 0xb0, "NVIDIA H200", 1ULL << 30);
-	auto p = plan_gpus(image_on({A0}, 4ULL << 30), {small}, "");
+	auto p = plan_gpus(image_on({A0}, 4ULL << 30), {small}, {}, "");
 	ASSERT_FALSE(p.ok());
 	EXPECT_EQ(p.error().errno_value(), ENOSPC);
 	EXPECT_NE(p.error().message().find("4.0 GiB"), std::string::npos) << p.error().message();
@@ -129,8 +129,65 @@ TEST(GpuPlan, ProcessesOnOneGpuAddUp)
 {
 	ImageRecord img = image_on({A0}, 3ULL << 30);
 	img.processes.push_back({200, 200, "running", {A0.uuid.str()}, 3ULL << 30, 0, 0});
-	EXPECT_FALSE(plan_gpus(img, {gpu(0, 0xb0, "NVIDIA H200", 5ULL << 30)}, "").ok()) << "6 GiB onto 5 GiB";
-	EXPECT_TRUE(plan_gpus(img, {gpu(0, 0xb0, "NVIDIA H200", 7ULL << 30)}, "").ok());
+	EXPECT_FALSE(plan_gpus(img, {gpu(0, 0xb0, "NVIDIA H200", 5ULL << 30)}, {}, "").ok()) << "6 GiB onto 5 GiB";
+	EXPECT_TRUE(plan_gpus(img, {gpu(0, 0xb0, "NVIDIA H200", 7ULL << 30)}, {}, "").ok());
+}
+
+// The case measured on two H200s: a process that saw only GPU 0 (CUDA_VISIBLE_DEVICES=0) held only its
+// device node; restored by a CRIU that may use only GPU 1. The driver took A0 -> A1 only together with
+// A1 -> A0, so the GPU no process held is paired too, onto the GPU left over (hidden from CRIU).
+TEST(GpuPlan, GpusNoProcessHeldArePairedWhenAnyGpuMoves)
+{
+	ImageRecord img = image_on({A0});
+	img.other_gpus.push_back(rec(A1));
+	auto p = plan_gpus(img, {A1}, {A0, A1}, "");
+	ASSERT_TRUE(p.ok()) << p.error().message();
+	ASSERT_EQ(p->pairs.size(), 2u);
+	EXPECT_EQ(p->pairs[0].from, A0.uuid);
+	EXPECT_EQ(p->pairs[0].to, A1.uuid);
+	EXPECT_EQ(p->pairs[1].from, A1.uuid);
+	EXPECT_EQ(p->pairs[1].to, A0.uuid);
+	EXPECT_NE(p->description.find("automatic: same model"), std::string::npos) << p->description;
+	EXPECT_NE(p->description.find("held by no process"), std::string::npos) << p->description;
+}
+
+TEST(GpuPlan, GpusNoProcessHeldStayOnThemselvesWhenFree)
+{
+	ImageRecord img = image_on({A0});
+	img.other_gpus.push_back(rec(A2));
+	auto p = plan_gpus(img, {A1, A2}, {A0, A1, A2}, "0=1");
+	ASSERT_TRUE(p.ok()) << p.error().message();
+	ASSERT_EQ(p->pairs.size(), 2u);
+	EXPECT_EQ(p->pairs[1].from, A2.uuid);
+	EXPECT_EQ(p->pairs[1].to, A2.uuid);
+}
+
+TEST(GpuPlan, GpusNoProcessHeldAreNotPairedWhenNothingMoves)
+{
+	ImageRecord img = image_on({A0});
+	img.other_gpus.push_back(rec(A1));
+	auto p = plan_gpus(img, {A0, A1}, {A0, A1}, "");
+	ASSERT_TRUE(p.ok()) << p.error().message();
+	EXPECT_TRUE(p->pairs.empty());
+}
+
+TEST(GpuPlan, GpusNoProcessHeldWithoutAPartnerAreLeftOutAndSaidSo)
+{
+	ImageRecord img = image_on({A0});
+	img.other_gpus.push_back(rec(A1));
+	img.other_gpus.push_back(rec(C0));
+	auto p = plan_gpus(img, {B0}, {B0}, ""); // a one-GPU machine: only the GPU the process held is paired
+	ASSERT_TRUE(p.ok()) << p.error().message();
+	ASSERT_EQ(p->pairs.size(), 1u);
+	EXPECT_EQ(p->pairs[0].to, B0.uuid);
+	EXPECT_NE(p->description.find("left unpaired"), std::string::npos) << p->description;
+}
+
+TEST(GpuPlan, MapLeavingAHeldGpuOnATakenGpuSaysSo)
+{
+	auto p = plan_gpus(image_on({A0, A1}), {A0, A1}, {}, "0=1");
+	ASSERT_FALSE(p.ok());
+	EXPECT_NE(p.error().message().find("taken by another pair"), std::string::npos) << p.error().message();
 }
 
 } // namespace

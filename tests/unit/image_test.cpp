@@ -18,6 +18,7 @@ ImageRecord sample()
 	r.driver_version = "580.159.04";
 	r.plugin_version = "0.1.0";
 	r.gpus.push_back({"GPU-01234567-89ab-cdef-0123-456789abcdef", "NVIDIA H200", 150000000000ULL, "0000:19:00.0", 0});
+	r.other_gpus.push_back({"GPU-11234567-89ab-cdef-0123-456789abcdef", "NVIDIA H200", 0, "0000:1a:00.0", -1});
 	r.processes.push_back({4242, 1, "running", {"GPU-01234567-89ab-cdef-0123-456789abcdef"}, 4ULL << 30, 1200, 3400000});
 	r.processes.push_back({4243, 2, "locked", {}, 0, 0, 0});
 	r.device_phase_us = 3500000;
@@ -36,6 +37,9 @@ TEST(Image, RoundTrip)
 	ASSERT_EQ(r->gpus.size(), 1u);
 	EXPECT_EQ(r->gpus[0].name, "NVIDIA H200");
 	EXPECT_EQ(r->gpus[0].memory_bytes, 150000000000ULL);
+	ASSERT_EQ(r->other_gpus.size(), 1u);
+	EXPECT_EQ(r->other_gpus[0].pci_bus_id, "0000:1a:00.0");
+	EXPECT_EQ(r->other_gpus[0].ordinal, -1);
 	ASSERT_EQ(r->processes.size(), 2u);
 	EXPECT_EQ(r->processes[0].pid, 4242);
 	EXPECT_EQ(r->processes[0].ns_pid, 1);
