@@ -20,6 +20,7 @@ extern "C" {
 #include "core/options.h"
 #include "core/session.h"
 #include "driver/libcuda.h"
+#include "driver/nvml.h"
 #include "image/image.h"
 #include "os/host.h"
 
@@ -254,7 +255,10 @@ static int cuda_plugin_post_forking()
 	guard("POST_FORKING", [&] {
 		if (g_state && g_state->restore && !g_state->driver_warmup.joinable()) {
 			std::string path = g_state->options.libcuda;
-			g_state->driver_warmup = std::thread([path] { (void)load_libcuda(path); });
+			g_state->driver_warmup = std::thread([path] {
+				(void)load_libcuda(path);
+				(void)load_nvml(); // for the free-memory check of the GPU plan
+			});
 		}
 		return 0;
 	});

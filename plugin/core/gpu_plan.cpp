@@ -143,6 +143,13 @@ Result<GpuPlan> plan_gpus(const ImageRecord &image, const std::vector<GpuInfo> &
 					  "restore on a larger GPU, or spread them with CUDA_CRIU_DEVICE_MAP",
 					  g->ordinal, uuid.c_str(), g->name.c_str(), gib(g->memory_bytes).c_str(),
 					  gib(bytes).c_str());
+		if (g && g->free_bytes && bytes > g->free_bytes)
+			return make_error(ENOSPC,
+					  "GPU %d (%s, %s) has %s free now (of %s); the processes restored onto it need %s: "
+					  "end what uses that GPU's memory, or restore onto another GPU with "
+					  "CUDA_CRIU_DEVICE_MAP",
+					  g->ordinal, uuid.c_str(), g->name.c_str(), gib(g->free_bytes).c_str(),
+					  gib(g->memory_bytes).c_str(), gib(bytes).c_str());
 	}
 
 	GpuPlan plan;

@@ -405,6 +405,8 @@ Result<std::vector<GpuPair>> RestoreSession::gpu_pairs(Driver &driver)
 	auto here = driver.gpus();
 	if (!here)
 		return std::move(here).error().context("%s", "list this machine's GPUs");
+	for (GpuInfo &g : *here)
+		g.free_bytes = driver.free_bytes(g.uuid);
 	auto plan = plan_gpus(*image_, *here, host_.machine_gpus(), options_.device_map);
 	if (!plan)
 		return std::move(plan).error().context("%s", "cannot restore the image's GPU state on this machine");

@@ -40,6 +40,7 @@ public:
 	Status unlock(pid_t pid) override { return timed([&] { return inner_.unlock(pid); }); }
 	std::string version() const override { return inner_.version(); }
 	Result<std::vector<GpuInfo>> gpus() override { return timed([&] { return inner_.gpus(); }); }
+	uint64_t free_bytes(const GpuUuid &uuid) override { return timed([&] { return inner_.free_bytes(uuid); }); }
 
 private:
 	Driver &inner_;

@@ -36,6 +36,7 @@ struct GpuInfo {
 	GpuUuid uuid;
 	std::string name;
 	uint64_t memory_bytes = 0;
+	uint64_t free_bytes = 0;  // free memory when the restore plans its GPUs; 0 = unknown
 	std::string pci_bus_id; // "0000:19:00.0", lower case
 };
 
@@ -54,6 +55,8 @@ public:
 	virtual std::string version() const = 0;
 	// The GPUs this machine offers, in the driver's ordinal order.
 	virtual Result<std::vector<GpuInfo>> gpus() = 0;
+	// Free memory of a GPU now, in bytes; 0 when unknown.
+	virtual uint64_t free_bytes(const GpuUuid &uuid) = 0;
 };
 
 } // namespace cuda_criu

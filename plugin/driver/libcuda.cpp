@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "base/log.h"
+#include "driver/nvml.h"
 
 namespace cuda_criu {
 namespace {
@@ -112,6 +113,8 @@ public:
 	}
 
 	std::string version() const override { return version_; }
+
+	uint64_t free_bytes(const GpuUuid &uuid) override { return nvml_free_bytes(uuid); }
 
 	Result<std::vector<GpuInfo>> gpus() override
 	{

@@ -20,7 +20,7 @@ bundle=$(cd "$(dirname "$0")" && pwd)
 work=${GPU_TESTS_WORK:-/var/tmp/cuda-criu-gpu-tests}
 python=${GPU_TESTS_PYTHON:-python3}
 all_tests=(memcheck-4g torch tree leave-running remap-self refuse-map remap-gpu1 tree-2gpu torch-2gpu auto-remap
-	remap-visible cli-steps roundtrip-torch runc)
+	remap-visible refuse-free cli-steps roundtrip-torch runc)
 memcheck_mb=${MEMCHECK_MB:-4096}
 torch_gb=${TORCH_GB:-4}
 tree_mb=${TREE_MB:-1024}
@@ -330,6 +330,46 @@ test_remap_visible() {
 	done
 	[ "$bad" = 0 ] && pass $name "each process running again with its data (GPU 0 = $u0, GPU 1 = $u1)"
 	[ "$bad" = 0 ] || fail $name "a process did not come back (see above)"
+}
+
+# A GPU without enough free memory: the restore is refused before any process runs, with a message that
+# says how much is free; once the memory is free again, the same image restores with its data.
+test_refuse_free() {
+	local name=refuse-free dir=$work/refuse-free pid hog line base
+	if ! "$python" -c 'import torch' 2>/dev/null; then skip $name "$python has no PyTorch (the memory hog)"; return; fi
+	start "$dir" "$bundle/bin/cuda_memcheck" --mb 2048 --state "$dir/state" --interval-ms 100
+	wait_state "$dir/state" 120 1 || { fail $name "before the dump: $why"; return; }
+	pid=$(state "$dir/state" pid)
+	started+=("$pid")
+	dump "$dir" "$pid" || { fail $name "$why"; show_log "$dir/dump.log"; return; }
+	wait_gone 30 "$pid" || { fail $name "pid $pid still exists after the dump"; return; }
+	base=$(state "$dir/state" iterations)
+	start "$dir/hog" env -u LD_LIBRARY_PATH "$python" -c '
+import time, torch
+free, total = torch.cuda.mem_get_info(0)
+x = torch.empty(free - (1 << 30), dtype=torch.uint8, device="cuda:0")
+print("hog", flush=True)
+time.sleep(600)'
+	local i; for i in $(seq 100); do grep -q hog "$dir/hog/stdout" 2>/dev/null && break; sleep 0.3; done
+	hog=$(pgrep -f 'torch.cuda.mem_get_info' | head -n1)
+	started+=($hog)
+	echo "  $name: memory hog pid ${hog:-?} leaves $(nvidia-smi --query-gpu=memory.free --format=csv,noheader -i 0) free on GPU 0"
+	if restore "$dir"; then
+		fail $name "criu restore succeeded onto a GPU without room"; kill_pids "$pid" $hog; return
+	fi
+	line=$(grep -o 'Error (cuda_plugin):.*' "$dir/restore.log" | head -n1)
+	echo "  $line"
+	case "$line" in *"free now"*) ;; *) fail $name "no free-memory refusal from the plugin"; show_log "$dir/restore.log"; kill_pids "$pid" $hog; return ;; esac
+	sleep 1
+	if alive "$pid" && ! grep -q '^State:.*Z' "/proc/$pid/status" 2>/dev/null; then
+		fail $name "pid $pid runs after the refused restore"; kill_pids "$pid" $hog; return
+	fi
+	kill_pids $hog
+	wait_gone 30 "$pid" || { fail $name "pid $pid not free after the refused restore"; return; }
+	restore "$dir" || { fail $name "restore after freeing the memory: $why"; show_log "$dir/restore.log"; return; }
+	advance 60 "$dir/state" "$base" || { fail $name "after the second restore: $why"; kill_pids "$pid"; return; }
+	pass $name "refused while 1 GiB was free, restored once freed (iterations $after)"
+	kill_pids "$pid"
 }
 
 cli() { env "LD_LIBRARY_PATH=$bundle/lib" "$bundle/bin/cuda-criu" "$@"; }
@@ -697,6 +737,7 @@ for t in "$@"; do
 	refuse-map) test_refuse_map ;;
 	auto-remap) test_auto_remap ;;
 	remap-visible) test_remap_visible ;;
+	refuse-free) test_refuse_free ;;
 	cli-steps) test_cli_steps ;;
 	roundtrip-torch) test_roundtrip_torch ;;
 	runc) test_runc ;;

@@ -39,6 +39,8 @@ public:
 	Status unlock(pid_t pid) override;
 	std::string version() const override { return "999.1"; }
 	Result<std::vector<GpuInfo>> gpus() override;
+	std::map<std::string, uint64_t> free; // free_bytes() by uuid; 0 (unknown) when absent
+	uint64_t free_bytes(const GpuUuid &uuid) override { return free.count(uuid.str()) ? free[uuid.str()] : 0; }
 
 private:
 	Status step(const char *op, pid_t pid, CudaState from, CudaState to, bool needs_thread);

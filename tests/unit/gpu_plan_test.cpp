@@ -125,6 +125,18 @@ TEST(GpuPlan, TooLittleMemoryIsRefused)
 	EXPECT_NE(p.error().message().find("4.0 GiB"), std::string::npos) << p.error().message();
 }
 
+TEST(GpuPlan, TooLittleFreeMemoryIsRefused)
+{
+	GpuInfo busy = gpu(0, 0xb0, "NVIDIA H200");
+	busy.free_bytes = 2ULL << 30;
+	auto p = plan_gpus(image_on({A0}, 3ULL << 30), {busy}, {}, "");
+	ASSERT_FALSE(p.ok());
+	EXPECT_EQ(p.error().errno_value(), ENOSPC);
+	EXPECT_NE(p.error().message().find("2.0 GiB free now"), std::string::npos) << p.error().message();
+	busy.free_bytes = 4ULL << 30;
+	EXPECT_TRUE(plan_gpus(image_on({A0}, 3ULL << 30), {busy}, {}, "").ok());
+}
+
 TEST(GpuPlan, ProcessesOnOneGpuAddUp)
 {
 	ImageRecord img = image_on({A0}, 3ULL << 30);

@@ -272,6 +272,23 @@ TEST_F(RestoreTest, ImageOfTheInTreePluginIsRestoredByDetection)
 	EXPECT_EQ(driver.state_of(20), CudaState::Running);
 }
 
+TEST_F(RestoreTest, TooLittleFreeGpuMemoryRefusesBeforeAnyRestoreCall)
+{
+	add_cuda(20, CudaState::Checkpointed);
+	host.stopped = {20};
+	ImageRecord img = image_with({20});
+	GpuInfo fake = driver.gpus()->front();
+	img.gpus.push_back({fake.uuid.str(), fake.name, fake.memory_bytes, "", 0});
+	img.processes[0].gpu_uuids = {fake.uuid.str()};
+	img.processes[0].state_bytes = 3ULL << 30;
+	driver.free[fake.uuid.str()] = 1ULL << 30;
+	RestoreSession s(options, host, source(), img, true);
+	auto r = s.resume(20);
+	ASSERT_FALSE(r.ok());
+	EXPECT_NE(r.error().message().find("1.0 GiB free now"), std::string::npos) << r.error().message();
+	EXPECT_EQ(driver.state_of(20), CudaState::Checkpointed) << "refused before the driver was asked to restore";
+}
+
 TEST_F(RestoreTest, FailureIsReturnedWhenCriuFailsTheRestore)
 {
 	add_cuda(20, CudaState::Checkpointed);

@@ -1,0 +1,78 @@
+#include "driver/nvml.h"
+
+#include <dlfcn.h>
+#include <sched.h>
+
+#include <mutex>
+#include <thread>
+
+#include "base/log.h"
+
+namespace cuda_criu {
+namespace {
+
+// The few NVML declarations used, as nvml.h has them (stable ABI; the header is not needed to build).
+using NvmlReturn = int; // nvmlReturn_t, 0 = NVML_SUCCESS
+using NvmlDevice = struct NvmlDeviceOpaque *;
+struct NvmlMemory {
+	unsigned long long total, free, used; // nvmlMemory_t
+};
+
+struct Nvml {
+	NvmlReturn (*init)() = nullptr;
+	NvmlReturn (*by_uuid)(const char *, NvmlDevice *) = nullptr;
+	NvmlReturn (*memory)(NvmlDevice, NvmlMemory *) = nullptr;
+};
+
+const Nvml *load_once()
+{
+	void *lib = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE);
+	if (!lib) {
+		LOG_DEBUG("no NVML (%s): free GPU memory is not checked before a restore", dlerror());
+		return nullptr;
+	}
+	static Nvml api;
+	api.init = reinterpret_cast<decltype(api.init)>(dlsym(lib, "nvmlInit_v2"));
+	api.by_uuid = reinterpret_cast<decltype(api.by_uuid)>(dlsym(lib, "nvmlDeviceGetHandleByUUID"));
+	api.memory = reinterpret_cast<decltype(api.memory)>(dlsym(lib, "nvmlDeviceGetMemoryInfo"));
+	if (!api.init || !api.by_uuid || !api.memory) {
+		LOG_DEBUG("%s", "libnvidia-ml.so.1 lacks the functions used: free GPU memory is not checked");
+		return nullptr;
+	}
+	// On a thread with an fs_struct of its own, as cuInit (see libcuda.cpp): threads NVML may start
+	// must not share CRIU's.
+	NvmlReturn res = -1;
+	std::thread([&] {
+		unshare(CLONE_FS);
+		res = api.init();
+	}).join();
+	if (res != 0) {
+		LOG_DEBUG("nvmlInit_v2 failed (%d): free GPU memory is not checked", res);
+		return nullptr;
+	}
+	return &api;
+}
+
+const Nvml *nvml()
+{
+	static std::once_flag once;
+	static const Nvml *api = nullptr;
+	std::call_once(once, [] { api = load_once(); });
+	return api;
+}
+
+} // namespace
+
+bool load_nvml() { return nvml() != nullptr; }
+
+uint64_t nvml_free_bytes(const GpuUuid &uuid)
+{
+	const Nvml *api = nvml();
+	NvmlDevice dev = nullptr;
+	NvmlMemory mem{};
+	if (!api || api->by_uuid(uuid.str().c_str(), &dev) != 0 || api->memory(dev, &mem) != 0)
+		return 0;
+	return mem.free;
+}
+
+} // namespace cuda_criu

@@ -1,0 +1,17 @@
+// Free GPU memory from NVML (libnvidia-ml.so.1, loaded at run time): the one thing a restore needs that
+// the CUDA driver API cannot tell without creating a context on each GPU.
+#pragma once
+
+#include <cstdint>
+
+#include "driver/driver.h"
+
+namespace cuda_criu {
+
+// Loads and initialises NVML once (later calls are free); false when it is not there or fails.
+bool load_nvml();
+
+// Free memory of the GPU now, in bytes; 0 when unknown (no NVML, or it does not know the GPU).
+uint64_t nvml_free_bytes(const GpuUuid &uuid);
+
+} // namespace cuda_criu
