@@ -170,6 +170,15 @@ void set_timeouts(Plan &plan, const Options &o, std::optional<unsigned> timeout_
 	}
 }
 
+// The driver's GPUs, for GPU indices in --device-map.
+Result<std::vector<GpuInfo>> driver_gpus()
+{
+	auto d = open_driver();
+	if (!d)
+		return std::move(d).error();
+	return (*d)->gpus();
+}
+
 } // namespace
 
 int cmd_action(const std::string &action, const Args &args)
@@ -200,7 +209,7 @@ int cmd_action(const std::string &action, const Args &args)
 	Plan plan;
 	plan.action = action;
 	if (const std::string *m = a.value("--device-map")) {
-		auto pairs = parse_device_map(*m);
+		auto pairs = parse_device_map(*m, driver_gpus);
 		if (!pairs)
 			return usage_error(action, "--device-map: " + pairs.error().message());
 		plan.pairs = std::move(*pairs);
@@ -297,7 +306,7 @@ int cmd_compat(const std::string &program, const Args &args)
 	if (const std::string *m = a.value("--device-map")) {
 		if (plan.action != "restore" && plan.action != "toggle")
 			return usage("--device-map goes with --action restore or --toggle");
-		auto pairs = parse_device_map(*m);
+		auto pairs = parse_device_map(*m, driver_gpus);
 		if (!pairs)
 			return usage("--device-map: " + pairs.error().message());
 		plan.pairs = std::move(*pairs);

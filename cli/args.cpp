@@ -111,8 +111,26 @@ Result<unsigned long> parse_count(const std::string &text, unsigned long min, un
 	return v;
 }
 
-Result<std::vector<GpuPair>> parse_device_map(const std::string &text)
+Result<std::vector<GpuPair>> parse_device_map(const std::string &text,
+					       const std::function<Result<std::vector<GpuInfo>>()> &list_gpus)
 {
+	std::vector<GpuInfo> gpus; // listed at the first index
+	bool listed = false;
+	auto uuid_of = [&](const std::string &key) -> Result<GpuUuid> {
+		if (!all_digits(key))
+			return GpuUuid::parse(key);
+		if (!listed) {
+			auto l = list_gpus();
+			if (!l)
+				return std::move(l).error().context("%s", "GPU indices need the driver's GPU list");
+			gpus = std::move(*l);
+			listed = true;
+		}
+		for (const GpuInfo &g : gpus)
+			if (std::to_string(g.ordinal) == key)
+				return g.uuid;
+		return make_error(ENODEV, "there is no GPU %s here (%zu GPU(s))", key.c_str(), gpus.size());
+	};
 	std::vector<GpuPair> pairs;
 	size_t start = 0;
 	while (start <= text.size() && !text.empty()) {
@@ -123,15 +141,10 @@ Result<std::vector<GpuPair>> parse_device_map(const std::string &text)
 		if (eq == std::string::npos)
 			return make_error(EINVAL, "device map '%s': entry '%s' is not OLD=NEW", text.c_str(), entry.c_str());
 		std::string from = entry.substr(0, eq), to = entry.substr(eq + 1);
-		if (all_digits(from) || all_digits(to))
-			return make_error(EINVAL,
-					  "device map '%s': '%s' uses a GPU index; only GPU UUIDs are accepted for now "
-					  "(GPU-..., as 'nvidia-smi -L' or 'cuda-criu check' print them)",
-					  text.c_str(), entry.c_str());
-		auto old_uuid = GpuUuid::parse(from);
+		auto old_uuid = uuid_of(from);
 		if (!old_uuid)
 			return std::move(old_uuid).error().context("device map '%s'", text.c_str());
-		auto new_uuid = GpuUuid::parse(to);
+		auto new_uuid = uuid_of(to);
 		if (!new_uuid)
 			return std::move(new_uuid).error().context("device map '%s'", text.c_str());
 		for (const GpuPair &p : pairs)

@@ -4,6 +4,7 @@
 
 #include <sys/types.h>
 
+#include <functional>
 #include <map>
 #include <set>
 #include <string>
@@ -49,6 +50,9 @@ Result<unsigned long> parse_count(const std::string &text, unsigned long min, un
 
 // "OLD=NEW[,OLD=NEW...]" with GPU UUIDs as nvidia-smi -L prints them ("GPU-xxxxxxxx-..."). GPU indices
 // are refused with a message saying so; an empty text is an empty map.
-Result<std::vector<GpuPair>> parse_device_map(const std::string &text);
+// "OLD=NEW,..." with GPU UUIDs or indices (this machine's CUDA ordinals, from list_gpus, called only
+// when an index appears).
+Result<std::vector<GpuPair>> parse_device_map(const std::string &text,
+					       const std::function<Result<std::vector<GpuInfo>>()> &list_gpus);
 
 } // namespace cuda_criu::cli

@@ -152,12 +152,15 @@ checkpointed on one GPU is restored onto another.)",
                   600 s unless configured; 0 waits for ever)
 --device-map OLD=NEW,...
                   restore what ran on GPU OLD onto GPU NEW. GPUs are given by UUID (GPU-..., as
-                  `nvidia-smi -L` and `cuda-criu check` print them); GPU indices are not accepted
-                  yet. Every GPU a process uses must be mapped when a map is given
+                  `nvidia-smi -L` and `cuda-criu check` print them) or by index (this machine's
+                  CUDA device ordinal). The driver wants every GPU of the machine the process was
+                  checkpointed on paired, also GPUs hidden from it by CUDA_VISIBLE_DEVICES: on a
+                  two-GPU machine, moving GPU 0 to GPU 1 is 0=1,1=0
 --json            print {"processes": [{"pid", "ok", "state", "error"}]})",
 	 kActionExit,
 	 R"(cuda-criu restore 4242 && cuda-criu unlock 4242
-cuda-criu restore --device-map GPU-5f1b2c3d-0000-4000-8000-000000000001=GPU-77aa0e12-0000-4000-8000-000000000002 4242)"},
+cuda-criu restore --device-map GPU-5f1b2c3d-0000-4000-8000-000000000001=GPU-77aa0e12-0000-4000-8000-000000000002 4242
+cuda-criu restore --device-map 0=1,1=0 4242)"},
 
 	{"unlock", "let CUDA work proceed again in locked processes",
 	 "cuda-criu unlock [--timeout SECONDS] [--json] PID...",
@@ -183,7 +186,7 @@ unlocked, a running one left alone. This is also the way out for a process an in
 locked or checkpointed.)",
 	 R"(--timeout SECONDS how long to wait for the driver (default: the plugin's restore-timeout option)
 --device-map OLD=NEW,...
-                  as for `restore`: restore onto other GPUs (UUIDs only for now)
+                  as for `restore`: restore onto other GPUs (UUIDs or indices)
 --json            print {"processes": [{"pid", "ok", "state", "error"}]})",
 	 kActionExit, R"(cuda-criu resume 4242 4243)"},
 
@@ -210,7 +213,7 @@ on stderr.)",
 	 R"(--timeout MS      milliseconds, as cuda-checkpoint takes them: the lock timeout for lock and toggle,
                   the wait for the driver otherwise
 --device-map OLD=NEW,...
-                  GPU UUID pairs for restore and toggle)",
+                  GPU pairs (UUIDs or indices) for restore and toggle)",
 	 R"(0  success
 1  the operation failed
 2  bad usage)",

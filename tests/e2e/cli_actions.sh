@@ -115,12 +115,17 @@ cuda_criu restore --device-map "$1=$2" "$b" >"$T/out" || fail "restore --device-
 cuda_criu unlock "$b" >/dev/null || fail "unlock after the remap"
 ls -l "/proc/$b/fd" | grep -q "$FAKEGPU_DIR/dev/nvidia1\$" || fail "b is not on GPU 1 after the remap: $(ls -l /proc/$b/fd)"
 expect_healthy "$b_state"
-expect_rc 2 cuda_criu restore --device-map 0=1 "$b"
-grep -q "uses a GPU index; only GPU UUIDs are accepted for now" "$T/err" || fail "index map: $(cat "$T/err")"
+# By index (the driver's ordinals): back onto GPU 0.
+cuda_criu suspend "$b" >/dev/null || fail "suspend b (2)"
+cuda_criu resume --device-map 1=0 "$b" >/dev/null || fail "resume --device-map 1=0: $(cat "$T/err")"
+ls -l "/proc/$b/fd" | grep -q "$FAKEGPU_DIR/dev/nvidia0\$" || fail "b is not on GPU 0 after the map by index: $(ls -l /proc/$b/fd)"
+expect_healthy "$b_state"
+expect_rc 2 cuda_criu restore --device-map 0=7 "$b"
+grep -q "there is no GPU 7 here (2 GPU(s))" "$T/err" || fail "map onto a missing index: $(cat "$T/err")"
 expect_rc 2 cuda_criu restore --device-map "$1" "$b"
 grep -q "is not OLD=NEW" "$T/err" || fail "bad map: $(cat "$T/err")"
 expect_rc 2 cuda_criu lock --device-map "$1=$2" "$b"
-log "--device-map restores onto another GPU; indices and bad maps refused: ok"
+log "--device-map by UUID and by index restores onto another GPU; bad maps refused: ok"
 
 # 8. Usage errors.
 expect_rc 2 cuda_criu lock

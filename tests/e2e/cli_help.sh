@@ -54,7 +54,7 @@ for entry in "${pages[@]}"; do
 	done
 	[ "$(wc -l <"$T/$cmd.help")" -ge 12 ] || fail "$cmd: page of $(wc -l <"$T/$cmd.help") lines"
 done
-grep -q "GPU indices are not accepted" "$T/restore.help" || fail "restore: does not say that indices come later"
+grep -q "or by index (this machine.s" "$T/restore.help" || fail "restore: does not say that GPU indices are accepted"
 log "overview and ${#pages[@]} command pages, each complete: ok"
 
 rc=0; "$CUDA_CRIU" help nosuch 2>"$T/err" || rc=$?
