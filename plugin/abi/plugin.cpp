@@ -17,6 +17,7 @@ extern "C" {
 
 #include "abi/criu_host.h"
 #include "base/log.h"
+#include "core/gpu_plan.h"
 #include "core/options.h"
 #include "core/session.h"
 #include "driver/libcuda.h"
@@ -137,6 +138,9 @@ int init_restore(State &s)
 		LOG_INFO("no NVIDIA driver on this machine; CUDA plugin inactive");
 		return 0;
 	}
+	if (image->has_value())
+		if (auto st = check_driver_version(**image, kernel_driver_version()); !st)
+			return fail(std::move(st).error().context("%s", "cannot restore"));
 	// Forked now, while CRIU has no threads and has not forked the tasks yet (nor set its SIGCHLD handler).
 	auto guard = RestoreGuard::start();
 	if (!guard)

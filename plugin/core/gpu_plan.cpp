@@ -33,6 +33,18 @@ std::string list_here(const std::vector<GpuInfo> &here)
 
 } // namespace
 
+Status check_driver_version(const ImageRecord &image, const std::string &here)
+{
+	const std::string &then = image.driver_version;
+	if (here.empty() || then.empty() || then.rfind("CUDA ", 0) == 0 || then == here)
+		return {};
+	return make_error(EPROTO,
+			  "the image was dumped under NVIDIA driver %s and this machine runs %s: a CUDA process "
+			  "restores only under the driver it was dumped with (its mapped driver libraries and its GPU "
+			  "state belong to that version); restore on a machine with driver %s, or install it here",
+			  then.c_str(), here.c_str(), then.c_str());
+}
+
 Result<GpuPlan> plan_gpus(const ImageRecord &image, const std::vector<GpuInfo> &here, const std::vector<GpuInfo> &machine,
 			  const std::string &device_map)
 {

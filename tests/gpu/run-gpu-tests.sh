@@ -20,7 +20,7 @@ bundle=$(cd "$(dirname "$0")" && pwd)
 work=${GPU_TESTS_WORK:-/var/tmp/cuda-criu-gpu-tests}
 python=${GPU_TESTS_PYTHON:-python3}
 all_tests=(memcheck-4g torch tree leave-running remap-self refuse-map remap-gpu1 tree-2gpu torch-2gpu auto-remap
-	remap-visible refuse-free cli-steps roundtrip-torch runc)
+	remap-visible refuse-free refuse-driver cli-steps roundtrip-torch runc)
 memcheck_mb=${MEMCHECK_MB:-4096}
 torch_gb=${TORCH_GB:-4}
 tree_mb=${TREE_MB:-1024}
@@ -369,6 +369,43 @@ time.sleep(600)'
 	restore "$dir" || { fail $name "restore after freeing the memory: $why"; show_log "$dir/restore.log"; return; }
 	advance 60 "$dir/state" "$base" || { fail $name "after the second restore: $why"; kill_pids "$pid"; return; }
 	pass $name "refused while 1 GiB was free, restored once freed (iterations $after)"
+	kill_pids "$pid"
+}
+
+# An image whose recorded driver version differs from this machine's (the version in cuda-plugin.img
+# rewritten, same length): the restore is refused at once with both versions named; the untouched image
+# then restores.
+test_refuse_driver() {
+	local name=refuse-driver dir=$work/refuse-driver pid line base refused_s
+	start "$dir" "$bundle/bin/cuda_memcheck" --mb 256 --state "$dir/state" --interval-ms 100
+	wait_state "$dir/state" 120 1 || { fail $name "before the dump: $why"; return; }
+	pid=$(state "$dir/state" pid)
+	started+=("$pid")
+	dump "$dir" "$pid" || { fail $name "$why"; show_log "$dir/dump.log"; return; }
+	wait_gone 30 "$pid" || { fail $name "pid $pid still exists after the dump"; return; }
+	base=$(state "$dir/state" iterations)
+	cp "$dir/img/cuda-plugin.img" "$dir/cuda-plugin.img.orig"
+	python3 - "$dir/img/cuda-plugin.img" <<'PY' || { fail $name "could not rewrite the driver version"; return; }
+import sys
+v = open("/sys/module/nvidia/version").read().strip().encode()
+other = bytes([v[0] - 1]) + v[1:]  # 580.x -> 480.x, same length: the protobuf stays valid
+data = open(sys.argv[1], "rb").read()
+assert data.count(v) == 1, data
+open(sys.argv[1], "wb").write(data.replace(v, other))
+print("  image now says driver %s, this machine runs %s" % (other.decode(), v.decode()))
+PY
+	if restore "$dir"; then
+		fail $name "criu restore succeeded with an image of another driver version"; kill_pids "$pid"; return
+	fi
+	refused_s=$restore_s
+	line=$(grep -o 'Error (cuda_plugin):.*' "$dir/restore.log" | head -n1)
+	echo "  $line (after $refused_s s)"
+	case "$line" in *"dumped under NVIDIA driver"*) ;; *) fail $name "no driver version refusal"; show_log "$dir/restore.log"; return ;; esac
+	alive "$pid" && { fail $name "pid $pid exists after the refused restore"; kill_pids "$pid"; return; }
+	cp "$dir/cuda-plugin.img.orig" "$dir/img/cuda-plugin.img"
+	restore "$dir" || { fail $name "restore of the untouched image: $why"; show_log "$dir/restore.log"; return; }
+	advance 60 "$dir/state" "$base" || { fail $name "after the restore: $why"; kill_pids "$pid"; return; }
+	pass $name "refused in $refused_s s naming both versions; the untouched image restored (iterations $after)"
 	kill_pids "$pid"
 }
 
@@ -738,6 +775,7 @@ for t in "$@"; do
 	auto-remap) test_auto_remap ;;
 	remap-visible) test_remap_visible ;;
 	refuse-free) test_refuse_free ;;
+	refuse-driver) test_refuse_driver ;;
 	cli-steps) test_cli_steps ;;
 	roundtrip-torch) test_roundtrip_torch ;;
 	runc) test_runc ;;

@@ -202,5 +202,22 @@ TEST(GpuPlan, MapLeavingAHeldGpuOnATakenGpuSaysSo)
 	EXPECT_NE(p.error().message().find("taken by another pair"), std::string::npos) << p.error().message();
 }
 
+TEST(DriverVersion, OnlyADifferentKnownVersionIsRefused)
+{
+	ImageRecord img;
+	img.driver_version = "580.159.04";
+	EXPECT_TRUE(check_driver_version(img, "580.159.04").ok());
+	EXPECT_TRUE(check_driver_version(img, "").ok()) << "version here unknown";
+	auto st = check_driver_version(img, "575.57.08");
+	ASSERT_FALSE(st.ok());
+	EXPECT_NE(st.error().message().find("dumped under NVIDIA driver 580.159.04 and this machine runs 575.57.08"),
+		  std::string::npos)
+		<< st.error().message();
+	img.driver_version = "CUDA 13.0"; // no kernel module version was known when dumping
+	EXPECT_TRUE(check_driver_version(img, "575.57.08").ok());
+	img.driver_version = "";
+	EXPECT_TRUE(check_driver_version(img, "575.57.08").ok());
+}
+
 } // namespace
 } // namespace cuda_criu
