@@ -25,7 +25,8 @@ struct GpuPlan {
 //  - without: GPUs present here (same UUID) stay; the others are paired with unused GPUs of the same
 //    model, both sides in ordinal order; none of that model left -> refused;
 //  - every target GPU must have room for the GPU state the processes restored onto it bring
-//    (memory_bytes and free_bytes of the target, when known);
+//    (memory_bytes and free_bytes of the target, when known); a process's state counts evenly over the
+//    GPUs it held, as the image does not say how it was spread;
 //  - when any GPU moves, the dumping machine's GPUs that no process held (image.other_gpus) are paired
 //    too, with GPUs of this machine not yet taken (themselves first, else the same model): the driver
 //    wants every GPU it knew of in the process paired, also those hidden from it.
