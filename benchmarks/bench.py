@@ -34,7 +34,7 @@ VARIANTS = {
     "ours": {"libdir": os.path.join(BUNDLE, "plugin"), "path": None},
     "in-tree": {"libdir": os.path.join(BUNDLE, "intree"), "path": os.path.join(BUNDLE, "bin")},
 }
-# scenario -> (workload kind, size, CUDA processes)
+# scenario -> (workload kind, size, CUDA processes[, extra workload arguments])
 SCENARIOS = {
     "1g": ("memcheck", 1024, 1),
     "4g": ("memcheck", 4096, 1),
@@ -42,6 +42,9 @@ SCENARIOS = {
     "4x2g": ("memcheck", 2048, 4),
     "torch": ("torch", 4, 1),
 }
+# Scaling: one 4 GiB process per GPU, on 1, 2, 4 and 8 GPUs (those the machine has).
+GPU_COUNTS = (1, 2, 4, 8)
+SCENARIOS.update({f"{n}gpu": ("memcheck", 4096, n, ("--child-device", "spread")) for n in GPU_COUNTS})
 WORK = os.environ.get("BENCH_WORK", "/var/tmp/cuda-criu-bench")
 
 
@@ -226,9 +229,9 @@ def dump_and_restore(variant, w, name):
 
 
 def round_trip(variant, scenario, rnd):
-    kind, size, procs = SCENARIOS[scenario]
+    kind, size, procs, *extra = SCENARIOS[scenario]
     name = f"{scenario}-{variant}-{rnd}"
-    w = Workload(kind, size, procs, name)
+    w = Workload(kind, size, procs, name, extra[0] if extra else ())
     time.sleep(0.5)
     r = {"variant": variant, "scenario": scenario, "round": rnd, **dump_and_restore(variant, w, name)}
     log(f"{name}: dump {r['dump_s']:.2f} s (device {r['device_dump_s']:.2f}), restore {r['restore_s']:.2f} s "
@@ -257,6 +260,14 @@ def cold_start(rounds, out):
             out.append({"what": f"restore-to-ready, {variant}", "round": rnd, "seconds": ready})
             log(f"{name}: restore-to-ready {ready:.2f} s, data verified")
     return out
+
+
+def gpu_count():
+    try:
+        out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, check=False).stdout
+    except FileNotFoundError:
+        return 0
+    return sum(1 for line in out.splitlines() if line.startswith("GPU "))
 
 
 def med(rows, key):
@@ -296,6 +307,37 @@ def report(results, cold, out_dir):
         json.dump({"runs": results, "cold_start": cold, "medians": {f"{s}/{v}": m for (s, v), m in table.items()}},
                   f, indent=1)
     plot(table, scenarios, cold, os.path.join(out_dir, "bench.png"))
+    counts = [n for n in GPU_COUNTS if f"{n}gpu" in scenarios]
+    if counts:
+        plot_scaling(table, counts, os.path.join(out_dir, "scaling.png"))
+
+
+def plot_scaling(table, counts, path):
+    """Seconds against the number of GPUs (one process per GPU), ours and in-tree."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        log("matplotlib not available: no scaling plot")
+        return
+    panels = [("device_dump_s", "device phases of dump, s"), ("device_restore_s", "device phases of restore, s"),
+              ("dump_s", "criu dump, s"), ("restore_s", "criu restore, s")]
+    fig, axes = plt.subplots(1, len(panels), figsize=(4.5 * len(panels), 4))
+    for ax, (key, title) in zip(axes, panels):
+        for v in VARIANTS:
+            ys = [table[(f"{n}gpu", v)][key] for n in counts]
+            ax.plot(counts, ys, marker="o", label=v)
+            for n, y in zip(counts, ys):
+                ax.annotate(f"{y:.2f}", (n, y), textcoords="offset points", xytext=(0, 6), ha="center", fontsize=7)
+        ax.set_xticks(counts)
+        ax.set_xlabel("GPUs (one 4 GiB process each)")
+        ax.set_title(title)
+        ax.set_ylim(bottom=0)
+        ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    log(f"plot: {path}")
 
 
 def plot(table, scenarios, cold, path):
@@ -351,8 +393,9 @@ def main():
         os.makedirs(args.out, exist_ok=True)
         report(results, cold, args.out)
         return
-    for name, (kind, size, procs) in SCENARIOS.items():
-        SCENARIOS[name] = (kind, max(1, int(size * args.scale)) if kind == "memcheck" else size * args.scale, procs)
+    for name, (kind, size, procs, *extra) in SCENARIOS.items():
+        SCENARIOS[name] = (kind, max(1, int(size * args.scale)) if kind == "memcheck" else size * args.scale, procs,
+                           *extra)
     if os.geteuid() != 0:
         sys.exit("bench.py: run as root (CRIU needs it)")
     become_subreaper()
@@ -362,6 +405,10 @@ def main():
     os.makedirs(os.path.join(WORK, "logs"))
     os.makedirs(args.out, exist_ok=True)
     wanted = args.scenarios.split(",")
+    gpus = gpu_count()
+    for s in [s for s in wanted if s.endswith("gpu") and s in SCENARIOS and SCENARIOS[s][2] > gpus]:
+        log(f"{s}: skipped, this machine has {gpus} GPU(s)")
+        wanted.remove(s)
     results, cold = [], []
     try:
         for rnd in range(args.rounds):

@@ -2,7 +2,7 @@
  * cuda_memcheck: a CUDA driver API workload for checkpoint/restore tests.
  *
  *   cuda_memcheck --mb N [--device I] [--state FILE] [--interval-ms MS]
- *                 [--seed S] [--children K] [--child-device I] [--plain-children K]
+ *                 [--seed S] [--children K] [--child-device I|spread] [--plain-children K]
  *                 [--tolerate-child-exit]
  *
  * Allocates N MiB of device memory and fills it, 64 MiB chunk by chunk, with a
@@ -17,8 +17,10 @@
  * the initial fill (iterations=0).
  *
  * --children K forks K processes doing the same with their own allocation
- * (state files FILE.0 .. FILE.<K-1>); --plain-children K forks K processes
- * that never touch CUDA. Children are forked before cuInit.
+ * (state files FILE.0 .. FILE.<K-1>), on device I of --child-device, or child
+ * k on device k+1 with --child-device spread (one process per GPU);
+ * --plain-children K forks K processes that never touch CUDA. Children are
+ * forked before cuInit.
  *
  * Only the CUDA driver API is used, so the same binary runs against a real
  * libcuda.so.1 or the fake one.
@@ -200,13 +202,13 @@ static void run(int device, unsigned interval_ms)
 static void usage(void)
 {
 	fprintf(stderr, "usage: cuda_memcheck --mb N [--device I] [--state FILE] [--interval-ms MS] "
-			"[--seed S] [--children K] [--child-device I] [--plain-children K] [--tolerate-child-exit]\n");
+			"[--seed S] [--children K] [--child-device I|spread] [--plain-children K] [--tolerate-child-exit]\n");
 	exit(1);
 }
 
 int main(int argc, char **argv)
 {
-	int device = 0, children = 0, plain = 0, child_device = -1;
+	int device = 0, children = 0, plain = 0, child_device = -1, spread = 0;
 	unsigned interval_ms = 100;
 	const char *state = NULL;
 
@@ -231,6 +233,8 @@ int main(int argc, char **argv)
 			g_seed = strtoull(v, NULL, 0);
 		else if (!strcmp(o, "--children"))
 			children = atoi(v);
+		else if (!strcmp(o, "--child-device") && !strcmp(v, "spread"))
+			spread = 1;
 		else if (!strcmp(o, "--child-device"))
 			child_device = atoi(v);
 		else if (!strcmp(o, "--plain-children"))
@@ -271,7 +275,7 @@ int main(int argc, char **argv)
 			}
 			g_seed = g_seed + (uint64_t)k + 1;
 			g_ncuda_children = 0;
-			run(child_device >= 0 ? child_device : device, interval_ms);
+			run(spread ? k + 1 : child_device >= 0 ? child_device : device, interval_ms);
 		}
 		g_cuda_children[g_ncuda_children++] = p;
 	}
