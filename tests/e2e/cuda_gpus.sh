@@ -23,8 +23,14 @@ dump_one() {
 
 # 1. Explicit map by index: checkpointed on GPU 0, restored onto GPU 1.
 dump_one map --device 0
+cuda_criu inspect "$img" >"$T/inspect-map.txt" || fail "map: inspect failed"
+grep -qE "^GPU 1: GPU-.* \(no process held it\)$" "$T/inspect-map.txt" ||
+	fail "map: the image does not record the GPU no process held: $(cat "$T/inspect-map.txt")"
 CUDA_CRIU_DEVICE_MAP=0=1 restore "$img" || fail "map: restore failed"
 expect_log "$T/restore.log" "restoring with GPU pairs: .*device map" "map: no remap line"
+# The driver wants every GPU it knew of paired: GPU 1, which no process held, goes onto GPU 0.
+expect_log "$T/restore.log" "restoring with GPU pairs: .*\(device map\), GPU-[0-9a-f-]+ -> GPU-[0-9a-f-]+ \(held by no process\)" \
+	"map: the GPU no process held is not paired"
 expect_healthy "$STATE"
 [ "$(gpus_of "$pid")" = dev/nvidia1 ] || fail "map: process is on '$(gpus_of "$pid")', not GPU 1"
 kill -9 "$pid"; wait_gone "$pid"
@@ -34,6 +40,8 @@ log "device map 0=1: restored onto GPU 1, data intact"
 dump_one auto --device 0
 FAKEGPU_VISIBLE=1 restore "$img" || fail "auto: restore failed"
 expect_log "$T/restore.log" "restoring with GPU pairs: .*automatic: same model" "auto: no automatic remap"
+# CRIU sees only GPU 1, now taken: the GPU no process held has no partner, and the log says so.
+expect_log "$T/restore.log" "held by no process, left unpaired" "auto: the unpaired GPU is not reported"
 expect_healthy "$STATE"
 [ "$(gpus_of "$pid")" = dev/nvidia1 ] || fail "auto: process is on '$(gpus_of "$pid")'"
 kill -9 "$pid"; wait_gone "$pid"
