@@ -253,15 +253,23 @@ test_torch_2gpu() {
 	RESTORE_ENV=CUDA_CRIU_DEVICE_MAP=0=1,1=0 dump_restore_test torch-2gpu "$dir" 240 "$dir/state"
 }
 
-# A device map naming a GPU this machine lacks: the restore fails before any process runs, says why.
-test_refuse_map() {
-	local name=refuse-map dir=$work/refuse-map pid line
-	start "$dir" "$bundle/bin/cuda_memcheck" --mb 256 --state "$dir/state" --interval-ms 100
-	wait_state "$dir/state" 120 1 || { fail $name "before the dump: $why"; return; }
+# dumped NAME DIR MB: cuda_memcheck with MB MiB started in DIR, dumped, and gone; sets pid, and base (its
+# iterations when dumped). Fails the test NAME, returning 1, when a step fails.
+dumped() {
+	local name=$1 dir=$2 mb=$3
+	start "$dir" "$bundle/bin/cuda_memcheck" --mb "$mb" --state "$dir/state" --interval-ms 100
+	wait_state "$dir/state" 120 1 || { fail "$name" "before the dump: $why"; return 1; }
 	pid=$(state "$dir/state" pid)
 	started+=("$pid")
-	dump "$dir" "$pid" || { fail $name "$why"; show_log "$dir/dump.log"; return; }
-	wait_gone 30 "$pid" || { fail $name "pid $pid still exists after the dump"; return; }
+	dump "$dir" "$pid" || { fail "$name" "$why"; show_log "$dir/dump.log"; return 1; }
+	wait_gone 30 "$pid" || { fail "$name" "pid $pid still exists after the dump"; return 1; }
+	base=$(state "$dir/state" iterations)
+}
+
+# A device map naming a GPU this machine lacks: the restore fails before any process runs, says why.
+test_refuse_map() {
+	local name=refuse-map dir=$work/refuse-map pid line base
+	dumped $name "$dir" 256 || return
 	if CUDA_CRIU_DEVICE_MAP=0=7 restore "$dir"; then
 		fail $name "criu restore succeeded with a map onto a missing GPU"; kill_pids "$pid"; return
 	fi
@@ -337,13 +345,7 @@ test_remap_visible() {
 test_refuse_free() {
 	local name=refuse-free dir=$work/refuse-free pid hog line base
 	if ! "$python" -c 'import torch' 2>/dev/null; then skip $name "$python has no PyTorch (the memory hog)"; return; fi
-	start "$dir" "$bundle/bin/cuda_memcheck" --mb 2048 --state "$dir/state" --interval-ms 100
-	wait_state "$dir/state" 120 1 || { fail $name "before the dump: $why"; return; }
-	pid=$(state "$dir/state" pid)
-	started+=("$pid")
-	dump "$dir" "$pid" || { fail $name "$why"; show_log "$dir/dump.log"; return; }
-	wait_gone 30 "$pid" || { fail $name "pid $pid still exists after the dump"; return; }
-	base=$(state "$dir/state" iterations)
+	dumped $name "$dir" 2048 || return
 	start "$dir/hog" env -u LD_LIBRARY_PATH "$python" -c '
 import time, torch
 free, total = torch.cuda.mem_get_info(0)
@@ -377,13 +379,7 @@ time.sleep(600)'
 # then restores.
 test_refuse_driver() {
 	local name=refuse-driver dir=$work/refuse-driver pid line base refused_s
-	start "$dir" "$bundle/bin/cuda_memcheck" --mb 256 --state "$dir/state" --interval-ms 100
-	wait_state "$dir/state" 120 1 || { fail $name "before the dump: $why"; return; }
-	pid=$(state "$dir/state" pid)
-	started+=("$pid")
-	dump "$dir" "$pid" || { fail $name "$why"; show_log "$dir/dump.log"; return; }
-	wait_gone 30 "$pid" || { fail $name "pid $pid still exists after the dump"; return; }
-	base=$(state "$dir/state" iterations)
+	dumped $name "$dir" 256 || return
 	cp "$dir/img/cuda-plugin.img" "$dir/cuda-plugin.img.orig"
 	python3 - "$dir/img/cuda-plugin.img" <<'PY' || { fail $name "could not rewrite the driver version"; return; }
 import sys
