@@ -14,13 +14,14 @@
 #   GPU_TESTS_PYTHON the python with PyTorch (default python3)
 #   GPU_TESTS_CRIU_TIMEOUT  seconds a criu dump or restore may take before it is killed (default 120)
 #   MEMCHECK_MB, TORCH_GB, TREE_MB, LEAVE_MB   workload sizes (4096, 4, 1024, 1024); the test names stay
+#   LOAD_PROCS, LOAD_ROUNDS, LOAD_MB   the load test (16 processes, 20 rounds, 64 MiB each)
 set -uo pipefail
 
 bundle=$(cd "$(dirname "$0")" && pwd)
 work=${GPU_TESTS_WORK:-/var/tmp/cuda-criu-gpu-tests}
 python=${GPU_TESTS_PYTHON:-python3}
 all_tests=(memcheck-4g torch tree leave-running remap-self refuse-map remap-gpu1 tree-2gpu torch-2gpu auto-remap
-	remap-visible refuse-free refuse-driver cli-steps roundtrip-torch runc)
+	remap-visible refuse-free refuse-driver cli-steps roundtrip-torch runc load)
 memcheck_mb=${MEMCHECK_MB:-4096}
 torch_gb=${TORCH_GB:-4}
 tree_mb=${TREE_MB:-1024}
@@ -405,6 +406,50 @@ PY
 	kill_pids "$pid"
 }
 
+# Load: a tree of LOAD_PROCS cuda_memcheck processes (default 16, LOAD_MB each) dumped and restored
+# LOAD_ROUNDS times in a row (default 20): every round restores all of them verifying their data, no
+# process gains fds or threads, the GPU memory they hold stays the same, and no criu is left behind.
+test_load() {
+	local name=load dir=$work/load procs=${LOAD_PROCS:-16} rounds=${LOAD_ROUNDS:-20} mb=${LOAD_MB:-64}
+	local files=("$dir/state") pids=() k f p round args gpu0 gpu dumps=() restores=()
+	declare -A base
+	for ((k = 0; k < procs - 1; k++)); do files+=("$dir/state.$k"); done
+	start "$dir" "$bundle/bin/cuda_memcheck" --mb "$mb" --children $((procs - 1)) --state "$dir/state" --interval-ms 100
+	for f in "${files[@]}"; do wait_state "$f" 180 1 || { fail $name "before the first dump: $why"; return; }; done
+	for f in "${files[@]}"; do pids+=("$(state "$f" pid)"); done
+	started+=("${pids[@]}")
+	counts() { echo "$(ls "/proc/$1/fd" | wc -l) fds, $(ls "/proc/$1/task" | wc -l) threads"; }
+	gpu0=$(gpu_gib "${pids[@]}")
+	echo "  $name: $procs processes x $mb MiB, $gpu0 GiB on the GPU; root $(counts "${pids[0]}") before the first dump"
+	for ((round = 1; round <= rounds; round++)); do
+		dump "$dir" "${pids[0]}" || { fail $name "round $round: $why"; show_log "$dir/dump.log"; kill_pids "${pids[@]}"; return; }
+		dumps+=("$dump_s")
+		wait_gone 60 "${pids[@]}" || { fail $name "round $round: pids still there after the dump"; kill_pids "${pids[@]}"; return; }
+		args=()
+		for f in "${files[@]}"; do args+=("$f" "$(state "$f" iterations)"); done
+		restore "$dir" || { fail $name "round $round: $why"; show_log "$dir/restore.log"; kill_tree "${pids[0]}"; return; }
+		restores+=("$restore_s")
+		advance 60 "${args[@]}" || { fail $name "round $round, after the restore: $why"; kill_tree "${pids[0]}"; return; }
+		# Baselines from the first restore on: what a round must not change.
+		if [ "$round" = 1 ]; then
+			for p in "${pids[@]}"; do base[$p]=$(counts "$p"); done
+			gpu0=$(gpu_gib "${pids[@]}")
+			echo "  $name: after the first restore: root ${base[${pids[0]}]}, $gpu0 GiB on the GPU"
+		fi
+		for p in "${pids[@]}"; do
+			[ "$(counts "$p")" = "${base[$p]}" ] ||
+				{ fail $name "round $round: pid $p has $(counts "$p"), had ${base[$p]}"; kill_pids "${pids[@]}"; return; }
+		done
+		gpu=$(gpu_gib "${pids[@]}")
+		[ "$gpu" = "$gpu0" ] || { fail $name "round $round: $gpu GiB on the GPU, $gpu0 after round 1"; kill_pids "${pids[@]}"; return; }
+		pgrep -x criu >/dev/null && { fail $name "round $round: a criu process is left: $(pgrep -a -x criu)"; kill_pids "${pids[@]}"; return; }
+		rm -rf "$dir/img"
+	done
+	med() { printf '%s\n' "$@" | sort -n | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
+	pass $name "$procs processes, $rounds rounds: dump median $(med "${dumps[@]}") s, restore median $(med "${restores[@]}") s; fds, threads and $gpu0 GiB of GPU memory unchanged"
+	kill_pids "${pids[@]}"
+}
+
 cli() { env "LD_LIBRARY_PATH=$bundle/lib" "$bundle/bin/cuda-criu" "$@"; }
 
 # cuda-criu on a real GPU: each driver step by hand (lock, checkpoint, restore, unlock), the state after
@@ -775,6 +820,7 @@ for t in "$@"; do
 	cli-steps) test_cli_steps ;;
 	roundtrip-torch) test_roundtrip_torch ;;
 	runc) test_runc ;;
+	load) test_load ;;
 	*) fail "$t" "no such test (known: ${all_tests[*]})"; continue ;;
 	esac
 	mapfile -t left < <(pids_in "$work/$t") # whatever a failed test left running
