@@ -71,6 +71,8 @@ TaskInfo FakeHost::task_info(pid_t pid)
 	auto it = ns_pids.find(pid);
 	t.ns_pid = it != ns_pids.end() ? it->second : pid;
 	t.rss_bytes = 1 << 20;
+	if (auto m = minors.find(pid); m != minors.end())
+		t.nvidia_minors = m->second;
 	return t;
 }
 

@@ -86,6 +86,31 @@ TEST_F(DumpTest, CheckpointsAllAtFirstCallAndAnswersLaterCalls)
 	EXPECT_EQ(rec.driver_version, "999.1");
 }
 
+TEST_F(DumpTest, ImageRecordsTheGpusHeldAndTheMachinesOthers)
+{
+	// The process holds /dev/nvidia0; the kernel driver lists a second GPU that CRIU's driver does not
+	// show (hidden by CUDA_VISIBLE_DEVICES): it is recorded among the other GPUs.
+	add_cuda(10);
+	GpuInfo f = driver.gpus()->front(), hidden;
+	f.ordinal = 0;
+	hidden.ordinal = 1;
+	hidden.uuid.bytes[0] = 0xcd;
+	hidden.name = f.name;
+	host.all_gpus = {f, hidden};
+	host.minors[10] = {0};
+	DumpSession s(options, host, source());
+	ASSERT_TRUE(s.pause(10).ok());
+	ASSERT_TRUE(s.checkpoint(10).ok());
+	ASSERT_TRUE(s.finish(false, false).ok());
+	ImageRecord rec = s.image_record();
+	ASSERT_EQ(rec.gpus.size(), 1u);
+	EXPECT_EQ(rec.gpus[0].uuid, f.uuid.str());
+	EXPECT_EQ(rec.processes[0].gpu_uuids, std::vector<std::string>{f.uuid.str()});
+	ASSERT_EQ(rec.other_gpus.size(), 1u);
+	EXPECT_EQ(rec.other_gpus[0].uuid, hidden.uuid.str());
+	EXPECT_EQ(rec.other_gpus[0].ordinal, -1) << "no CUDA ordinal: CRIU's driver did not list it";
+}
+
 TEST_F(DumpTest, LeaveRunningReturnsEveryProcessToItsState)
 {
 	add_cuda(10, CudaState::Running);
@@ -287,6 +312,33 @@ TEST_F(RestoreTest, TooLittleFreeGpuMemoryRefusesBeforeAnyRestoreCall)
 	ASSERT_FALSE(r.ok());
 	EXPECT_NE(r.error().message().find("1.0 GiB free now"), std::string::npos) << r.error().message();
 	EXPECT_EQ(driver.state_of(20), CudaState::Checkpointed) << "refused before the driver was asked to restore";
+}
+
+TEST_F(RestoreTest, GpusNoProcessHeldArePairedFromTheWholeMachine)
+{
+	// Dumped on GPU A (held) of a machine that also had GPU B; restored where CRIU's driver shows only the
+	// fake GPU F (B hidden from it), while the kernel driver lists F and B: A -> F, and B, which no process
+	// held, is paired with what is left of the whole machine (B itself).
+	add_cuda(20, CudaState::Checkpointed);
+	host.stopped = {20};
+	GpuInfo f = driver.gpus()->front();
+	GpuInfo a, b;
+	a.uuid.bytes[0] = 0xa0;
+	b.uuid.bytes[0] = 0xb0;
+	a.name = b.name = f.name;
+	host.all_gpus = {f, b};
+	ImageRecord img = image_with({20});
+	img.gpus.push_back({a.uuid.str(), a.name, 0, "", 0});
+	img.other_gpus.push_back({b.uuid.str(), b.name, 0, "", 1});
+	img.processes[0].gpu_uuids = {a.uuid.str()};
+	RestoreSession s(options, host, source(), img, true);
+	ASSERT_TRUE(s.resume(20).ok());
+	ASSERT_EQ(driver.last_pairs.size(), 2u);
+	EXPECT_EQ(driver.last_pairs[0].from, a.uuid);
+	EXPECT_EQ(driver.last_pairs[0].to, f.uuid);
+	EXPECT_EQ(driver.last_pairs[1].from, b.uuid);
+	EXPECT_EQ(driver.last_pairs[1].to, b.uuid);
+	EXPECT_EQ(driver.state_of(20), CudaState::Running);
 }
 
 TEST_F(RestoreTest, FailureIsReturnedWhenCriuFailsTheRestore)
