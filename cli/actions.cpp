@@ -9,9 +9,11 @@
 #include <memory>
 
 #include "cli.h"
+#include "core/gpu_plan.h"
 #include "core/options.h"
 #include "core/parallel.h"
 #include "json.h"
+#include "os/host.h"
 #include "process_errors.h"
 
 namespace cuda_criu::cli {
@@ -179,6 +181,37 @@ Result<std::vector<GpuInfo>> driver_gpus()
 	return (*d)->gpus();
 }
 
+// The driver wants every GPU of the machine paired once a map is given, also GPUs the process cannot
+// see: the GPUs the user's map leaves out are paired as the plugin pairs them (core/gpu_plan.h: the GPUs
+// of the map as the image's, the machine's others as those no process held).
+Result<std::vector<GpuPair>> complete_device_map(const std::vector<GpuPair> &given)
+{
+	auto here = driver_gpus();
+	if (!here)
+		return std::move(here).error().context("%s", "list the GPUs to complete the device map");
+	std::vector<GpuInfo> machine = SystemHost().machine_gpus();
+	const std::vector<GpuInfo> &all = machine.empty() ? *here : machine;
+	auto model = [&](const GpuUuid &u) {
+		for (const GpuInfo &g : all)
+			if (g.uuid == u)
+				return g.name;
+		return std::string();
+	};
+	ImageRecord image;
+	std::string map;
+	for (const GpuPair &p : given) {
+		image.gpus.push_back({p.from.str(), model(p.from), 0, "", -1});
+		map += (map.empty() ? "" : ",") + p.from.str() + "=" + p.to.str();
+	}
+	for (const GpuInfo &g : all)
+		if (std::none_of(given.begin(), given.end(), [&](const GpuPair &p) { return p.from == g.uuid; }))
+			image.other_gpus.push_back({g.uuid.str(), g.name, 0, "", -1});
+	auto plan = plan_gpus(image, *here, machine, map);
+	if (!plan)
+		return std::move(plan).error();
+	return std::move(plan->pairs);
+}
+
 } // namespace
 
 int cmd_action(const std::string &action, const Args &args)
@@ -212,7 +245,10 @@ int cmd_action(const std::string &action, const Args &args)
 		auto pairs = parse_device_map(*m, driver_gpus);
 		if (!pairs)
 			return usage_error(action, "--device-map: " + pairs.error().message());
-		plan.pairs = std::move(*pairs);
+		auto all = complete_device_map(*pairs);
+		if (!all)
+			return report_failure("--device-map: " + all.error().message());
+		plan.pairs = std::move(*all);
 	}
 	auto options = load_options_from_environment();
 	if (!options)
@@ -309,7 +345,12 @@ int cmd_compat(const std::string &program, const Args &args)
 		auto pairs = parse_device_map(*m, driver_gpus);
 		if (!pairs)
 			return usage("--device-map: " + pairs.error().message());
-		plan.pairs = std::move(*pairs);
+		auto all = complete_device_map(*pairs);
+		if (!all) {
+			std::fprintf(stderr, "%s: --device-map: %s\n", program.c_str(), all.error().message().c_str());
+			return kExitFailure;
+		}
+		plan.pairs = std::move(*all);
 	}
 	auto options = load_options_from_environment();
 	if (!options) {

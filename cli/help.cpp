@@ -153,9 +153,10 @@ checkpointed on one GPU is restored onto another.)",
 --device-map OLD=NEW,...
                   restore what ran on GPU OLD onto GPU NEW. GPUs are given by UUID (GPU-..., as
                   `nvidia-smi -L` and `cuda-criu check` print them) or by index (this machine's
-                  CUDA device ordinal). The driver wants every GPU of the machine the process was
-                  checkpointed on paired, also GPUs hidden from it by CUDA_VISIBLE_DEVICES: on a
-                  two-GPU machine, moving GPU 0 to GPU 1 is 0=1,1=0
+                  CUDA device ordinal). The driver wants every GPU of the machine paired, also
+                  GPUs hidden from the process by CUDA_VISIBLE_DEVICES: the GPUs the map leaves
+                  out are paired as the plugin pairs them (themselves when free, else a GPU of the
+                  same model), so on two GPUs 0=1 is restored as 0=1,1=0
 --json            print {"processes": [{"pid", "ok", "state", "error"}]})",
 	 kActionExit,
 	 R"(cuda-criu restore 4242 && cuda-criu unlock 4242
