@@ -7,20 +7,6 @@ source "$(dirname "$0")/lib.sh"
 e2e_setup
 start_fake_gpu --gpus 2
 
-gpus_of() { ls -l /proc/"$1"/fd 2>/dev/null | grep -oE 'dev/nvidia[0-9]+' | sort -u | xargs; }
-
-# dump_one NAME [memcheck options]: a dumped (and gone) workload; sets $pid and $img.
-dump_one() {
-	local name=$1
-	shift
-	start_memcheck "$name" 16 "$@"
-	pid=$LAST_PID img=$T/img-$name
-	[ -z "${want_child:-}" ] || wait_for "$name: child" 10 test -f "$STATE.0"
-	local kids; kids=$(ps -o pid= --ppid "$pid" | xargs || true)
-	dump "$pid" "$img" || fail "$name: dump failed"
-	wait_gone "$pid" $kids
-}
-
 # 1. Explicit map by index: checkpointed on GPU 0, restored onto GPU 1.
 dump_one map --device 0
 cuda_criu inspect "$img" >"$T/inspect-map.txt" || fail "map: inspect failed"

@@ -113,6 +113,22 @@ gone() { ! [ -e "/proc/$1" ]; }
 wait_gone() { local p; for p in "$@"; do wait_for "pid $p to exit" 10 gone "$p"; done; }
 alive() { [ -e "/proc/$1" ] && [ "$(sed -n 's/^State:\s*\(.\).*/\1/p' "/proc/$1/status")" != Z ]; }
 
+# gpus_of PID: the fake GPU device files the process holds ("dev/nvidia0 dev/nvidia1").
+gpus_of() { ls -l /proc/"$1"/fd 2>/dev/null | grep -oE 'dev/nvidia[0-9]+' | sort -u | xargs; }
+
+# dump_one NAME [cuda_memcheck options]: a 16 MiB workload started, dumped and gone; sets $pid and $img
+# (with want_child=1, waits for its first child's state file too).
+dump_one() {
+	local name=$1
+	shift
+	start_memcheck "$name" 16 "$@"
+	pid=$LAST_PID img=$T/img-$name
+	[ -z "${want_child:-}" ] || wait_for "$name: child" 10 test -f "$STATE.0"
+	local kids; kids=$(ps -o pid= --ppid "$pid" | xargs || true)
+	dump "$pid" "$img" || fail "$name: dump failed"
+	wait_gone "$pid" $kids
+}
+
 # The plugin's error lines in a CRIU log.
 plugin_errors() { grep -E 'Error \(cuda_plugin\)' "$1" || true; }
 

@@ -2,7 +2,11 @@
  * fakegpu-daemon: plays the GPUs for the fake libcuda.so.1 (see fakegpu.h).
  *
  *   fakegpu-daemon --dir DIR [--gpus N] [--gpu-mem BYTES] [--gpu-name NAME]
- *                  [--uuid-seed S] [--verbose]
+ *                  [--uuid-seed S] [--pairs-of used|all] [--verbose]
+ *
+ * GPU pairs of a restore must name every GPU the process used (--pairs-of used, the default), or every
+ * GPU of the daemon, each onto a different GPU (--pairs-of all: what NVIDIA's r580 driver was seen to
+ * want, also for GPUs a process could not see).
  *
  * One thread per connection; a global mutex protects the client table, the
  * per-GPU accounting and the jobs; each client's device memory has its own
@@ -70,6 +74,7 @@ struct conn {
 
 static const char *g_dir;
 static int g_verbose;
+static int g_pairs_of_all; /* --pairs-of all */
 static struct fg_devices g_devs;
 static uint64_t g_gpu_used[FG_MAX_GPUS];
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -586,9 +591,10 @@ static int handle_ck_action(struct conn *c, struct fg_msg *m)
 	else if (cl->state != need[action])
 		r = CUDA_ERROR_ILLEGAL_STATE;
 	if (r == CUDA_SUCCESS && action == FG_ACT_RESTORE && npairs) {
-		/* every checkpointed GPU must be listed */
+		/* every checkpointed GPU must be listed (with --pairs-of all: every GPU, onto distinct GPUs) */
+		uint32_t targets = 0;
 		for (uint32_t g = 0; g < g_devs.count && r == CUDA_SUCCESS; g++) {
-			if (!(cl->used_mask & (1u << g)))
+			if (!g_pairs_of_all && !(cl->used_mask & (1u << g)))
 				continue;
 			size_t i;
 			for (i = 0; i < npairs; i++)
@@ -607,6 +613,12 @@ static int handle_ck_action(struct conn *c, struct fg_msg *m)
 				r = CUDA_ERROR_INVALID_DEVICE;
 				break;
 			}
+			if (g_pairs_of_all && (targets & (1u << ng))) {
+				logmsg("restore of client %llu: two GPUs paired onto GPU %d", (unsigned long long)id, ng);
+				r = CUDA_ERROR_INVALID_VALUE;
+				break;
+			}
+			targets |= 1u << ng;
 			map[g] = (uint32_t)ng;
 		}
 	}
@@ -785,7 +797,7 @@ static void on_signal(int sig)
 static void usage(void)
 {
 	fprintf(stderr, "usage: fakegpu-daemon --dir DIR [--gpus N] [--gpu-mem BYTES] "
-			"[--gpu-name NAME] [--uuid-seed S] [--verbose]\n");
+			"[--gpu-name NAME] [--uuid-seed S] [--pairs-of used|all] [--verbose]\n");
 	exit(1);
 }
 
@@ -816,6 +828,8 @@ int main(int argc, char **argv)
 			name = v;
 		else if (!strcmp(o, "--uuid-seed"))
 			seed = strtoull(v, NULL, 0);
+		else if (!strcmp(o, "--pairs-of") && (!strcmp(v, "used") || !strcmp(v, "all")))
+			g_pairs_of_all = !strcmp(v, "all");
 		else
 			usage();
 	}
