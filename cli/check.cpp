@@ -16,6 +16,7 @@
 #include "core/options.h"
 #include "criu_info.h"
 #include "driver/libcuda.h"
+#include "driver/nvml.h"
 #include "elf_file.h"
 #include "json.h"
 
@@ -172,11 +173,27 @@ void check_driver(Checks &c, Facts &facts, const CheckOptions &o, const std::str
 				   : no_gpu_hint);
 		return;
 	}
-	for (const GpuInfo &g : *gpus)
+	for (GpuInfo &g : *gpus) {
+		g.free_bytes = (*d)->free_bytes(g.uuid);
+		std::string free = g.free_bytes ? " (" + gib(g.free_bytes) + " free)" : "";
 		c.add(format("gpu%d", g.ordinal), Level::Ok,
-		      format("%s %s, %s, %s", g.uuid.str().c_str(), g.name.c_str(), gib(g.memory_bytes).c_str(),
-			     g.pci_bus_id.c_str()));
+		      format("%s %s, %s%s, %s", g.uuid.str().c_str(), g.name.c_str(), gib(g.memory_bytes).c_str(),
+			     free.c_str(), g.pci_bus_id.c_str()));
+	}
 	facts.gpus = std::move(*gpus);
+}
+
+// NVML tells a restore how much memory is free on each GPU; without it only the total is checked.
+void check_nvml(Checks &c)
+{
+	if (!exists("/proc/driver/nvidia"))
+		return; // no NVIDIA kernel driver
+	if (load_nvml())
+		c.add("nvml", Level::Ok, "libnvidia-ml.so.1: a restore checks the free memory of the GPUs it uses");
+	else
+		c.add("nvml", Level::Warn, "libnvidia-ml.so.1 cannot be loaded or initialised",
+		      "install the NVIDIA driver's NVML library: without it a restore checks only the GPUs' total "
+		      "memory, and a GPU without room fails in the driver instead");
 }
 
 // Persistence mode cannot be read from a file; the daemon that keeps GPUs initialized can be seen.
@@ -396,6 +413,7 @@ void print_json(const Checks &c, const Facts &f)
 			.field("uuid", g.uuid.str())
 			.field("name", g.name)
 			.field("memory_bytes", static_cast<uint64_t>(g.memory_bytes))
+			.field("free_bytes", static_cast<uint64_t>(g.free_bytes))
 			.field("pci_bus_id", g.pci_bus_id)
 			.end_object();
 	j.end_array();
@@ -449,6 +467,7 @@ int cmd_check(const Args &args)
 			libcuda = options->libcuda; // a broken option file is reported by plugin-options
 	check_driver(c, facts, o, libcuda);
 	check_persistence(c);
+	check_nvml(c);
 	check_criu(c, facts, o);
 	check_plugin(c, o);
 	check_privileges(c);

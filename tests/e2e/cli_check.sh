@@ -48,6 +48,7 @@ grep -qE '^ok +criu +.*: CRIU 4\.2\.1$' "$T/fake.txt" || fail "criu version line
 "${CHECK[@]}" --json >"$T/fake.json" || fail "check --json failed"
 py "assert d['result'] == 'ok', d['result']
 assert [g['ordinal'] for g in d['gpus']] == [0, 1], d['gpus']
+assert all(g['free_bytes'] == 0 for g in d['gpus']), d['gpus']  # unknown: the fake has no NVML
 assert all(g['uuid'].startswith('GPU-') and g['memory_bytes'] == 16 << 30 for g in d['gpus']), d['gpus']
 assert d['driver']['checkpoint_api'] is True and d['driver']['cuda_version'] == '13.0', d['driver']
 assert d['criu']['version'] == '4.2.1' and d['criu']['device_hooks'] and d['criu']['patched'], d['criu']
