@@ -196,11 +196,30 @@ void check_nvml(Checks &c)
 		      "memory, and a GPU without room fails in the driver instead");
 }
 
-// Persistence mode cannot be read from a file; the daemon that keeps GPUs initialized can be seen.
-void check_persistence(Checks &c)
+// Persistence mode: from NVML for each GPU when it loads; otherwise whether the daemon that keeps GPUs
+// initialized runs (a mode set with `nvidia-smi -pm 1` cannot be seen without NVML).
+void check_persistence(Checks &c, const std::vector<GpuInfo> &gpus)
 {
 	if (!exists("/proc/driver/nvidia"))
 		return; // no NVIDIA kernel driver: nothing to persist
+	const char *hint = "enable it (nvidia-smi -pm 1, or systemctl enable --now nvidia-persistenced): without "
+			   "persistence, a GPU whose processes are all checkpointed is shut down, and set up again at "
+			   "restore, which costs seconds";
+	std::string off;
+	size_t known = 0;
+	for (const GpuInfo &g : gpus)
+		if (auto on = nvml_persistence_mode(g.uuid)) {
+			known++;
+			if (!*on)
+				off += format("%sGPU %d", off.empty() ? "" : ", ", g.ordinal);
+		}
+	if (known && known == gpus.size()) {
+		if (off.empty())
+			c.add("persistence", Level::Ok, "persistence mode is on for every GPU (NVML)");
+		else
+			c.add("persistence", Level::Warn, "persistence mode is off for " + off + " (NVML)", hint);
+		return;
+	}
 	pid_t pid = 0;
 	for (const char *f : {"/run/nvidia-persistenced/nvidia-persistenced.pid",
 			      "/var/run/nvidia-persistenced/nvidia-persistenced.pid"}) {
@@ -212,10 +231,8 @@ void check_persistence(Checks &c)
 	if (pid)
 		c.add("persistence", Level::Ok, format("nvidia-persistenced runs (pid %d): GPUs stay initialized", pid));
 	else
-		c.add("persistence", Level::Warn, "nvidia-persistenced is not running",
-		      "start it (systemctl enable --now nvidia-persistenced): without persistence, a GPU whose processes "
-		      "are all checkpointed is shut down, and set up again at restore, which costs seconds (a mode set "
-		      "with 'nvidia-smi -pm 1' is not visible to this check)");
+		c.add("persistence", Level::Warn, "nvidia-persistenced is not running (and NVML cannot tell the mode)",
+		      hint);
 }
 
 // ---- CRIU and the plugin ----
@@ -466,8 +483,8 @@ int cmd_check(const Args &args)
 		if (auto options = load_options_from_environment())
 			libcuda = options->libcuda; // a broken option file is reported by plugin-options
 	check_driver(c, facts, o, libcuda);
-	check_persistence(c);
 	check_nvml(c);
+	check_persistence(c, facts.gpus);
 	check_criu(c, facts, o);
 	check_plugin(c, o);
 	check_privileges(c);

@@ -22,6 +22,7 @@ struct Nvml {
 	NvmlReturn (*init)() = nullptr;
 	NvmlReturn (*by_uuid)(const char *, NvmlDevice *) = nullptr;
 	NvmlReturn (*memory)(NvmlDevice, NvmlMemory *) = nullptr;
+	NvmlReturn (*persistence)(NvmlDevice, int *) = nullptr; // nvmlEnableState_t: 1 = enabled
 };
 
 const Nvml *load_once()
@@ -35,6 +36,7 @@ const Nvml *load_once()
 	api.init = reinterpret_cast<decltype(api.init)>(dlsym(lib, "nvmlInit_v2"));
 	api.by_uuid = reinterpret_cast<decltype(api.by_uuid)>(dlsym(lib, "nvmlDeviceGetHandleByUUID"));
 	api.memory = reinterpret_cast<decltype(api.memory)>(dlsym(lib, "nvmlDeviceGetMemoryInfo"));
+	api.persistence = reinterpret_cast<decltype(api.persistence)>(dlsym(lib, "nvmlDeviceGetPersistenceMode"));
 	if (!api.init || !api.by_uuid || !api.memory) {
 		LOG_DEBUG("%s", "libnvidia-ml.so.1 lacks the functions used: free GPU memory is not checked");
 		return nullptr;
@@ -65,14 +67,34 @@ const Nvml *nvml()
 
 bool load_nvml() { return nvml() != nullptr; }
 
+namespace {
+
+NvmlDevice device(const Nvml *api, const GpuUuid &uuid)
+{
+	NvmlDevice dev = nullptr;
+	return api && api->by_uuid(uuid.str().c_str(), &dev) == 0 ? dev : nullptr;
+}
+
+} // namespace
+
 uint64_t nvml_free_bytes(const GpuUuid &uuid)
 {
 	const Nvml *api = nvml();
-	NvmlDevice dev = nullptr;
 	NvmlMemory mem{};
-	if (!api || api->by_uuid(uuid.str().c_str(), &dev) != 0 || api->memory(dev, &mem) != 0)
+	NvmlDevice dev = device(api, uuid);
+	if (!dev || api->memory(dev, &mem) != 0)
 		return 0;
 	return mem.free;
+}
+
+std::optional<bool> nvml_persistence_mode(const GpuUuid &uuid)
+{
+	const Nvml *api = nvml();
+	NvmlDevice dev = device(api, uuid);
+	int mode = 0;
+	if (!dev || !api->persistence || api->persistence(dev, &mode) != 0)
+		return std::nullopt;
+	return mode == 1;
 }
 
 } // namespace cuda_criu

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 
 #include "driver/driver.h"
 
@@ -13,5 +14,8 @@ bool load_nvml();
 
 // Free memory of the GPU now, in bytes; 0 when unknown (no NVML, or it does not know the GPU).
 uint64_t nvml_free_bytes(const GpuUuid &uuid);
+
+// Whether the GPU's persistence mode is on; nullopt when unknown.
+std::optional<bool> nvml_persistence_mode(const GpuUuid &uuid);
 
 } // namespace cuda_criu

@@ -54,6 +54,12 @@ assert d['driver']['checkpoint_api'] is True and d['driver']['cuda_version'] == 
 assert d['criu']['version'] == '4.2.1' and d['criu']['device_hooks'] and d['criu']['patched'], d['criu']
 assert all(c['hint'] is None for c in d['checks'] if c['status'] == 'ok')" <"$T/fake.json" || fail "check --json content"
 log "fake GPU: every check ok, JSON parses and holds the GPUs and CRIU: ok"
+# With NVML (the fake one): each GPU's free memory.
+LD_LIBRARY_PATH=$FAKE_NVML_DIR FAKENVML_FREE=$((5 << 30)) "${CHECK[@]}" >"$T/nvml.txt" || fail "check with NVML failed"
+grep -qE '^ok +gpu1 +GPU-.* NVIDIA Fake H200, 16.0 GiB \(5.0 GiB free\), ' "$T/nvml.txt" || fail "gpu1 line with NVML: $(grep gpu1 "$T/nvml.txt")"
+LD_LIBRARY_PATH=$FAKE_NVML_DIR FAKENVML_FREE=$((5 << 30)) "${CHECK[@]}" --json |
+	py "assert [g['free_bytes'] for g in d['gpus']] == [5 << 30] * 2, d['gpus']" || fail "check --json with NVML"
+log "fake GPU with NVML: free memory per GPU: ok"
 
 # 3. A driver without the checkpoint API (the fake's old/libcuda.so.1, CUDA 12.4) fails.
 rc=0

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Restoring onto other GPUs and refusing clearly where the image cannot run: explicit device map,
 # automatic remap onto the same model, a tree spread over two GPUs, and refusals (wrong model, no GPU,
-# too little memory) that leave no process running. The fake GPU has 2 GPUs; CRIU is shown "another
+# too little total or free memory) that leave no process running. The fake GPU has 2 GPUs; CRIU is shown "another
 # machine" through the fake's FAKEGPU_VISIBLE / FAKEGPU_MODEL / FAKEGPU_MEM view.
 source "$(dirname "$0")/lib.sh"
 e2e_setup
@@ -63,4 +63,7 @@ refuse wrong-model "needs 1 x NVIDIA Fake H200" FAKEGPU_VISIBLE=1 FAKEGPU_MODEL=
 refuse no-gpu "this machine has no free GPU of that model \(GPUs here: none\)" FAKEGPU_VISIBLE=
 refuse small-gpu "has 1.0 MiB of memory; the processes restored onto it need" FAKEGPU_MEM=1048576
 refuse bad-map "device map: GPU 7 is not on this machine" CUDA_CRIU_DEVICE_MAP=0=7
+# Free memory through NVML (the fake one, found by CRIU through LD_LIBRARY_PATH, says 1 MiB is free).
+refuse no-room "GPU 0 \(GPU-[0-9a-f-]+, NVIDIA Fake H200\) has 1.0 MiB free now \(of 16.0 GiB\); the processes restored onto it need" \
+	LD_LIBRARY_PATH="$FAKE_NVML_DIR" FAKENVML_FREE=1048576
 log PASS

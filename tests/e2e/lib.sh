@@ -7,6 +7,7 @@ set -euo pipefail
 CRIU=${CRIU:-$BUILD_DIR/criu/4.2.1/install/sbin/criu}
 PLUGIN_DIR=${PLUGIN_DIR:-$BUILD_DIR/plugin}
 FAKE_LIB=$BUILD_DIR/tests/fakegpu/libcuda.so.1
+FAKE_NVML_DIR=$BUILD_DIR/tests/fakegpu/nvml # a fake libnvidia-ml.so.1 (FAKENVML_FREE, FAKENVML_PERSISTENCE)
 FAKE_DAEMON=$BUILD_DIR/tests/fakegpu/fakegpu-daemon
 MEMCHECK=$BUILD_DIR/tests/workloads/cuda_memcheck
 COUNTER_TREE=$BUILD_DIR/tests/e2e/counter_tree
