@@ -36,9 +36,10 @@ and a `hint:` line below a warn or fail that says how to fix it. The checks:
                     CUDA version; a library of another version than the loaded module fails
   checkpoint-api    the driver has the cuCheckpointProcess* functions (driver r570 or newer)
   gpuN              each GPU: UUID, model, memory (free memory through NVML), PCI bus id
-  persistence       nvidia-persistenced runs, so that GPUs stay initialized while every process on
-                    them is checkpointed (read from /var/run/nvidia-persistenced; nvidia-smi is never
-                    run, so a persistence mode set with `nvidia-smi -pm 1` is not seen)
+  persistence       every GPU's persistence mode is on (through NVML), so that GPUs stay initialized
+                    while every process on them is checkpointed; without NVML, whether
+                    nvidia-persistenced runs (/var/run/nvidia-persistenced; nvidia-smi is never run,
+                    so a mode set with `nvidia-smi -pm 1` is then not seen)
   nvml              NVML (libnvidia-ml.so.1) loads, so that a restore can check the free memory of
                     the GPUs it uses (without it, only their total memory)
   criu              the CRIU binary (--criu, else /usr/local/sbin, /usr/sbin, /usr/bin; one found only
