@@ -16,6 +16,11 @@ struct GpuPlan {
 	std::string description;    // "GPU-aa.. -> GPU-bb.. (automatic: same model)" for the log
 };
 
+// The image's NVIDIA driver version against this machine's kernel module version ("" when unknown: no
+// check; so is an image that recorded only a CUDA version). A CUDA process restores only under the
+// driver it was dumped with: its mapped driver libraries and its GPU state belong to that version.
+Status check_driver_version(const ImageRecord &image, const std::string &here);
+
 // image: what the dump recorded; here: the GPUs this restore may place processes on (the driver's list,
 // so CUDA_VISIBLE_DEVICES in CRIU's environment narrows it); machine: every GPU of this machine, hidden
 // ones too (empty: the same as here); device_map: the user's "OLD=NEW,..." (UUIDs, or indices: OLD the
@@ -31,11 +36,6 @@ struct GpuPlan {
 //    too, with GPUs of this machine not yet taken (themselves first, else the same model): the driver
 //    wants every GPU it knew of in the process paired, also those hidden from it.
 // Errors say what differs and how to fix it.
-// The image's NVIDIA driver version against this machine's kernel module version ("" when unknown: no
-// check; so is an image that recorded only a CUDA version). A CUDA process restores only under the
-// driver it was dumped with: its mapped driver libraries and its GPU state belong to that version.
-Status check_driver_version(const ImageRecord &image, const std::string &here);
-
 Result<GpuPlan> plan_gpus(const ImageRecord &image, const std::vector<GpuInfo> &here, const std::vector<GpuInfo> &machine,
 			  const std::string &device_map);
 

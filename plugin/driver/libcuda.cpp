@@ -229,15 +229,8 @@ Result<Driver *> load_once(const std::string &path)
 				  "checkpoint/restore needs driver r570 or newer; upgrade the driver",
 				  version.c_str(), cuda.c_str(), file, missing.c_str());
 
-	// cuInit starts driver threads in the calling process (CRIU). Threads share the fs_struct of the
-	// thread that created them, and CRIU's setns() into a container's mount namespace (needed to dump
-	// its over-mounted /dev tmpfs) fails with EINVAL while its fs_struct is shared. So cuInit runs on a
-	// thread with an fs_struct of its own: the driver's threads share that one, not CRIU's.
 	CUresult res = CUDA_ERROR_UNKNOWN;
-	std::thread([&] {
-		unshare(CLONE_FS);
-		res = api.init(0);
-	}).join();
+	run_with_own_fs([&] { res = api.init(0); });
 	if (res != CUDA_SUCCESS) {
 		const char *name = nullptr;
 		api.get_error_name(res, &name);
@@ -277,6 +270,14 @@ bool nvidia_driver_present(const std::string &path)
 	}
 	closedir(dir);
 	return any;
+}
+
+void run_with_own_fs(const std::function<void()> &fn)
+{
+	std::thread([&] {
+		unshare(CLONE_FS);
+		fn();
+	}).join();
 }
 
 std::string kernel_driver_version()

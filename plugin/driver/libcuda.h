@@ -2,6 +2,7 @@
 // machines without NVIDIA drivers), its symbols resolved once into a typed table, cuInit called once.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -20,5 +21,12 @@ bool nvidia_driver_present(const std::string &path);
 
 // The kernel driver version from /sys/module/nvidia/version or /proc/driver/nvidia/version, or "".
 std::string kernel_driver_version();
+
+// Runs fn on a new thread with a file-system context (fs_struct) of its own, and waits for it. A driver
+// library's initialisation (cuInit, nvmlInit) starts threads in the calling process (CRIU); threads share
+// the fs_struct of the thread that created them, and CRIU's setns() into a container's mount namespace
+// (needed to dump its over-mounted /dev tmpfs) fails with EINVAL while its fs_struct is shared. Started
+// from here, the library's threads share that thread's fs_struct, not CRIU's.
+void run_with_own_fs(const std::function<void()> &fn);
 
 } // namespace cuda_criu

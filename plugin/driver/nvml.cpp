@@ -1,12 +1,11 @@
 #include "driver/nvml.h"
 
 #include <dlfcn.h>
-#include <sched.h>
 
 #include <mutex>
-#include <thread>
 
 #include "base/log.h"
+#include "driver/libcuda.h"
 
 namespace cuda_criu {
 namespace {
@@ -41,13 +40,8 @@ const Nvml *load_once()
 		LOG_DEBUG("%s", "libnvidia-ml.so.1 lacks the functions used: free GPU memory is not checked");
 		return nullptr;
 	}
-	// On a thread with an fs_struct of its own, as cuInit (see libcuda.cpp): threads NVML may start
-	// must not share CRIU's.
 	NvmlReturn res = -1;
-	std::thread([&] {
-		unshare(CLONE_FS);
-		res = api.init();
-	}).join();
+	run_with_own_fs([&] { res = api.init(); });
 	if (res != 0) {
 		LOG_DEBUG("nvmlInit_v2 failed (%d): free GPU memory is not checked", res);
 		return nullptr;
@@ -63,12 +57,6 @@ const Nvml *nvml()
 	return api;
 }
 
-} // namespace
-
-bool load_nvml() { return nvml() != nullptr; }
-
-namespace {
-
 NvmlDevice device(const Nvml *api, const GpuUuid &uuid)
 {
 	NvmlDevice dev = nullptr;
@@ -76,6 +64,8 @@ NvmlDevice device(const Nvml *api, const GpuUuid &uuid)
 }
 
 } // namespace
+
+bool load_nvml() { return nvml() != nullptr; }
 
 uint64_t nvml_free_bytes(const GpuUuid &uuid)
 {

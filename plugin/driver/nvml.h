@@ -1,5 +1,6 @@
-// Free GPU memory from NVML (libnvidia-ml.so.1, loaded at run time): the one thing a restore needs that
-// the CUDA driver API cannot tell without creating a context on each GPU.
+// What the CUDA driver API cannot tell without creating a context on each GPU, from NVML
+// (libnvidia-ml.so.1, loaded at run time): a GPU's free memory (for a restore's GPU plan) and its
+// persistence mode (for cuda-criu check).
 #pragma once
 
 #include <cstdint>
