@@ -122,38 +122,26 @@ expect_healthy "$STATE"
 kill -9 "$pid"; wait_gone "$pid"
 log "stranded process brought back by cuda-criu resume: ok"
 
-# The target dies mid-dump: the dump fails naming it, the other process is returned to running.
-start_memcheck crash 16 --children 1 --tolerate-child-exit
-root=$LAST_PID
-wait_for "child" 10 test -f "$STATE.0"
-child=$(state_value "$STATE.0" pid)
-mkdir -p "$T/img-crash"
-if FAKEGPU_CRASH_TARGET=checkpoint:$child "$CRIU" dump -t "$root" -D "$T/img-crash" -L "$PLUGIN_DIR" -v4 \
-	-o dump.log 2>/dev/null; then
-	fail "crash: dump succeeded although a target died"
-fi
-cp "$T/img-crash/dump.log" "$T/dump.log"
-expect_log "$T/dump.log" "checkpoint pid $child" "crash: the dead pid is not named"
-[ "$(cuda_state "$root")" = running ] || fail "crash: root left $(cuda_state "$root")"
-expect_healthy "$STATE"
-kill -9 -- "-$root"; wait_gone "$root"
-log "target killed mid-dump: reported, the other process running and intact"
+# target_dies NAME LOG_PATTERN ENV...: a tree whose child the fake driver kills at the call that ENV
+# names (CHILD in LOG_PATTERN and ENV stands for its pid); the dump fails naming it, and the root is
+# returned to running with its data.
+target_dies() {
+	local name=$1 pattern=$2 a env=()
+	shift 2
+	start_tree "$name"
+	for a in "$@"; do env+=("${a//CHILD/$child}"); done
+	dump_fails "$name" "${env[@]}"
+	expect_log "$T/dump.log" "${pattern//CHILD/$child}" "$name: the dead pid is not named"
+	wait_for "$name: the killed child to be gone" 10 ended "$child"
+	[ "$(cuda_state "$root")" = running ] || fail "$name: root left $(cuda_state "$root")"
+	expect_healthy "$STATE"
+	kill -9 -- "-$root"; wait_gone "$root"
+}
 
-# The target dies while being locked: the dump fails, the other process of the tree runs on intact.
-start_memcheck crash-lock 16 --children 1 --tolerate-child-exit
-root=$LAST_PID
-wait_for "child" 10 test -f "$STATE.0"
-child=$(state_value "$STATE.0" pid)
-mkdir -p "$T/img-crash-lock"
-if FAKEGPU_CRASH_TARGET=lock:$child "$CRIU" dump -t "$root" -D "$T/img-crash-lock" -L "$PLUGIN_DIR" -v4 \
-	-o dump.log 2>/dev/null; then
-	fail "crash-lock: dump succeeded although a target died"
-fi
-cp "$T/img-crash-lock/dump.log" "$T/dump.log"
-expect_log "$T/dump.log" "Error \(cuda_plugin\): .*lock pid $child" "crash-lock: the dead pid is not named"
-[ "$(cuda_state "$root")" = running ] || fail "crash-lock: root left $(cuda_state "$root")"
-expect_healthy "$STATE"
-kill -9 -- "-$root"; wait_gone "$root"
+# The target dies mid-dump, or while being locked: the dump fails, the other process runs on intact.
+target_dies crash "checkpoint pid CHILD" FAKEGPU_CRASH_TARGET=checkpoint:CHILD
+log "target killed mid-dump: reported, the other process running and intact"
+target_dies crash-lock "Error \(cuda_plugin\): .*lock pid CHILD" FAKEGPU_CRASH_TARGET=lock:CHILD
 log "target killed while being locked: reported, the other process running and intact"
 
 # The rollback itself fails (CRIU fails after the checkpoint, then the driver refuses the restore): the
@@ -192,14 +180,9 @@ log "rollback hangs: dump failed in $((SECONDS - t0)) s naming the way back (cud
 
 # A target dies when its restore thread gets the rollback's restore request: reported for that pid, the
 # other process is returned to running with its data.
-start_tree rollback-crash
-dump_fails rollback-crash CRIU_FAULT=3 FAKEGPU_CRASH_TARGET=restore:$child
-expect_log "$T/dump.log" "Error \(cuda_plugin\): could not return pid $child " "rollback-crash: the dead pid is not named"
+target_dies rollback-crash "Error \(cuda_plugin\): could not return pid CHILD " CRIU_FAULT=3 \
+	FAKEGPU_CRASH_TARGET=restore:CHILD
 ! grep -q "could not return pid $root " "$T/dump.log" || fail "rollback-crash: root $root was not returned"
-wait_for "the crashed child to be gone" 10 ended "$child"
-[ "$(cuda_state "$root")" = running ] || fail "rollback-crash: root left $(cuda_state "$root")"
-expect_healthy "$STATE"
-kill -9 -- "-$root"; wait_gone "$root"
 log "target killed during the rollback: reported, the other process running and intact"
 
 # CRIU SIGKILLed (by the fake driver, FAKEGPU_KILL_CALLER) while locking the second process of a tree: the
