@@ -217,12 +217,17 @@ Status DumpSession::checkpoint_all()
 		targets.push_back(&p);
 		tids.push_back(p.restore_tid);
 		Driver *d = driver_;
+		Host *h = &host_;
 		pid_t pid = p.pid;
-		uint64_t *spent = &p.checkpoint_us; // each job writes only its own process's slot
-		jobs.push_back({format("checkpoint pid %d", pid), [d, pid, spent]() {
+		uint64_t *spent = &p.checkpoint_us; // each job writes only its own process's slots
+		std::vector<MemoryRange> *ranges = &p.checkpoint_ranges;
+		jobs.push_back({format("checkpoint pid %d", pid), [d, h, pid, spent, ranges]() {
+					std::vector<Mapping> before = h->memory_map(pid);
 					uint64_t t0 = now_us();
 					Status st = d->checkpoint(pid);
 					*spent = now_us() - t0;
+					if (st)
+						*ranges = added_private_anon(before, h->memory_map(pid));
 					return st;
 				}});
 	}
@@ -241,6 +246,8 @@ Status DumpSession::checkpoint_all()
 			p.checkpointed_by_us = true;
 			uint64_t rss = host_.task_info(p.pid).rss_bytes;
 			p.state_bytes = rss > p.rss_before ? rss - p.rss_before : 0;
+			LOG_DEBUG("pid %d: the checkpoint mapped %s of new memory in %zu range(s)", p.pid,
+				  human_bytes(total_bytes(p.checkpoint_ranges)).c_str(), p.checkpoint_ranges.size());
 			continue;
 		}
 		// A timed-out or failed checkpoint may still have moved the state: ask, so rollback knows.
@@ -362,7 +369,7 @@ ImageRecord DumpSession::image_record() const
 	r.other_gpus = machine_gpu_records(false);
 	for (const Proc &p : procs_)
 		r.processes.push_back({p.pid, p.ns_pid, to_string(p.initial), p.gpu_uuids, p.state_bytes, p.lock_us,
-				       p.checkpoint_us});
+				       p.checkpoint_us, p.checkpoint_ranges});
 	r.device_phase_us = device_phase_us_;
 	r.created_unix = static_cast<uint64_t>(std::time(nullptr));
 	char host[256] = {};

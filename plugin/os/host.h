@@ -10,6 +10,7 @@
 
 #include "base/result.h"
 #include "driver/driver.h"
+#include "os/maps.h"
 
 namespace cuda_criu {
 
@@ -43,6 +44,13 @@ public:
 	// Every GPU the kernel driver has (/proc/driver/nvidia/gpus), whatever CUDA_VISIBLE_DEVICES says:
 	// ordinal = device minor, name = model, no memory size; in minor order. Empty without that directory.
 	virtual std::vector<GpuInfo> machine_gpus() = 0;
+	// The task's memory mappings (/proc/PID/maps); empty when they cannot be read (then no memory is
+	// mapped from the image at restore).
+	virtual std::vector<Mapping> memory_map(pid_t pid)
+	{
+		(void)pid;
+		return {};
+	}
 };
 
 class SystemHost final : public Host {
@@ -54,6 +62,7 @@ public:
 	void kill(pid_t pid) override;
 	bool alive(pid_t pid) override;
 	std::vector<GpuInfo> machine_gpus() override;
+	std::vector<Mapping> memory_map(pid_t pid) override;
 };
 
 } // namespace cuda_criu
