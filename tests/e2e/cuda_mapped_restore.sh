@@ -34,13 +34,21 @@ sys.exit(0 if ok else 1)
 EOF
 }
 
-# sha256 of memory [START, END) of PID (hex addresses).
+# sha256 of memory START-END (hex) of PID; with "file": of the bytes the mapping there shows of its file,
+# read from the file, after dropping the file's cached pages that no process maps.
 mem_sum() {
 	python3 - "$@" <<'EOF'
-import hashlib, sys
-pid, a, b = sys.argv[1], int(sys.argv[2], 16), int(sys.argv[3], 16)
-with open(f"/proc/{pid}/mem", "rb") as f:
-    f.seek(a); print(hashlib.sha256(f.read(b - a)).hexdigest())
+import hashlib, os, sys
+pid, rng = sys.argv[1], sys.argv[2]
+a, b = (int(x, 16) for x in rng.split("-"))
+if len(sys.argv) > 3:
+    line = next(l for l in open(f"/proc/{pid}/maps") if l.startswith(rng + " "))
+    fd = os.open(f"/proc/{pid}/map_files/{rng}", os.O_RDONLY)
+    os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    print(hashlib.sha256(os.pread(fd, b - a, int(line.split()[2], 16))).hexdigest())
+else:
+    with open(f"/proc/{pid}/mem", "rb") as f:
+        f.seek(a); print(hashlib.sha256(f.read(b - a)).hexdigest())
 EOF
 }
 
@@ -53,9 +61,11 @@ wait_gone "$pid"
 expect_log "$T/dump.log" "pid $pid: the checkpoint mapped [0-9.]+ MiB of new memory in [1-9][0-9]* range" \
 	"the dump did not record the checkpoint's memory"
 restore "$T/img1" || fail "restore failed"
-expect_log "$T/restore.log" "cuda_plugin: pid $pid: asking CRIU to map its GPU state \(.* MiB in [0-9]+ range\(s\)\) from the image" \
+expect_log "$T/restore.log" \
+	"cuda_plugin: pid $pid: asking CRIU to map its GPU state \(.* MiB in [0-9]+ range\(s\)\) from the image" \
 	"no plugin line about the mapped restore"
-expect_log "$T/restore.log" "Map from image 0x[0-9a-f]+-0x[0-9a-f]+: [1-9][0-9]* pages mapped from pages-[0-9]+\.img, 0 read" \
+expect_log "$T/restore.log" \
+	"Map from image 0x[0-9a-f]+-0x[0-9a-f]+: [1-9][0-9]* pages mapped from pages-[0-9]+\.img, 0 read" \
 	"no CRIU line about pages mapped from the image"
 check_copies "$FAKEGPU_DIR/restore-maps.$pid" mapped || fail "the fake restore did not read its copies from the image"
 # The image can go at once: the restore is complete.
@@ -83,15 +93,16 @@ wait_gone "$pid"
 restore "$T/img3" || fail "kept: restore failed"
 expect_log "$T/restore.log" "pid $pid still maps the image after its GPU state was restored" "kept: no warning"
 range=$(grep -m1 "pages-[0-9]*\.img" "/proc/$pid/maps" | cut -d' ' -f1) || fail "kept: no mapping of the image"
-before=$(mem_sum "$pid" "${range%-*}" "${range#*-}")
+before=$(mem_sum "$pid" "$range" file)
 rm -rf "$T/img3"
-sync; echo 1 >/proc/sys/vm/drop_caches # the kept mapping's clean pages are read again from the deleted file
-[ "$(mem_sum "$pid" "${range%-*}" "${range#*-}")" = "$before" ] || fail "kept: memory changed after deleting the image"
+# Pages not touched yet come from the deleted file, which the mapping keeps.
+[ "$(mem_sum "$pid" "$range" file)" = "$before" ] || fail "kept: the deleted file's data changed"
+[ "$(mem_sum "$pid" "$range")" = "$before" ] || fail "kept: memory differs from the image after deleting it"
 expect_healthy "$STATE"
 dump "$pid" "$T/img3b" --ghost-limit 256M || fail "kept: dump of the restored process failed"
 wait_gone "$pid"
 restore "$T/img3b" || fail "kept: second restore failed"
-[ "$(mem_sum "$pid" "${range%-*}" "${range#*-}")" = "$before" ] || fail "kept: memory changed by the second restore"
+[ "$(mem_sum "$pid" "$range")" = "$before" ] || fail "kept: memory changed by the second restore"
 expect_healthy "$STATE"
 kill -9 "$pid"; wait_gone "$pid"
 log "copies kept mapped, image deleted, dumped again: ok"
@@ -111,12 +122,24 @@ kill -9 "$pid"; wait_gone "$pid"
 
 dump_one dedup
 restore "$img" --auto-dedup || fail "auto-dedup: restore failed"
-expect_log "$T/restore.log" "Map from image .*: 0 pages mapped from pages-[0-9]+\.img, [1-9][0-9]* read: --auto-dedup punches holes" \
+expect_log "$T/restore.log" \
+	"Map from image .*: 0 pages mapped from pages-[0-9]+\.img, [1-9][0-9]* read: --auto-dedup punches holes" \
 	"auto-dedup: no reason logged"
 check_copies "$FAKEGPU_DIR/restore-maps.$pid" anonymous || fail "auto-dedup: copies mapped from the image"
 expect_healthy "$STATE"
 kill -9 "$pid"; wait_gone "$pid"
-log "CUDA_CRIU_MAP_IMAGE=off, --auto-dedup: normal restore: ok"
+
+dump_one lazy
+"$CRIU" lazy-pages -D "$img" -v4 -o lazy-pages.log &
+PIDS+=($!)
+wait_for "the lazy-pages daemon" 10 test -S "$img/lazy-pages.socket"
+restore "$img" --lazy-pages || fail "lazy pages: restore failed"
+expect_log "$T/restore.log" "Map from image .*: 0 pages mapped from pages-[0-9]+\.img, [1-9][0-9]* read: lazy restore" \
+	"lazy pages: no reason logged"
+check_copies "$FAKEGPU_DIR/restore-maps.$pid" anonymous || fail "lazy pages: copies mapped from the image"
+expect_healthy "$STATE"
+kill -9 "$pid"; wait_gone "$pid"
+log "CUDA_CRIU_MAP_IMAGE=off, --auto-dedup, --lazy-pages: normal restore: ok"
 
 CRIU411=$BUILD_DIR/criu/4.1.1/install/sbin/criu
 if [ -x "$CRIU411" ]; then
