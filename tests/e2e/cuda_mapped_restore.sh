@@ -84,7 +84,23 @@ expect_healthy "$STATE"
 kill -9 "$pid"; wait_gone "$pid"
 log "dump and restore of a restored process: ok"
 
-# 3. A driver that keeps its copies mapped after restore: the plugin warns, deleting the image at once is
+# 3. Forked CUDA processes: their copies lie at the same addresses as the parent's, yet each maps its own
+#    (CRIU does not treat them as memory shared copy-on-write with the parent).
+start_memcheck tree 16 --children 2
+root=$LAST_PID
+wait_for "the children" 20 test -f "$STATE.1"
+kids=$(ps -o pid= --ppid "$root" | xargs)
+dump "$root" "$T/img2" || fail "tree: dump failed"
+wait_gone "$root" $kids
+restore "$T/img2" || fail "tree: restore failed"
+for p in $root $kids; do
+	check_copies "$FAKEGPU_DIR/restore-maps.$p" mapped || fail "tree: pid $p did not read its copies from the image"
+done
+for f in "$STATE" "$STATE.0" "$STATE.1"; do expect_healthy "$f"; done
+kill -9 "$root" $kids; wait_gone "$root" $kids
+log "tree of 3 CUDA processes: ok"
+
+# 4. A driver that keeps its copies mapped after restore: the plugin warns, deleting the image at once is
 #    safe (the mapping keeps the file's data), and a later dump records the deleted file (--ghost-limit).
 FAKEGPU_KEEP_COPIES=1 start_memcheck kept 16
 pid=$LAST_PID
@@ -107,7 +123,7 @@ expect_healthy "$STATE"
 kill -9 "$pid"; wait_gone "$pid"
 log "copies kept mapped, image deleted, dumped again: ok"
 
-# 4. Each case that cannot map restores as before, and the logs say why.
+# 5. Each case that cannot map restores as before, and the logs say why.
 start_memcheck off 16
 pid=$LAST_PID
 dump "$pid" "$T/img4" || fail "off: dump failed"
