@@ -71,6 +71,7 @@ void subtract(uint64_t start, uint64_t end, const std::vector<MemoryRange> &cove
 std::vector<MemoryRange> ranges_of(const std::vector<Mapping> &maps)
 {
 	std::vector<MemoryRange> r;
+	r.reserve(maps.size());
 	for (const Mapping &m : maps)
 		r.push_back({m.start, m.end});
 	std::sort(r.begin(), r.end(), [](const MemoryRange &a, const MemoryRange &b) { return a.start < b.start; });
