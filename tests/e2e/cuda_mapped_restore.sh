@@ -78,6 +78,7 @@ log "mapped restore: ok"
 # 2. A later dump and restore of the restored process.
 dump "$pid" "$T/img1b" || fail "second dump failed"
 wait_gone "$pid"
+rm "$FAKEGPU_DIR/restore-maps.$pid" # written again by this restore
 restore "$T/img1b" || fail "second restore failed"
 check_copies "$FAKEGPU_DIR/restore-maps.$pid" mapped || fail "second restore: copies not mapped from the image"
 expect_healthy "$STATE"
