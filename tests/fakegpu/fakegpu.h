@@ -78,7 +78,11 @@
  *   restore     open a new main connection (FG_REATTACH), push every buffer
  *               back (onto the remapped GPU when GPU pairs were given), unmap
  *               the host copies;
- *   unlock      open the API gate.
+ *   unlock      open the API gate;
+ *   ping        nothing: cuCheckpointProcessGetState rings it first, because
+ *               the real driver answers a state query through the restore
+ *               thread (measured on r580: with that thread ptrace-stopped,
+ *               GetState and Unlock block, GetRestoreThreadId answers).
  *
  * Wire format: every message is a struct fg_msg followed by msg.len payload
  * bytes, over SOCK_STREAM unix sockets, host byte order.
@@ -138,6 +142,7 @@ enum fg_action {
 	FG_ACT_CHECKPOINT,
 	FG_ACT_RESTORE,
 	FG_ACT_UNLOCK,
+	FG_ACT_PING, /* GetState: the real driver asks the restore thread, which must be running */
 };
 
 /* Special status of the FG_SVC_HELLO reply: the doorbell is stale. */

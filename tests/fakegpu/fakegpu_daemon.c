@@ -114,6 +114,7 @@ static const char *action_name(int a)
 	case FG_ACT_CHECKPOINT: return "checkpoint";
 	case FG_ACT_RESTORE: return "restore";
 	case FG_ACT_UNLOCK: return "unlock";
+	case FG_ACT_PING: return "state query";
 	}
 	return "?";
 }
@@ -582,13 +583,19 @@ static int handle_ck_action(struct conn *c, struct fg_msg *m)
 		[FG_ACT_RESTORE] = CU_PROCESS_STATE_CHECKPOINTED,
 		[FG_ACT_UNLOCK] = CU_PROCESS_STATE_LOCKED,
 	};
+	if (cl && action == FG_ACT_PING && cl->job_phase != JOB_NONE && cl->job_phase != JOB_DONE) {
+		/* the restore thread is at work on another call: it is running, nothing to ask */
+		pthread_mutex_unlock(&g_lock);
+		free(pairs);
+		return reply(c, CUDA_SUCCESS, 0, 0, 0, NULL, 0);
+	}
 	if (!cl)
 		r = CUDA_ERROR_NOT_FOUND;
-	else if (action < FG_ACT_LOCK || action > FG_ACT_UNLOCK)
+	else if (action < FG_ACT_LOCK || action > FG_ACT_PING)
 		r = CUDA_ERROR_INVALID_VALUE;
 	else if (cl->job_phase != JOB_NONE && cl->job_phase != JOB_DONE)
 		r = CUDA_ERROR_ILLEGAL_STATE; /* another call on this process is in progress */
-	else if (cl->state != need[action])
+	else if (action != FG_ACT_PING && cl->state != need[action])
 		r = CUDA_ERROR_ILLEGAL_STATE;
 	if (r == CUDA_SUCCESS && action == FG_ACT_RESTORE && npairs) {
 		/* every checkpointed GPU must be listed (with --pairs-of all: every GPU, onto distinct GPUs) */
