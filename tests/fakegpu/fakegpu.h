@@ -134,6 +134,13 @@ enum fg_op {
 	/* checkpoint side */
 	FG_CK_QUERY = 64,  /* a0=id -> a0=state a1=tid a2=pid (namespace of the client) */
 	FG_CK_ACTION,      /* a0=id a1=action a2=call timeout ms a3=lock timeout ms a4=crash, payload pairs */
+	/* the fake NVML */
+	FG_USAGE = 96,     /* -> a0=count, payload fg_usage[]: device memory per live client */
+};
+
+struct fg_usage {
+	int64_t pid; /* as the client sees it */
+	uint64_t bytes;
 };
 
 /* Actions of FG_CK_ACTION / jobs of the service thread. */
