@@ -16,8 +16,9 @@
  *   FAKEGPU_COPY_MBPS=N       the restore thread copies device memory at N MB/s
  *                             (checkpoint and restore), so that progress shows
  *   FAKEGPU_STALL_AFTER_MB=N  the restore thread stops making progress after
- *                             N MB of a checkpoint or restore (it blocks until
- *                             the process dies): a driver that hangs mid-copy
+ *                             N MB of a checkpoint or restore: a driver that
+ *                             hangs mid-copy, for FAKEGPU_STALL_MS (default:
+ *                             until the process dies), then goes on
  * Managed memory (cuMemAllocManaged) is host memory here, usable through its
  * pointer; like the r580 driver, a checkpoint of a process that holds some is
  * refused with CUDA_ERROR_NOT_SUPPORTED (the process stays locked).
@@ -828,11 +829,16 @@ static uint64_t g_copied;
 static void pace(uint64_t len)
 {
 	uint64_t stall_mb = env_u64("FAKEGPU_STALL_AFTER_MB", 0);
-	if (stall_mb && g_copied + len > (stall_mb << 20)) {
-		fg_err("FAKEGPU_STALL_AFTER_MB: restore thread of %d stops after %llu MiB", (int)getpid(),
-		       (unsigned long long)(g_copied >> 20));
-		for (;;)
-			pause();
+	if (stall_mb && g_copied <= (stall_mb << 20) && g_copied + len > (stall_mb << 20)) {
+		uint64_t ms = env_u64("FAKEGPU_STALL_MS", 0);
+		fg_err("FAKEGPU_STALL_AFTER_MB: restore thread of %d stops after %llu MiB%s", (int)getpid(),
+		       (unsigned long long)(g_copied >> 20), ms ? " for a while" : "");
+		if (!ms)
+			for (;;)
+				pause();
+		struct timespec ts = { .tv_sec = (time_t)(ms / 1000), .tv_nsec = (long)(ms % 1000) * 1000000 };
+		while (nanosleep(&ts, &ts) && errno == EINTR)
+			;
 	}
 	g_copied += len;
 	uint64_t mbps = env_u64("FAKEGPU_COPY_MBPS", 0);
