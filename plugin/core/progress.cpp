@@ -1,11 +1,20 @@
 #include "core/progress.h"
 
+#include <algorithm>
+
 #include "base/format.h"
 
 namespace cuda_criu {
 namespace {
 
-std::string gib(uint64_t b) { return format("%.1f", static_cast<double>(b) / (1ULL << 30)); }
+// Bytes in the unit that suits scale (GiB from 1 GiB up, else MiB), without the unit's name.
+std::string in_unit(uint64_t b, uint64_t scale)
+{
+	if (scale >= (1ULL << 30))
+		return format("%.1f", static_cast<double>(b) / (1ULL << 30));
+	return format("%.0f", static_cast<double>(b) / (1ULL << 20));
+}
+const char *unit(uint64_t scale) { return scale >= (1ULL << 30) ? "GiB" : "MiB"; }
 
 } // namespace
 
@@ -51,9 +60,10 @@ std::optional<std::string> Progress::line(uint64_t now_us)
 	double rate = done > last_line_bytes_ ? static_cast<double>(done - last_line_bytes_) / 1e9 / secs : 0.0;
 	last_line_us_ = now_us;
 	last_line_bytes_ = done;
-	std::string of = expected ? " of " + gib(expected) : "";
-	return format("%s: %s%s GiB (%.1f GB/s), %zu of %zu process(es) done", phase_.c_str(), gib(done).c_str(),
-		      of.c_str(), rate, finished, procs_.size());
+	uint64_t scale = std::max(expected, done);
+	std::string of = expected ? " of " + in_unit(expected, scale) : "";
+	return format("%s: %s%s %s (%.1f GB/s), %zu of %zu process(es) done", phase_.c_str(),
+		      in_unit(done, scale).c_str(), of.c_str(), unit(scale), rate, finished, procs_.size());
 }
 
 std::optional<size_t> Progress::stalled(uint64_t now_us) const
@@ -68,11 +78,12 @@ std::optional<size_t> Progress::stalled(uint64_t now_us) const
 
 std::string Progress::stall_message(size_t i, uint64_t now_us) const
 {
-	std::string of = procs_[i].expected ? " of " + gib(procs_[i].expected) : "";
+	uint64_t scale = std::max(procs_[i].expected, state_[i].last.bytes);
+	std::string of = procs_[i].expected ? " of " + in_unit(procs_[i].expected, scale) : "";
 	return format("%s of pid %d made no progress for %.0f s (its restore thread used no CPU time and no more "
-		      "bytes were copied), at %s%s GiB",
+		      "bytes were copied), at %s%s %s",
 		      phase_.c_str(), procs_[i].pid, static_cast<double>(now_us - state_[i].moved_us) / 1e6,
-		      gib(state_[i].last.bytes).c_str(), of.c_str());
+		      in_unit(state_[i].last.bytes, scale).c_str(), of.c_str(), unit(scale));
 }
 
 } // namespace cuda_criu

@@ -54,5 +54,12 @@ TEST(Progress, NoStallDetectionWhenDisabledOrFinished)
 	EXPECT_FALSE(done.stalled(1000 * S));
 }
 
+TEST(Progress, SmallPhasesInMiB)
+{
+	Progress p("restore", {{10, 256ULL << 20}}, 0, 1 * S, 0);
+	p.observe(0, {64ULL << 20, 1}, false, 1 * S);
+	EXPECT_EQ(*p.line(1 * S), "restore: 64 of 256 MiB (0.1 GB/s), 0 of 1 process(es) done");
+}
+
 } // namespace
 } // namespace cuda_criu
