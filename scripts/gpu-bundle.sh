@@ -6,6 +6,7 @@
 #
 #   gpu-bundle/
 #     run-gpu-tests.sh, torch_workload.py, ...   the scripts from tests/gpu/
+#     common.sh                                   the shell helpers they share with the other tests (tests/lib/)
 #     sbin/criu                                   CRIU 4.2.1 (scripts/build-criu.sh)
 #     lib/                                        the shared libraries criu and the plugins need, but glibc's
 #     plugin/cuda_plugin.so                       this project's plugin (the only .so there: CRIU's --libdir)
@@ -138,6 +139,7 @@ for f in "$top"/tests/gpu/*; do
 	case "$f" in */CMakeLists.txt | */ctest-gpu.sh) continue ;; esac
 	install -m "$([ -x "$f" ] && echo 755 || echo 644)" "$f" "$tmp/"
 done
+install -m 644 "$top/tests/lib/common.sh" "$tmp/common.sh"
 
 {
 	echo "built=$(date -u +%Y-%m-%dT%H:%M:%SZ) on $(. /etc/os-release && echo "$PRETTY_NAME") ($(uname -m))"
