@@ -70,7 +70,7 @@ debian_mirror() {
 				else if (key == "components") comps = val; else if (key == "enabled") enabled = tolower(val)
 			}
 			END { flush() }' "$f" ;;
-		*.list | */sources.list) awk '
+		*.list) awk '
 			$1 == "deb" || $1 == "deb-src" {
 				i = 2
 				if ($2 ~ /^\[/) { while (i < NF && $i !~ /\]$/) i++; i++ } # [ options ]
