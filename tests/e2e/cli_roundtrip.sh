@@ -4,12 +4,7 @@
 # --device-map with --keep-images; readiness by output line and by TCP port. Each run leaves no process
 # and no file behind.
 source "$(dirname "$0")/lib.sh"
-e2e_setup
-# A command that fails outside a check says which (functions, the cleanup among them, do not inherit this).
-trap 'fail "line $LINENO: \"$BASH_COMMAND\" failed"' ERR
-# Options from this test only, never from a machine-wide /etc/criu/cuda_plugin.conf.
-: >"$T/cuda_plugin.conf"
-export CUDA_CRIU_CONFIG=$T/cuda_plugin.conf
+e2e_strict_setup
 start_fake_gpu --gpus 2
 # The round trip's own temporary directories go here, to be looked for afterwards.
 export TMPDIR=$T/tmp

@@ -5,12 +5,7 @@
 # failing GPU checkpoint (the plugin's error shown); SIGTERM to the round trip itself mid-cycle and
 # mid-start (nothing left running, nothing left on disk); setup failures (exit 3) and bad usage (exit 2).
 source "$(dirname "$0")/lib.sh"
-e2e_setup
-# A command that fails outside a check says which (functions, the cleanup among them, do not inherit this).
-trap 'fail "line $LINENO: \"$BASH_COMMAND\" failed"' ERR
-# Options from this test only, never from a machine-wide /etc/criu/cuda_plugin.conf.
-: >"$T/cuda_plugin.conf"
-export CUDA_CRIU_CONFIG=$T/cuda_plugin.conf
+e2e_strict_setup
 start_fake_gpu
 export TMPDIR=$T/tmp
 mkdir -p "$TMPDIR"
