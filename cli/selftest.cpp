@@ -13,15 +13,16 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
-#include <thread>
 
 #include "cli.h"
 #include "image/image.h"
 #include "os/proc.h"
 #include "os/unique_fd.h"
 #include "preflight.h"
+#include "roundtrip/criu.h"
 #include "roundtrip/logs.h"
 #include "roundtrip/processes.h"
+#include "roundtrip/signals.h"
 #include "roundtrip/workdir.h"
 #include "subprocess.h"
 #include "units.h"
@@ -29,8 +30,9 @@
 namespace cuda_criu::cli {
 namespace {
 
+using roundtrip::Clock;
 using roundtrip::LogBlock;
-using Clock = std::chrono::steady_clock;
+using roundtrip::seconds_since;
 
 constexpr unsigned kCriuMs = 600 * 1000;
 
@@ -42,8 +44,6 @@ struct SelftestOptions {
 	std::string parent_dir = "/tmp";
 	bool keep = false;
 };
-
-double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
 std::map<std::string, std::string> read_state(const std::string &path)
 {
@@ -112,12 +112,15 @@ private:
 
 	// log: the lines that explain the failure (a CRIU log's errors and the plugin's lines, or the end of
 	// the workload's output).
-	bool fail(const char *step, const std::string &detail, const std::string &hint = {}, const LogBlock &log = {})
+	bool fail(const char *step, const std::string &detail, const std::string &hint = {},
+		  const std::vector<LogBlock> &logs = {})
 	{
 		std::printf("FAIL  %-8s %s\n", step, detail.c_str());
 		if (!hint.empty())
 			std::printf("      hint: %s\n", hint.c_str());
-		if (!log.file.empty()) {
+		for (const LogBlock &log : logs) {
+			if (log.lines.empty())
+				continue;
 			std::printf("      %s:\n", log.file.c_str());
 			for (const std::string &l : log.lines)
 				std::printf("        %s\n", l.c_str());
@@ -126,7 +129,7 @@ private:
 		return false;
 	}
 
-	LogBlock workload_tail() const { return roundtrip::tail_of(workload_log_); }
+	std::vector<LogBlock> workload_tail() const { return {roundtrip::tail_of(workload_log_)}; }
 
 	std::vector<std::string> criu_env() const
 	{
@@ -145,7 +148,7 @@ private:
 		Preflight criu = preflight_criu_and_plugin(o_.criu, o_.libdir);
 		if (!criu.ok)
 			return fail("setup", criu.message, criu.hint);
-		criu_ = criu.criu;
+		criu_.emplace(roundtrip::CriuSetup{criu.criu, o_.libdir, criu_env(), {}}, work_);
 		auto d = open_driver(o_.libcuda);
 		if (!d)
 			return fail("setup", d.error().message(), "cuda-criu check tells more");
@@ -169,7 +172,7 @@ private:
 			return fail("setup", "prctl(PR_SET_CHILD_SUBREAPER): " + errno_string(errno));
 		ok("setup",
 		   format("CRIU %s (%s), plugin %s, GPU 0 %s (%s), driver %s; work directory %s", criu.version.text.c_str(),
-			  criu_.c_str(), criu.plugin.c_str(), (*gpus)[0].name.c_str(), (*gpus)[0].uuid.str().c_str(),
+			  criu.criu.c_str(), criu.plugin.c_str(), (*gpus)[0].name.c_str(), (*gpus)[0].uuid.str().c_str(),
 			  driver_->version().c_str(), work_dir_.c_str()),
 		   seconds_since(t));
 		return true;
@@ -220,7 +223,7 @@ private:
 			if (seconds_since(t) >= limit_s)
 				return fail("start", format("the workload did not fill and check its memory within %u s", limit_s),
 					    {}, workload_tail());
-			std::this_thread::sleep_for(std::chrono::milliseconds(20));
+			roundtrip::pause_ms(roundtrip::kPollMs);
 		}
 		auto cuda = driver_->state(pid_);
 		if (!cuda || *cuda != CudaState::Running)
@@ -241,31 +244,18 @@ private:
 			    workload_tail());
 	}
 
-	bool run_criu(const char *step, const std::vector<std::string> &args, const std::string &log_name)
+	// Fails step with what explains CRIU's failure.
+	bool criu_failed(const char *step, const roundtrip::CriuResult &r, const std::string &log)
 	{
-		auto out = work_.create_file("criu-" + std::string(step) + ".out");
-		if (!out)
-			return fail(step, out.error().message());
-		std::vector<std::string> argv = {criu_};
-		argv.insert(argv.end(), args.begin(), args.end());
-		auto st = roundtrip::run_tool(argv, criu_env(), out->get(), kCriuMs);
-		std::string log = images_ + "/" + log_name;
-		if (!st)
-			return fail(step, "criu " + st.error().message(), {}, roundtrip::criu_log_excerpt(log));
-		if (!WIFEXITED(*st) || WEXITSTATUS(*st) != 0)
-			return fail(step, "criu " + std::string(step) + " " + describe_wait_status(*st), "the whole log: " + log,
-				    roundtrip::criu_log_excerpt(log));
-		return true;
+		return fail(step, r.message, r.logs.empty() || r.timed_out ? std::string() : "the whole log: " + log, r.logs);
 	}
 
 	bool dump()
 	{
 		auto t = Clock::now();
 		iterations_at_dump_ = iterations_of(read_state(state_file_));
-		if (!run_criu("dump",
-			      {"dump", "-t", std::to_string(pid_), "-D", images_, "-L", o_.libdir, "-v4", "-o", "dump.log"},
-			      "dump.log"))
-			return false;
+		if (auto r = criu_->dump(pid_, images_, "1", {}, kCriuMs); !r.ok)
+			return criu_failed("dump", r, images_ + "/dump.log");
 		double secs = seconds_since(t);
 		UniqueFd dir(open(images_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
 		auto img = read_image(dir.get());
@@ -275,7 +265,7 @@ private:
 			return fail("dump", format("CRIU dumped pid %d without cuda_plugin.so: the image has no %s", pid_,
 						   kImageFileName),
 				    "is " + o_.libdir + "/" + kPluginFileName + " loadable? see " + images_ + "/dump.log",
-				    roundtrip::criu_log_excerpt(images_ + "/dump.log"));
+				    {roundtrip::criu_log_excerpt(images_ + "/dump.log")});
 		const ImageRecord &r = **img;
 		const ProcessRecord *p = nullptr;
 		for (const ProcessRecord &pr : r.processes)
@@ -306,13 +296,12 @@ private:
 	bool restore()
 	{
 		auto t = Clock::now();
-		if (!run_criu("restore", {"restore", "-D", images_, "-d", "-L", o_.libdir, "-v4", "-o", "restore.log"},
-			      "restore.log"))
-			return false;
+		if (auto r = criu_->restore(images_, "1", {}, {}, kCriuMs); !r.ok)
+			return criu_failed("restore", r, images_ + "/restore.log");
 		double secs = seconds_since(t);
 		if (!process_exists(pid_))
 			return fail("restore", format("criu restore succeeded but pid %d does not exist", pid_), {},
-				    roundtrip::criu_log_excerpt(images_ + "/restore.log"));
+				    {roundtrip::criu_log_excerpt(images_ + "/restore.log")});
 		if (parent_of(pid_) == getpid())
 			workload_ = Child::adopt(pid_);
 		else
@@ -346,7 +335,7 @@ private:
 							    (status.empty() || status == "ok" ? "" : ": " + status),
 						    {}, workload_tail());
 				}
-			std::this_thread::sleep_for(std::chrono::milliseconds(20));
+			roundtrip::pause_ms(roundtrip::kPollMs);
 		}
 		if (iterations_of(state) < want)
 			return fail("verify", format("the restored workload made no progress in %u s (iteration %llu, was %llu "
@@ -364,9 +353,9 @@ private:
 
 	SelftestOptions o_;
 	Clock::time_point t0_;
-	std::string criu_;
 	Driver *driver_ = nullptr;
 	roundtrip::WorkDir work_;
+	std::optional<roundtrip::Criu> criu_; // after work_: it refers to it
 	std::string work_dir_, images_, state_file_, workload_log_, device_;
 	Child workload_ = Child::adopt(-1);
 	pid_t pid_ = 0;

@@ -20,6 +20,7 @@
 #include "os/proc.h"
 #include "preflight.h"
 #include "roundtrip.h"
+#include "roundtrip/criu.h"
 #include "roundtrip/logs.h"
 #include "roundtrip/processes.h"
 #include "roundtrip/report.h"
@@ -70,8 +71,7 @@ private:
 	bool settle(Step &s, std::string &what);
 	Outcome run_health_cmd(Clock::time_point deadline, unsigned cycle, const char *phase, std::string &result);
 	// a cycle
-	bool run_criu(Step &s, const char *action, const std::vector<std::string> &args,
-		      const std::vector<std::string> &env, const std::string &log, unsigned timeout_ms);
+	bool criu_failed(Step &s, const CriuResult &r);
 	std::string images(unsigned cycle) const { return format("images-%u", cycle); }
 	bool cycle(unsigned c);
 	bool dump(unsigned c);
@@ -93,6 +93,7 @@ private:
 	std::vector<Step> steps_;
 	Preflight criu_;
 	WorkDir work_;
+	std::optional<Criu> criu_run_;
 	std::string program_log_;
 	std::string health_out_;
 	bool kept_ = false;
@@ -230,6 +231,7 @@ bool Roundtrip::setup()
 	criu_ = preflight_criu_and_plugin(o_.criu, o_.libdir, o_.criu_env);
 	if (!criu_.ok)
 		return fail(s, criu_.message, {}, criu_.hint);
+	criu_run_.emplace(CriuSetup{criu_.criu, o_.libdir, o_.criu_env, o_.criu_args}, work_);
 	if (o_.ready.kind == ReadyKind::Port && port_accepts(o_.ready.port))
 		return fail(s, format("127.0.0.1:%u accepts connections before the program has started", o_.ready.port), {},
 			    "another process listens on that port: stop it, or wait for another port");
@@ -443,28 +445,13 @@ Roundtrip::Outcome Roundtrip::run_health_cmd(Clock::time_point deadline, unsigne
 
 // ---- a cycle ----
 
-// Runs criu ACTION; false when it did not exit 0, with s failed and the log lines that explain it.
-bool Roundtrip::run_criu(Step &s, const char *action, const std::vector<std::string> &args,
-			 const std::vector<std::string> &env, const std::string &log, unsigned timeout_ms)
+// Fails s with what explains CRIU's failure (criu dump or criu restore, as the step's name says).
+bool Roundtrip::criu_failed(Step &s, const CriuResult &r)
 {
-	std::vector<std::string> argv = {criu_.criu};
-	argv.insert(argv.end(), args.begin(), args.end());
-	argv.insert(argv.end(), o_.criu_args.begin(), o_.criu_args.end());
-	std::string out_name = format("criu-%s-%u.out", action, s.cycle);
-	auto out = work_.create_file(out_name);
-	if (!out)
-		return fail(s, format("criu %s: %s", action, out.error().message().c_str()));
-	auto st = run_tool(argv, env, out->get(), timeout_ms);
-	if (!st && st.error().errno_value() == EINTR)
+	if (r.interrupted)
 		return fail_interrupted(s);
-	std::vector<LogBlock> logs = {tail_of(work_.file(out_name)), criu_log_excerpt(log)};
-	if (!st)
-		return fail(s, format("criu %s %s", action, st.error().message().c_str()), logs,
-			    st.error().errno_value() == ETIMEDOUT ? format("a larger program may need a longer --%s-timeout", action)
-								  : std::string());
-	if (!WIFEXITED(*st) || WEXITSTATUS(*st) != 0)
-		return fail(s, format("criu %s %s", action, describe_wait_status(*st).c_str()), logs);
-	return true;
+	return fail(s, r.message, r.logs,
+		    r.timed_out ? format("a larger program may need a longer --%s-timeout", s.name.c_str()) : std::string());
 }
 
 bool Roundtrip::cycle(unsigned c)
@@ -489,15 +476,14 @@ bool Roundtrip::dump(unsigned c)
 		return fail(s, made.error().message());
 	std::string dir = work_.file(images(c));
 	tree_ = tree_of(root_);
-	std::vector<std::string> args = {"dump", "-t", std::to_string(root_), "-D", dir, "-L", o_.libdir,
-					  "-v4", "-o", "dump.log"};
+	std::vector<std::string> more;
 	if (o_.leave_running)
-		args.emplace_back("--leave-running");
+		more.emplace_back("--leave-running");
 	// The readiness probe's own connections must not stop the dump.
 	if (o_.ready.kind == ReadyKind::Port)
-		args.emplace_back("--skip-in-flight");
-	if (!run_criu(s, "dump", args, o_.criu_env, dir + "/dump.log", o_.dump_ms))
-		return false;
+		more.emplace_back("--skip-in-flight");
+	if (auto r = criu_run_->dump(root_, dir, std::to_string(c), more, o_.dump_ms); !r.ok)
+		return criu_failed(s, r);
 	after_dump_ = probe_->baseline();
 	return describe_dump(s, dir);
 }
@@ -598,13 +584,11 @@ bool Roundtrip::restore(unsigned c)
 	std::string dir = work_.file(images(c));
 	std::string pidfile = work_.file(format("restore-%u.pid", c));
 	before_restore_ = probe_->baseline();
-	std::vector<std::string> env = o_.criu_env;
+	std::vector<std::string> env;
 	if (o_.device_map)
 		env.push_back("CUDA_CRIU_DEVICE_MAP=" + *o_.device_map);
-	if (!run_criu(s, "restore",
-		      {"restore", "-D", dir, "-d", "-L", o_.libdir, "-v4", "-o", "restore.log", "--pidfile", pidfile}, env,
-		      dir + "/restore.log", o_.restore_ms))
-		return false;
+	if (auto r = criu_run_->restore(dir, std::to_string(c), {"--pidfile", pidfile}, env, o_.restore_ms); !r.ok)
+		return criu_failed(s, r);
 	std::ifstream pf(pidfile);
 	pid_t pid = 0;
 	if (!(pf >> pid) || pid <= 0)
