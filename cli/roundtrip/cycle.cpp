@@ -82,6 +82,7 @@ private:
 	bool kill_for_restore(unsigned c);
 	bool restore(unsigned c);
 	bool health(unsigned c);
+	bool healthy_step(unsigned c, const char *name, Baseline &b, const char *phase, const char *how);
 	// the end
 	void cleanup();
 	RunInfo run_info() const;
@@ -559,11 +560,17 @@ bool Roundtrip::wait_exit(unsigned c)
 
 bool Roundtrip::still_running(unsigned c)
 {
-	Step &s = begin(c, "running");
+	return healthy_step(c, "running", after_dump_, "running", "kept running after the dump");
+}
+
+// A step that waits for the program to be healthy (compared with b) and to live on for --settle.
+bool Roundtrip::healthy_step(unsigned c, const char *name, Baseline &b, const char *phase, const char *how)
+{
+	Step &s = begin(c, name);
 	std::string what;
-	if (!await_health(s, after_dump_, deadline_in(o_.health_ms), "running", what) || !settle(s, what))
+	if (!await_health(s, b, deadline_in(o_.health_ms), phase, what) || !settle(s, what))
 		return false;
-	return ok(s, format("pid %d kept running after the dump: %s", root_, what.c_str()));
+	return ok(s, format("pid %d %s: %s", root_, how, what.c_str()));
 }
 
 bool Roundtrip::kill_for_restore(unsigned c)
@@ -611,11 +618,7 @@ bool Roundtrip::restore(unsigned c)
 
 bool Roundtrip::health(unsigned c)
 {
-	Step &s = begin(c, "health");
-	std::string what;
-	if (!await_health(s, before_restore_, deadline_in(o_.health_ms), "restore", what) || !settle(s, what))
-		return false;
-	return ok(s, format("pid %d healthy after the restore: %s", root_, what.c_str()));
+	return healthy_step(c, "health", before_restore_, "restore", "healthy after the restore");
 }
 
 // ---- the end ----

@@ -32,10 +32,6 @@ bool kill_descendants(unsigned timeout_ms, size_t &left);
 // argv[0] as execve needs it: a name without a slash is looked up in $PATH.
 Result<std::string> resolve_program(const std::string &name);
 
-} // namespace cuda_criu::cli::roundtrip
-
-namespace cuda_criu::cli::roundtrip {
-
 // Runs argv (CRIU) with env added to ours and its output into out_fd; kills it after timeout_ms
 // (ETIMEDOUT) or on a signal (EINTR). Returns its wait status.
 Result<int> run_tool(const std::vector<std::string> &argv, const std::vector<std::string> &env, int out_fd,
