@@ -20,7 +20,7 @@ namespace cuda_criu::cli {
 namespace {
 
 // How long past the driver's own lock timeout we wait for it to answer.
-constexpr unsigned kLockGraceMs = 5000;
+constexpr unsigned kLockGraceMs = kGraceMs;
 
 struct Plan {
 	std::string action;          // lock, checkpoint, restore, unlock, suspend, resume, toggle

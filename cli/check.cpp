@@ -19,6 +19,7 @@
 #include "driver/nvml.h"
 #include "elf_file.h"
 #include "json.h"
+#include "preflight.h"
 
 namespace cuda_criu::cli {
 namespace {
@@ -258,7 +259,7 @@ void check_criu(Checks &c, Facts &facts, const CheckOptions &o)
 		} else {
 			facts.criu_version = *v;
 			c.add("criu", Level::Ok, format("%s: CRIU %s", loc->path.c_str(), v->text.c_str()));
-			if (v->at_least(4, 0))
+			if (has_device_hooks(*v))
 				c.add("criu-device-hooks", Level::Ok,
 				      format("CRIU %s has the PAUSE_DEVICES, CHECKPOINT_DEVICES and RESUME_DEVICES_LATE hooks",
 					     v->text.c_str()));
@@ -304,21 +305,24 @@ void check_plugin(Checks &c, const CheckOptions &o)
 		const std::string install_hint =
 			"install it there: 'cmake --install BUILD' puts it into /usr/lib/criu (CRIU_PLUGIN_DIR); or copy "
 			"BUILD/plugin/cuda_plugin.so";
-		if (!exists(file)) {
+		std::string error;
+		switch (classify_plugin(file, error)) {
+		case PluginFile::Missing:
 			c.add(name, missing, format("no %s in %s (the plugin directory of %s)", kPluginFileName, d.dir.c_str(), users.c_str()),
 			      install_hint);
-			continue;
-		}
-		auto ours = file_contains(file, kPluginMarker);
-		if (!ours) {
-			c.add(name, missing, ours.error().message());
-		} else if (!*ours) {
+			break;
+		case PluginFile::Unreadable:
+			c.add(name, missing, error);
+			break;
+		case PluginFile::CriusOwn:
 			c.add(name, missing,
 			      format("%s is CRIU's own CUDA plugin (it runs cuda-checkpoint), not cuda-criu's (used by %s)",
 				     file.c_str(), users.c_str()),
 			      install_hint + " (it has the same file name)");
-		} else {
+			break;
+		case PluginFile::Ours:
 			c.add(name, Level::Ok, format("%s (used by %s)", file.c_str(), users.c_str()));
+			break;
 		}
 	}
 

@@ -8,6 +8,7 @@
 #include "image/image.h"
 #include "json.h"
 #include "os/unique_fd.h"
+#include "units.h"
 
 namespace cuda_criu::cli {
 namespace {
@@ -33,7 +34,7 @@ void print_text(const ImageRecord &r)
 		    r.driver_version.c_str(), r.hostname.c_str());
 	std::printf("written %s; checkpoint phase %.3f s (all processes)\n", utc_time(r.created_unix).c_str(),
 		    r.device_phase_us / 1e6);
-	std::printf("%zu CUDA process(es), %.1f MiB of GPU state in all\n", r.processes.size(), total / double(1 << 20));
+	std::printf("%zu CUDA process(es), %s of GPU state in all\n", r.processes.size(), mib(total).c_str());
 	for (const GpuRecord &g : r.gpus)
 		std::printf("GPU %d: %s %s, %.1f GiB, %s\n", g.ordinal, g.uuid.c_str(), g.name.c_str(),
 			    g.memory_bytes / double(1ULL << 30), g.pci_bus_id.c_str());
