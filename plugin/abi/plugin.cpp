@@ -1,15 +1,22 @@
 // The C ABI shim: CRIU's plugin descriptor and one short extern "C" function per hook, each running
 // its C++ body through guard(). This is the only file that includes CRIU's header.
 #include <dlfcn.h>
+#include <sys/time.h>
 #include <link.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <memory>
 #include <new>
 #include <optional>
 #include <thread>
+#include <condition_variable>
+#include <mutex>
+#include <string>
+#include <utility>
+#include <vector>
 
 extern "C" {
 #include <criu/criu-plugin.h>
@@ -18,6 +25,7 @@ extern "C" {
 #include "abi/criu_host.h"
 #include "base/log.h"
 #include "core/gpu_plan.h"
+#include "core/criu_errno.h"
 #include "core/options.h"
 #include "core/dump_session.h"
 #include "core/restore_session.h"
@@ -36,6 +44,24 @@ constexpr unsigned kMaxHooks = CR_PLUGIN_HOOK__CHECKPOINT_DEVICES + 1;
 static_assert(CR_PLUGIN_HOOK__RESUME_DEVICES_LATE == 9 && CR_PLUGIN_HOOK__PAUSE_DEVICES == 10 &&
 	      CR_PLUGIN_HOOK__CHECKPOINT_DEVICES == 11 && CR_PLUGIN_HOOK__POST_FORKING == 12);
 
+// The driver warm-up of a restore (POST_FORKING), shared with its thread: the thread is never joined, so
+// that a wedged cuInit cannot hold CRIU; RESUME_DEVICES_LATE waits for it with a deadline.
+struct Warmup {
+	std::mutex mu;
+	std::condition_variable cv;
+	bool done = false;
+	bool given_up = false; // a hook waited its full time in vain: later hooks do not wait again
+
+	// true once the loads returned; false when they did not within timeout_ms.
+	bool wait(unsigned timeout_ms)
+	{
+		std::unique_lock<std::mutex> g(mu);
+		if (!given_up && !cv.wait_for(g, std::chrono::milliseconds(timeout_ms), [this] { return done; }))
+			given_up = true;
+		return done;
+	}
+};
+
 struct State {
 	CriuHost criu;
 	Options options;
@@ -44,19 +70,37 @@ struct State {
 	std::unique_ptr<RestoreSession> restore;
 	bool inventory_added = false;
 	bool image_written = false;
-	std::thread driver_warmup; // restore: loads libcuda while CRIU restores memory
-	~State()
-	{
-		if (driver_warmup.joinable())
-			driver_warmup.join();
-	}
+	std::shared_ptr<Warmup> driver_warmup; // restore: loads libcuda while CRIU restores memory
 };
 State *g_state = nullptr; // one CRIU run: created in init, destroyed in exit
 
 CriuHost g_criu_for_log;
 
+// CRIU's log is not thread-safe: only CRIU's own thread writes to it. Lines from our threads (driver
+// warm-up, driver calls on workers) wait here until the next hook or exit emits them.
+pid_t g_criu_tid = 0;
+std::mutex g_log_mu;
+std::vector<std::pair<LogLevel, std::string>> g_log_queue;
+
+void emit_queued_logs()
+{
+	std::vector<std::pair<LogLevel, std::string>> lines;
+	{
+		std::lock_guard<std::mutex> g(g_log_mu);
+		lines.swap(g_log_queue);
+	}
+	for (const auto &[level, line] : lines)
+		g_criu_for_log.print_on_level(static_cast<unsigned>(level), "%s", line.c_str());
+}
+
 void criu_log_sink(LogLevel level, const char *line)
 {
+	if (gettid() != g_criu_tid) {
+		std::lock_guard<std::mutex> g(g_log_mu);
+		g_log_queue.emplace_back(level, line);
+		return;
+	}
+	emit_queued_logs();
 	g_criu_for_log.print_on_level(static_cast<unsigned>(level), "%s", line);
 }
 
@@ -65,6 +109,8 @@ template <typename F>
 int guard(const char *hook, F &&body) noexcept
 {
 	try {
+		if (g_criu_tid == gettid())
+			emit_queued_logs();
 		return body();
 	} catch (const std::bad_alloc &) {
 		LOG_ERROR("%s: out of memory", hook);
@@ -78,10 +124,11 @@ int guard(const char *hook, F &&body) noexcept
 	}
 }
 
+// Every failure a hook reports goes through here: -ENOTSUP is reserved for "not mine".
 int fail(const Error &e)
 {
 	LOG_ERROR("%s", e.message().c_str());
-	return -(e.errno_value() > 0 ? e.errno_value() : EIO);
+	return -failure_errno(e);
 }
 
 // Abandoned driver calls (timeouts) may still run on our threads after CRIU's dlclose: stay mapped.
@@ -98,6 +145,21 @@ DriverSource driver_source(const Options &o)
 	return [path] { return load_libcuda(path); };
 }
 
+// CRIU calls PAUSE_DEVICES inside its seize alarm, alarm(opts.timeout) in collect_pstree (--timeout,
+// 10 s by default), and its SIGALRM handler BUG()s five seconds after the alarm fired. The timer's
+// remaining time is what every pause left in this dump may still spend, whatever CRIU and earlier
+// pauses (the driver load included) already took. 0: no alarm armed (a CRIU that set none).
+unsigned seize_alarm_left_ms()
+{
+	itimerval it{};
+	if (getitimer(ITIMER_REAL, &it) != 0)
+		return 0;
+	uint64_t ms = static_cast<uint64_t>(it.it_value.tv_sec) * 1000 + static_cast<uint64_t>(it.it_value.tv_usec) / 1000;
+	if (ms == 0 && it.it_value.tv_usec > 0)
+		ms = 1;
+	return static_cast<unsigned>(std::min<uint64_t>(ms, ~0u));
+}
+
 int init_dump(State &s)
 {
 	if (!nvidia_driver_present(s.options.libcuda)) {
@@ -112,7 +174,8 @@ int init_dump(State &s)
 	std::string libcuda = s.options.libcuda;
 	unsigned timeout_ms = s.options.restore_timeout_ms;
 	s.dump = std::make_unique<DumpSession>(s.options, s.host, driver_source(s.options),
-					       [libcuda, timeout_ms] { return DumpGuard::start(libcuda, timeout_ms); });
+					       [libcuda, timeout_ms] { return DumpGuard::start(libcuda, timeout_ms); },
+					       seize_alarm_left_ms);
 	LOG_INFO("ready to dump CUDA processes (lock timeout %.1f s)", s.options.lock_timeout_ms / 1000.0);
 	return 0;
 }
@@ -166,6 +229,7 @@ static int cuda_plugin_init(int stage)
 {
 	return guard("init", [&] {
 		g_criu_for_log = CriuHost::lookup();
+		g_criu_tid = gettid();
 		if (g_criu_for_log.print_on_level)
 			set_log_sink(criu_log_sink);
 		delete g_state;
@@ -208,6 +272,8 @@ static void cuda_plugin_fini(int stage, int ret)
 		}
 		if (stage == CR_PLUGIN_STAGE__RESTORE && s->restore)
 			LOG_INFO("%s", s->restore->summary().c_str());
+		if (g_criu_tid == gettid())
+			emit_queued_logs();
 		return 0;
 	});
 }
@@ -258,12 +324,17 @@ static int cuda_plugin_checkpoint_devices(int pid)
 static int cuda_plugin_post_forking()
 {
 	guard("POST_FORKING", [&] {
-		if (g_state && g_state->restore && !g_state->driver_warmup.joinable()) {
+		if (g_state && g_state->restore && !g_state->driver_warmup) {
+			auto warmup = std::make_shared<Warmup>();
 			std::string path = g_state->options.libcuda;
-			g_state->driver_warmup = std::thread([path] {
+			std::thread([warmup, path] {
 				(void)load_libcuda(path);
 				(void)load_nvml(); // for the free-memory check of the GPU plan
-			});
+				std::lock_guard<std::mutex> g(warmup->mu);
+				warmup->done = true;
+				warmup->cv.notify_all();
+			}).detach();
+			g_state->driver_warmup = std::move(warmup);
 		}
 		return 0;
 	});
@@ -275,8 +346,11 @@ static int cuda_plugin_resume_devices_late(int pid)
 	return guard("RESUME_DEVICES_LATE", [&] {
 		if (!g_state || !g_state->restore)
 			return -ENOTSUP;
-		if (g_state->driver_warmup.joinable())
-			g_state->driver_warmup.join();
+		if (g_state->driver_warmup && !g_state->driver_warmup->wait(kDriverLoadTimeoutMs))
+			return fail(make_error(ETIMEDOUT,
+					       "restore pid %d: loading the CUDA driver (cuInit, NVML) gave no answer within "
+					       "%u s; check the NVIDIA driver (nvidia-smi)",
+					       pid, kDriverLoadTimeoutMs / 1000));
 		auto r = g_state->restore->resume(pid);
 		if (!r)
 			return fail(r.error());

@@ -89,9 +89,11 @@ Result<bool> DumpSession::pause(pid_t pid)
 		return std::move(budget).error();
 	if (*budget)
 		deadline = now_us() + *budget * 1000ULL;
+	Result<bool> r = false;
 	if (auto st = load_driver(*budget); !st)
-		return std::move(st).error().context("pid %d uses CUDA, but its GPU state cannot be saved", pid);
-	auto r = pause_cuda(pid, deadline);
+		r = std::move(st).error().context("pid %d uses CUDA, but its GPU state cannot be saved", pid);
+	else
+		r = pause_cuda(pid, deadline);
 	if (!r && deadline && r.error().errno_value() == ETIMEDOUT)
 		return std::move(r).error().context(
 			"%s", "the pause ran into CRIU's seize timeout (raise criu dump --timeout, or lower the lock "
