@@ -1,20 +1,20 @@
 // The C ABI shim: CRIU's plugin descriptor and one short extern "C" function per hook, each running
 // its C++ body through guard(). This is the only file that includes CRIU's header.
 #include <dlfcn.h>
-#include <sys/time.h>
 #include <link.h>
+#include <sys/time.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <condition_variable>
 #include <cstring>
 #include <memory>
+#include <mutex>
 #include <new>
 #include <optional>
-#include <thread>
-#include <condition_variable>
-#include <mutex>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -24,10 +24,10 @@ extern "C" {
 
 #include "abi/criu_host.h"
 #include "base/log.h"
-#include "core/gpu_plan.h"
 #include "core/criu_errno.h"
-#include "core/options.h"
 #include "core/dump_session.h"
+#include "core/gpu_plan.h"
+#include "core/options.h"
 #include "core/restore_session.h"
 #include "driver/libcuda.h"
 #include "driver/nvml.h"

@@ -217,16 +217,19 @@ Status DumpSession::lock(Proc &p, uint64_t deadline)
 							 "timeout of %.1f s (raise CUDA_CRIU_LOCK_TIMEOUT)",
 							 options_.lock_timeout_ms / 1000.0)
 							  .c_str());
-	// A lock that failed half way must not leave the process blocked.
-	if (state_now(pid) == to_string(CudaState::Locked))
-		(void)ask<void>(driver_, kDriverGraceMs, format("unlock pid %d", pid), [pid](Driver &d) { return d.unlock(pid); });
+	// A lock that failed half way must not leave the process blocked. Under CRIU's alarm this may use
+	// half of the margin kept before it.
+	uint64_t undo_deadline = deadline ? deadline + kAlarmMarginMs * 500ULL : 0;
+	if (state_now(pid, limit_ms(undo_deadline, kDriverGraceMs)) == to_string(CudaState::Locked))
+		(void)ask<void>(driver_, limit_ms(undo_deadline, kDriverGraceMs), format("unlock pid %d", pid),
+				[pid](Driver &d) { return d.unlock(pid); });
 	return err;
 }
 
 // The process's CUDA state as the driver tells it now, or "unknown".
-std::string DumpSession::state_now(pid_t pid)
+std::string DumpSession::state_now(pid_t pid, unsigned timeout_ms)
 {
-	auto s = ask<CudaState>(driver_, kDriverGraceMs, format("query the CUDA state of pid %d", pid),
+	auto s = ask<CudaState>(driver_, timeout_ms, format("query the CUDA state of pid %d", pid),
 				[pid](Driver &d) { return d.state(pid); });
 	return s ? to_string(*s) : "unknown";
 }

@@ -70,7 +70,7 @@ private:
 	Result<unsigned> pause_budget_ms(pid_t pid) const;
 	Status checkpoint_all();
 	void record_checkpoint(Proc &p, ProcResult result, Status &first_failure);
-	std::string state_now(pid_t pid);
+	std::string state_now(pid_t pid, unsigned timeout_ms = kDriverGraceMs);
 	std::vector<GpuRecord> machine_gpu_records(bool used) const;
 
 	Options options_;
