@@ -76,31 +76,8 @@ State *g_state = nullptr; // one CRIU run: created in init, destroyed in exit
 
 CriuHost g_criu_for_log;
 
-// CRIU's log is not thread-safe: only CRIU's own thread writes to it. Lines from our threads (driver
-// warm-up, driver calls on workers) wait here until the next hook or exit emits them.
-pid_t g_criu_tid = 0;
-std::mutex g_log_mu;
-std::vector<std::pair<LogLevel, std::string>> g_log_queue;
-
-void emit_queued_logs()
-{
-	std::vector<std::pair<LogLevel, std::string>> lines;
-	{
-		std::lock_guard<std::mutex> g(g_log_mu);
-		lines.swap(g_log_queue);
-	}
-	for (const auto &[level, line] : lines)
-		g_criu_for_log.print_on_level(static_cast<unsigned>(level), "%s", line.c_str());
-}
-
 void criu_log_sink(LogLevel level, const char *line)
 {
-	if (gettid() != g_criu_tid) {
-		std::lock_guard<std::mutex> g(g_log_mu);
-		g_log_queue.emplace_back(level, line);
-		return;
-	}
-	emit_queued_logs();
 	g_criu_for_log.print_on_level(static_cast<unsigned>(level), "%s", line);
 }
 
@@ -109,8 +86,7 @@ template <typename F>
 int guard(const char *hook, F &&body) noexcept
 {
 	try {
-		if (g_criu_tid == gettid())
-			emit_queued_logs();
+		log_flush_queued(); // lines of our threads since the last hook
 		return body();
 	} catch (const std::bad_alloc &) {
 		LOG_ERROR("%s: out of memory", hook);
@@ -229,9 +205,10 @@ static int cuda_plugin_init(int stage)
 {
 	return guard("init", [&] {
 		g_criu_for_log = CriuHost::lookup();
-		g_criu_tid = gettid();
-		if (g_criu_for_log.print_on_level)
+		if (g_criu_for_log.print_on_level) {
 			set_log_sink(criu_log_sink);
+			log_only_from_this_thread(); // CRIU's log is not thread-safe
+		}
 		delete g_state;
 		g_state = nullptr;
 		if (stage == CR_PLUGIN_STAGE__PRE_DUMP) {
@@ -272,8 +249,7 @@ static void cuda_plugin_fini(int stage, int ret)
 		}
 		if (stage == CR_PLUGIN_STAGE__RESTORE && s->restore)
 			LOG_INFO("%s", s->restore->summary().c_str());
-		if (g_criu_tid == gettid())
-			emit_queued_logs();
+		log_flush_queued();
 		return 0;
 	});
 }
