@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <sstream>
@@ -91,6 +92,26 @@ pid_t parent_of(pid_t pid)
 	while (std::getline(f, line))
 		if (line.compare(0, 5, "PPid:") == 0)
 			return std::atoi(line.c_str() + 5);
+	return 0;
+}
+
+uint64_t start_time_of(pid_t pid)
+{
+	char path[64];
+	std::snprintf(path, sizeof(path), "/proc/%d/stat", pid);
+	std::ifstream f(path);
+	std::string stat;
+	if (!std::getline(f, stat))
+		return 0;
+	// The command name may hold spaces and parentheses: the fields start after its last ')'.
+	size_t end = stat.rfind(')');
+	if (end == std::string::npos)
+		return 0;
+	std::istringstream rest(stat.substr(end + 1));
+	std::string field;
+	for (int i = 3; i <= 22 && rest >> field; i++)
+		if (i == 22)
+			return std::strtoull(field.c_str(), nullptr, 10);
 	return 0;
 }
 

@@ -1,6 +1,7 @@
 #include <gtest/gtest.h>
 
-#include "core/session.h"
+#include "core/dump_session.h"
+#include "core/restore_session.h"
 #include "fakes.h"
 
 namespace cuda_criu::testing {
