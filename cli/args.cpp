@@ -83,15 +83,6 @@ Result<pid_t> parse_pid(const std::string &text)
 	return static_cast<pid_t>(v);
 }
 
-Result<unsigned> parse_seconds(const std::string &text)
-{
-	char *end = nullptr;
-	double s = std::strtod(text.c_str(), &end);
-	if (text.empty() || *end != '\0' || !std::isfinite(s) || s < 0 || s > kMaxSeconds)
-		return make_error(EINVAL, "'%s' is not a number of seconds (0 to %.0f)", text.c_str(), kMaxSeconds);
-	return static_cast<unsigned>(std::lround(s * 1000));
-}
-
 Result<unsigned> parse_milliseconds(const std::string &text)
 {
 	auto v = parse_count(text, 0, static_cast<unsigned long>(kMaxSeconds * 1000));

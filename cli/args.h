@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "base/result.h"
+#include "base/text.h"
 #include "driver/driver.h"
 
 namespace cuda_criu::cli {
@@ -42,7 +43,7 @@ Result<ParsedArgs> parse_args(const std::vector<std::string> &args, const std::v
 // A process id: a positive decimal number.
 Result<pid_t> parse_pid(const std::string &text);
 // Non-negative seconds, fractions allowed, at most a day; returned in milliseconds.
-Result<unsigned> parse_seconds(const std::string &text);
+using cuda_criu::parse_seconds;
 // Milliseconds as cuda-checkpoint takes them: a non-negative integer, at most a day.
 Result<unsigned> parse_milliseconds(const std::string &text);
 // An unsigned integer in [min, max].

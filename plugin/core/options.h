@@ -1,5 +1,5 @@
 // The plugin's options: environment variables CUDA_CRIU_*, over a config file (podman passes no
-// environment to CRIU), over the defaults. See docs/options.md.
+// environment to CRIU), over the defaults. README.md (Options) lists them.
 #pragma once
 
 #include <map>
@@ -14,7 +14,7 @@ struct Options {
 	unsigned checkpoint_timeout_ms = 600000; // checkpoint-timeout: per process
 	unsigned restore_timeout_ms = 600000;    // restore-timeout: per process (restore and unlock)
 	unsigned parallel = 0;                   // parallel: processes handled at once, 0 = all
-	std::string libcuda;                     // libcuda: path of libcuda.so.1 (default: loader's search)
+	std::string libcuda;                     // libcuda: absolute path of libcuda.so.1 (default: loader's search)
 	std::string device_map;                  // device-map: OLD=NEW,... GPU remapping on restore
 	std::string config_file;                 // the file that was read, if any
 };

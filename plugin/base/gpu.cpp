@@ -1,4 +1,4 @@
-#include "driver/driver.h"
+#include "base/gpu.h"
 
 #include <cstdio>
 
