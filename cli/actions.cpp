@@ -181,35 +181,21 @@ Result<std::vector<GpuInfo>> driver_gpus()
 	return (*d)->gpus();
 }
 
-// The driver wants every GPU of the machine paired once a map is given, also GPUs the process cannot
-// see: the GPUs the user's map leaves out are paired as the plugin pairs them (core/gpu_plan.h: the GPUs
-// of the map as the image's, the machine's others as those no process held).
-Result<std::vector<GpuPair>> complete_device_map(const std::vector<GpuPair> &given)
+// --device-map TEXT as every pair the driver needs (core/gpu_plan.h: plan_live_device_map). A map that
+// does not parse or does not fit this machine's GPUs is the user's error (*usage set); a driver that
+// cannot list the GPUs is not.
+Result<std::vector<GpuPair>> device_map_pairs(const std::string &text, bool *usage)
 {
+	*usage = true;
+	auto map = DeviceMap::parse(text);
+	if (!map)
+		return std::move(map).error();
 	auto here = driver_gpus();
-	if (!here)
-		return std::move(here).error().context("%s", "list the GPUs to complete the device map");
-	std::vector<GpuInfo> machine = SystemHost().machine_gpus();
-	const std::vector<GpuInfo> &all = machine.empty() ? *here : machine;
-	auto model = [&](const GpuUuid &u) {
-		for (const GpuInfo &g : all)
-			if (g.uuid == u)
-				return g.name;
-		return std::string();
-	};
-	ImageRecord image;
-	std::string map;
-	for (const GpuPair &p : given) {
-		image.gpus.push_back({p.from.str(), model(p.from), 0, "", -1});
-		map += (map.empty() ? "" : ",") + p.from.str() + "=" + p.to.str();
+	if (!here) {
+		*usage = false;
+		return std::move(here).error().context("%s", "list the GPUs for the device map");
 	}
-	for (const GpuInfo &g : all)
-		if (std::none_of(given.begin(), given.end(), [&](const GpuPair &p) { return p.from == g.uuid; }))
-			image.other_gpus.push_back({g.uuid.str(), g.name, 0, "", -1});
-	auto plan = plan_gpus(image, *here, machine, map);
-	if (!plan)
-		return std::move(plan).error();
-	return std::move(plan->pairs);
+	return plan_live_device_map(*map, *here, SystemHost().machine_gpus());
 }
 
 } // namespace
@@ -242,13 +228,12 @@ int cmd_action(const std::string &action, const Args &args)
 	Plan plan;
 	plan.action = action;
 	if (const std::string *m = a.value("--device-map")) {
-		auto pairs = parse_device_map(*m, driver_gpus);
+		bool usage = false;
+		auto pairs = device_map_pairs(*m, &usage);
 		if (!pairs)
-			return usage_error(action, "--device-map: " + pairs.error().message());
-		auto all = complete_device_map(*pairs);
-		if (!all)
-			return report_failure("--device-map: " + all.error().message());
-		plan.pairs = std::move(*all);
+			return usage ? usage_error(action, "--device-map: " + pairs.error().message())
+				     : report_failure("--device-map: " + pairs.error().message());
+		plan.pairs = std::move(*pairs);
 	}
 	auto options = load_options_from_environment();
 	if (!options)
@@ -342,15 +327,15 @@ int cmd_compat(const std::string &program, const Args &args)
 	if (const std::string *m = a.value("--device-map")) {
 		if (plan.action != "restore" && plan.action != "toggle")
 			return usage("--device-map goes with --action restore or --toggle");
-		auto pairs = parse_device_map(*m, driver_gpus);
-		if (!pairs)
-			return usage("--device-map: " + pairs.error().message());
-		auto all = complete_device_map(*pairs);
-		if (!all) {
-			std::fprintf(stderr, "%s: --device-map: %s\n", program.c_str(), all.error().message().c_str());
+		bool map_usage = false;
+		auto pairs = device_map_pairs(*m, &map_usage);
+		if (!pairs) {
+			if (map_usage)
+				return usage("--device-map: " + pairs.error().message());
+			std::fprintf(stderr, "%s: --device-map: %s\n", program.c_str(), pairs.error().message().c_str());
 			return kExitFailure;
 		}
-		plan.pairs = std::move(*all);
+		plan.pairs = std::move(*pairs);
 	}
 	auto options = load_options_from_environment();
 	if (!options) {

@@ -49,11 +49,4 @@ Result<unsigned> parse_milliseconds(const std::string &text);
 // An unsigned integer in [min, max].
 Result<unsigned long> parse_count(const std::string &text, unsigned long min, unsigned long max);
 
-// "OLD=NEW[,OLD=NEW...]" with GPU UUIDs as nvidia-smi -L prints them ("GPU-xxxxxxxx-..."). GPU indices
-// are refused with a message saying so; an empty text is an empty map.
-// "OLD=NEW,..." with GPU UUIDs or indices (this machine's CUDA ordinals, from list_gpus, called only
-// when an index appears).
-Result<std::vector<GpuPair>> parse_device_map(const std::string &text,
-					       const std::function<Result<std::vector<GpuInfo>>()> &list_gpus);
-
 } // namespace cuda_criu::cli

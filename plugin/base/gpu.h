@@ -13,6 +13,8 @@ namespace cuda_criu {
 // Mirrors CUprocessState.
 enum class CudaState { Running, Locked, Checkpointed, Failed };
 const char *to_string(CudaState state);
+// The inverse of to_string ("locked" -> Locked); an error naming the text for anything else.
+Result<CudaState> parse_cuda_state(const std::string &text);
 
 struct GpuUuid {
 	std::array<uint8_t, 16> bytes{};
@@ -21,6 +23,7 @@ struct GpuUuid {
 	std::string str() const;
 	static Result<GpuUuid> parse(const std::string &text);
 	bool operator==(const GpuUuid &) const = default;
+	auto operator<=>(const GpuUuid &) const = default;
 };
 
 struct GpuPair {

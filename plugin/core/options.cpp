@@ -55,7 +55,10 @@ const Key kKeys[] = {
 	 }},
 	{"device-map",
 	 [](Options &o, const std::string &v) -> Status {
-		 o.device_map = v;
+		 auto map = DeviceMap::parse(v);
+		 if (!map)
+			 return std::move(map).error();
+		 o.device_map = std::move(*map);
 		 return {};
 	 }},
 };

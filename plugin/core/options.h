@@ -6,6 +6,7 @@
 #include <string>
 
 #include "base/result.h"
+#include "core/device_map.h"
 
 namespace cuda_criu {
 
@@ -15,7 +16,7 @@ struct Options {
 	unsigned restore_timeout_ms = 600000;    // restore-timeout: per process (restore and unlock)
 	unsigned parallel = 0;                   // parallel: processes handled at once, 0 = all
 	std::string libcuda;                     // libcuda: absolute path of libcuda.so.1 (default: loader's search)
-	std::string device_map;                  // device-map: OLD=NEW,... GPU remapping on restore
+	DeviceMap device_map;                    // device-map: OLD=NEW,... GPU remapping on restore
 	std::string config_file;                 // the file that was read, if any
 };
 

@@ -150,14 +150,14 @@ Result<bool> DumpSession::pause_cuda(pid_t pid)
 	}
 	// The GPUs whose device nodes the process holds: every GPU visible to it.
 	for (unsigned minor : info.nvidia_minors) {
-		std::string uuid;
+		std::optional<GpuUuid> uuid;
 		for (const GpuInfo &g : kernel_gpus_)
 			if (g.ordinal == static_cast<int>(minor))
-				uuid = g.uuid.str();
+				uuid = g.uuid;
 		if (kernel_gpus_.empty() && minor < machine_gpus_.size()) // no /proc/driver/nvidia: minors follow ordinals
-			uuid = machine_gpus_[minor].uuid.str();
-		if (!uuid.empty())
-			p.gpu_uuids.push_back(uuid);
+			uuid = machine_gpus_[minor].uuid;
+		if (uuid)
+			p.gpu_uuids.push_back(*uuid);
 	}
 
 	switch (*state) {
@@ -338,18 +338,18 @@ Status DumpSession::finish(bool dump_failed, bool leave_running)
 // memory), then those only the kernel driver lists (hidden from CRIU by CUDA_VISIBLE_DEVICES).
 std::vector<GpuRecord> DumpSession::machine_gpu_records(bool used) const
 {
-	std::set<std::string> held, listed;
+	std::set<GpuUuid> held, listed;
 	for (const Proc &p : procs_)
 		held.insert(p.gpu_uuids.begin(), p.gpu_uuids.end());
 	std::vector<GpuRecord> out;
 	for (const GpuInfo &g : machine_gpus_) {
-		listed.insert(g.uuid.str());
-		if (held.count(g.uuid.str()) == used)
-			out.push_back({g.uuid.str(), g.name, g.memory_bytes, g.pci_bus_id, g.ordinal});
+		listed.insert(g.uuid);
+		if (held.count(g.uuid) == used)
+			out.push_back({g.uuid, g.name, g.memory_bytes, g.pci_bus_id, g.ordinal});
 	}
 	for (const GpuInfo &g : kernel_gpus_)
-		if (!listed.count(g.uuid.str()) && held.count(g.uuid.str()) == used)
-			out.push_back({g.uuid.str(), g.name, 0, g.pci_bus_id, -1});
+		if (!listed.count(g.uuid) && held.count(g.uuid) == used)
+			out.push_back({g.uuid, g.name, 0, g.pci_bus_id, -1});
 	return out;
 }
 
@@ -361,7 +361,7 @@ ImageRecord DumpSession::image_record() const
 	r.gpus = machine_gpu_records(true);
 	r.other_gpus = machine_gpu_records(false);
 	for (const Proc &p : procs_)
-		r.processes.push_back({p.pid, p.ns_pid, to_string(p.initial), p.gpu_uuids, p.state_bytes, p.lock_us,
+		r.processes.push_back({p.pid, p.ns_pid, p.initial, p.gpu_uuids, p.state_bytes, p.lock_us,
 				       p.checkpoint_us});
 	r.device_phase_us = device_phase_us_;
 	r.created_unix = static_cast<uint64_t>(std::time(nullptr));
@@ -501,13 +501,17 @@ void RestoreSession::restore_batch(const std::vector<pid_t> &candidates)
 		std::set<pid_t> found;
 		for (const auto &[pid, o] : outcomes_)
 			found.insert(o.ns_pid);
+		// Named one by one up to a few: an image can name far more processes than the log should hold.
+		constexpr size_t kNamed = 10;
+		size_t missing = 0;
 		for (const ProcessRecord &p : image_->processes)
-			if (!found.count(p.ns_pid) && !missing_reported_.count(p.ns_pid)) {
-				missing_reported_.insert(p.ns_pid);
+			if (!found.count(p.ns_pid) && missing_reported_.insert(p.ns_pid).second && ++missing <= kNamed)
 				LOG_WARN("process %d of the image (pid %d in its namespace) was not found among the restored "
 					 "tasks yet",
 					 p.pid, p.ns_pid);
-			}
+		if (missing > kNamed)
+			LOG_WARN("%zu more processes of the image were not found among the restored tasks yet",
+				 missing - kNamed);
 	}
 }
 

@@ -26,12 +26,12 @@ enum class EntryKind {
 	X(driver_get_version, cuDriverGetVersion, Basic)                            \
 	X(get_error_name, cuGetErrorName, Basic)                                    \
 	X(get_error_string, cuGetErrorString, Basic)                                \
-	X(get_restore_thread_id, cuCheckpointProcessGetRestoreThreadId, Checkpoint) \
-	X(get_state, cuCheckpointProcessGetState, Checkpoint)                       \
 	X(lock, cuCheckpointProcessLock, Checkpoint)                                \
 	X(checkpoint, cuCheckpointProcessCheckpoint, Checkpoint)                    \
 	X(restore, cuCheckpointProcessRestore, Checkpoint)                          \
 	X(unlock, cuCheckpointProcessUnlock, Checkpoint)                            \
+	X(get_state, cuCheckpointProcessGetState, Checkpoint)                       \
+	X(get_restore_thread_id, cuCheckpointProcessGetRestoreThreadId, Checkpoint) \
 	X(device_get_count, cuDeviceGetCount, Describe)                             \
 	X(device_get, cuDeviceGet, Describe)                                        \
 	X(device_get_name, cuDeviceGetName, Describe)                               \

@@ -55,7 +55,7 @@ TEST(Options, ConfigFileWithUpstreamKeyFormAndEnvironmentOverride)
 	std::remove(path);
 	ASSERT_TRUE(o.ok()) << o.error().message();
 	EXPECT_EQ(o->lock_timeout_ms, 3000u);
-	EXPECT_EQ(o->device_map, "0=1");
+	EXPECT_EQ(o->device_map.str(), "0=1");
 	EXPECT_EQ(o->parallel, 8u);
 }
 
