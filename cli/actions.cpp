@@ -19,9 +19,6 @@
 namespace cuda_criu::cli {
 namespace {
 
-// How long past the driver's own lock timeout we wait for it to answer.
-constexpr unsigned kLockGraceMs = 5000;
-
 struct Plan {
 	std::string action;          // lock, checkpoint, restore, unlock, suspend, resume, toggle
 	unsigned lock_timeout_ms = 0; // passed to the driver's lock (0: no limit)
@@ -85,7 +82,7 @@ Status perform(Driver &d, pid_t pid, const Plan &plan)
 				  "--action checkpoint or --action unlock");
 }
 
-struct Outcome {
+struct ActionResult {
 	pid_t pid = 0;
 	Status status;
 	std::optional<CudaState> state_after;
@@ -93,7 +90,7 @@ struct Outcome {
 
 // Runs plan on every pid at once. abandoned: set when a driver call was still running at its deadline
 // (its worker thread cannot be stopped; the caller must not run static destructors under it).
-std::vector<Outcome> run_plan(Driver &d, const std::vector<pid_t> &pids, const Plan &plan, bool &abandoned)
+std::vector<ActionResult> run_plan(Driver &d, const std::vector<pid_t> &pids, const Plan &plan, bool &abandoned)
 {
 	std::vector<std::shared_ptr<std::atomic<bool>>> finished;
 	std::vector<Job> jobs;
@@ -109,9 +106,9 @@ std::vector<Outcome> run_plan(Driver &d, const std::vector<pid_t> &pids, const P
 	}
 	std::vector<Status> results = run_jobs(std::move(jobs), 0, plan.wait_ms);
 	abandoned = false;
-	std::vector<Outcome> out;
+	std::vector<ActionResult> out;
 	for (size_t i = 0; i < pids.size(); i++) {
-		Outcome o;
+		ActionResult o;
 		o.pid = pids[i];
 		o.status = std::move(results[i]);
 		if (!finished[i]->load()) {
@@ -133,7 +130,7 @@ std::vector<Outcome> run_plan(Driver &d, const std::vector<pid_t> &pids, const P
 }
 
 // Ends the program; after an abandoned driver call without running static destructors.
-[[noreturn]] void finish(int rc, bool abandoned)
+[[noreturn]] void exit_program(int rc, bool abandoned)
 {
 	std::fflush(stdout);
 	std::fflush(stderr);
@@ -147,7 +144,7 @@ unsigned job_limit(unsigned lock_ms, bool locks, unsigned other_ms, bool other)
 {
 	if ((locks && lock_ms == 0) || (other && other_ms == 0))
 		return 0;
-	return (locks ? lock_ms + kLockGraceMs : 0) + (other ? other_ms : 0);
+	return (locks ? lock_ms + kDriverGraceMs : 0) + (other ? other_ms : 0);
 }
 
 // Fills the timeouts of plan from an explicit --timeout (timeout_ms, if given) and the plugin's options.
@@ -244,12 +241,12 @@ int cmd_action(const std::string &action, const Args &args)
 	if (!d)
 		return report_failure(d.error().message());
 	bool abandoned = false;
-	std::vector<Outcome> outcomes = run_plan(**d, pids, plan, abandoned);
+	std::vector<ActionResult> outcomes = run_plan(**d, pids, plan, abandoned);
 
 	int rc = kExitOk;
 	JsonWriter j;
 	j.begin_object().key("processes").begin_array();
-	for (const Outcome &o : outcomes) {
+	for (const ActionResult &o : outcomes) {
 		if (!o.status)
 			rc = kExitFailure;
 		j.begin_object().field("pid", o.pid).field("ok", o.status.ok());
@@ -272,7 +269,7 @@ int cmd_action(const std::string &action, const Args &args)
 	j.end_array().end_object();
 	if (a.has("--json"))
 		std::fputs(j.str().c_str(), stdout);
-	finish(rc, abandoned);
+	exit_program(rc, abandoned);
 }
 
 int cmd_compat(const std::string &program, const Args &args)
@@ -368,13 +365,13 @@ int cmd_compat(const std::string &program, const Args &args)
 	}
 	set_timeouts(plan, *options, timeout_ms);
 	bool abandoned = false;
-	std::vector<Outcome> outcomes = run_plan(**d, {*pid}, plan, abandoned);
+	std::vector<ActionResult> outcomes = run_plan(**d, {*pid}, plan, abandoned);
 	int rc = kExitOk;
 	if (!outcomes[0].status) {
 		std::fprintf(stderr, "%s: %s\n", program.c_str(), outcomes[0].status.error().message().c_str());
 		rc = kExitFailure;
 	}
-	finish(rc, abandoned);
+	exit_program(rc, abandoned);
 }
 
 } // namespace cuda_criu::cli

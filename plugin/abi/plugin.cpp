@@ -1,5 +1,5 @@
 // The C ABI shim: CRIU's plugin descriptor and one short extern "C" function per hook, each running
-// its C++ body through guard(). This is the only file that includes CRIU's header.
+// its C++ body through hook_barrier(). This is the only file that includes CRIU's header.
 #include <dlfcn.h>
 #include <link.h>
 #include <unistd.h>
@@ -15,7 +15,7 @@ extern "C" {
 #include <criu/criu-plugin.h>
 }
 
-#include "abi/criu_host.h"
+#include "abi/criu_symbols.h"
 #include "base/log.h"
 #include "core/gpu_plan.h"
 #include "core/options.h"
@@ -36,7 +36,7 @@ static_assert(CR_PLUGIN_HOOK__RESUME_DEVICES_LATE == 9 && CR_PLUGIN_HOOK__PAUSE_
 	      CR_PLUGIN_HOOK__CHECKPOINT_DEVICES == 11 && CR_PLUGIN_HOOK__POST_FORKING == 12);
 
 struct State {
-	CriuHost criu;
+	CriuSymbols criu;
 	Options options;
 	SystemHost host;
 	std::unique_ptr<DumpSession> dump;
@@ -52,7 +52,7 @@ struct State {
 };
 State *g_state = nullptr; // one CRIU run: created in init, destroyed in exit
 
-CriuHost g_criu_for_log;
+CriuSymbols g_criu_for_log;
 
 void criu_log_sink(LogLevel level, const char *line)
 {
@@ -61,7 +61,7 @@ void criu_log_sink(LogLevel level, const char *line)
 
 // Runs a hook body; nothing escapes into CRIU's C code.
 template <typename F>
-int guard(const char *hook, F &&body) noexcept
+int hook_barrier(const char *hook, F &&body) noexcept
 {
 	try {
 		return body();
@@ -163,8 +163,8 @@ extern "C" {
 
 static int cuda_plugin_init(int stage)
 {
-	return guard("init", [&] {
-		g_criu_for_log = CriuHost::lookup();
+	return hook_barrier("init", [&] {
+		g_criu_for_log = CriuSymbols::lookup();
 		if (g_criu_for_log.print_on_level)
 			set_log_sink(criu_log_sink);
 		delete g_state;
@@ -191,7 +191,7 @@ static int cuda_plugin_init(int stage)
 
 static void cuda_plugin_fini(int stage, int ret)
 {
-	guard("exit", [&] {
+	hook_barrier("exit", [&] {
 		std::unique_ptr<State> s(std::exchange(g_state, nullptr));
 		if (!s)
 			return 0;
@@ -213,7 +213,7 @@ static void cuda_plugin_fini(int stage, int ret)
 
 static int cuda_plugin_pause_devices(int pid)
 {
-	return guard("PAUSE_DEVICES", [&] {
+	return hook_barrier("PAUSE_DEVICES", [&] {
 		if (!g_state || !g_state->dump)
 			return -ENOTSUP;
 		State &s = *g_state;
@@ -233,7 +233,7 @@ static int cuda_plugin_pause_devices(int pid)
 
 static int cuda_plugin_checkpoint_devices(int pid)
 {
-	return guard("CHECKPOINT_DEVICES", [&] {
+	return hook_barrier("CHECKPOINT_DEVICES", [&] {
 		if (!g_state || !g_state->dump)
 			return -ENOTSUP;
 		State &s = *g_state;
@@ -256,7 +256,7 @@ static int cuda_plugin_checkpoint_devices(int pid)
 // driver now, in parallel with CRIU restoring memory, instead of at the first RESUME_DEVICES_LATE.
 static int cuda_plugin_post_forking()
 {
-	guard("POST_FORKING", [&] {
+	hook_barrier("POST_FORKING", [&] {
 		if (g_state && g_state->restore && !g_state->driver_warmup.joinable()) {
 			std::string path = g_state->options.libcuda;
 			g_state->driver_warmup = std::thread([path] {
@@ -271,7 +271,7 @@ static int cuda_plugin_post_forking()
 
 static int cuda_plugin_resume_devices_late(int pid)
 {
-	return guard("RESUME_DEVICES_LATE", [&] {
+	return hook_barrier("RESUME_DEVICES_LATE", [&] {
 		if (!g_state || !g_state->restore)
 			return -ENOTSUP;
 		if (g_state->driver_warmup.joinable())

@@ -20,6 +20,11 @@ struct Options {
 	std::string config_file;                 // the file that was read, if any
 };
 
+// How long past its own timeout (lock-timeout and the others) a driver call may take before the plugin
+// or cuda-criu stops waiting for it: the driver honours its timeouts itself, this only guards against a
+// driver that does not return at all.
+inline constexpr unsigned kDriverGraceMs = 5000;
+
 // Default config file; CUDA_CRIU_CONFIG names another.
 inline constexpr const char *kDefaultConfigFile = "/etc/criu/cuda_plugin.conf";
 

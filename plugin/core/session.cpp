@@ -26,9 +26,6 @@ std::string human_bytes(uint64_t b)
 	return format("%.1f MiB", static_cast<double>(b) / (1ULL << 20));
 }
 
-// How long past its own timeout a driver call may take before we stop waiting for it.
-constexpr unsigned kDriverGraceMs = 5000;
-
 std::string seconds(uint64_t us) { return format("%.3f s", static_cast<double>(us) / 1e6); }
 
 // Lets each listed restore thread run (on the calling thread, the tracer), runs the jobs on workers,
