@@ -88,11 +88,9 @@ TEST(Options, RelativeLibcudaIsRefused)
 TEST(Options, ConfigFileWritableByOthersOrOwnedByAnotherUserIsRefused)
 {
 	char path[] = "/tmp/cuda-criu-conf-XXXXXX";
-	int fd = mkstemp(path);
-	ASSERT_GE(fd, 0);
-	close(fd);
+	close(mkstemp(path)); // mode 0600, owned by the caller: accepted
 	std::ofstream(path) << "libcuda=/tmp/evil.so\n";
-	ASSERT_TRUE(load_options({{"CUDA_CRIU_CONFIG", path}}).ok());
+	ASSERT_TRUE(load_options({{"CUDA_CRIU_CONFIG", path}}).ok()) << path;
 
 	chmod(path, 0666);
 	auto o = load_options({{"CUDA_CRIU_CONFIG", path}});
