@@ -144,6 +144,7 @@ void pair_all(const std::vector<GpuRecord> &held, const std::vector<GpuRecord> &
 	      Placement &p, GpuPlan &plan)
 {
 	std::vector<const GpuRecord *> listed;
+	listed.reserve(held.size() + others.size());
 	for (const GpuRecord &g : held)
 		listed.push_back(&g);
 	for (const GpuRecord &g : others) {

@@ -10,8 +10,6 @@
 
 #include "base/text.h"
 
-extern char **environ;
-
 namespace cuda_criu {
 namespace {
 

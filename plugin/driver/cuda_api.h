@@ -49,7 +49,7 @@ enum class EntryKind {
 
 // The typed table. Members are typed from the real header so that a signature change breaks the build.
 struct CudaApi {
-#define CUDA_CRIU_MEMBER(member, function, kind) decltype(&::function) member = nullptr;
+#define CUDA_CRIU_MEMBER(member, function, kind) decltype(&::function) member = nullptr; // NOLINT(bugprone-macro-parentheses): a declaration
 	CUDA_CRIU_ENTRY_POINTS(CUDA_CRIU_MEMBER)
 #undef CUDA_CRIU_MEMBER
 };
