@@ -1,5 +1,5 @@
 // The C ABI shim: CRIU's plugin descriptor and one short extern "C" function per hook, each running
-// its C++ body through guard(). This is the only file that includes CRIU's header.
+// its C++ body through hook_barrier(). This is the only file that includes CRIU's header.
 #include <dlfcn.h>
 #include <link.h>
 #include <sys/time.h>
@@ -22,7 +22,7 @@ extern "C" {
 #include <criu/criu-plugin.h>
 }
 
-#include "abi/criu_host.h"
+#include "abi/criu_symbols.h"
 #include "base/log.h"
 #include "core/criu_errno.h"
 #include "core/dump_session.h"
@@ -63,7 +63,7 @@ struct Warmup {
 };
 
 struct State {
-	CriuHost criu;
+	CriuSymbols criu;
 	Options options;
 	SystemHost host;
 	std::unique_ptr<DumpSession> dump;
@@ -74,7 +74,7 @@ struct State {
 };
 State *g_state = nullptr; // one CRIU run: created in init, destroyed in exit
 
-CriuHost g_criu_for_log;
+CriuSymbols g_criu_for_log;
 
 void criu_log_sink(LogLevel level, const char *line)
 {
@@ -83,7 +83,7 @@ void criu_log_sink(LogLevel level, const char *line)
 
 // Runs a hook body; nothing escapes into CRIU's C code.
 template <typename F>
-int guard(const char *hook, F &&body) noexcept
+int hook_barrier(const char *hook, F &&body) noexcept
 {
 	try {
 		log_flush_queued(); // lines of our threads since the last hook
@@ -203,8 +203,8 @@ extern "C" {
 
 static int cuda_plugin_init(int stage)
 {
-	return guard("init", [&] {
-		g_criu_for_log = CriuHost::lookup();
+	return hook_barrier("init", [&] {
+		g_criu_for_log = CriuSymbols::lookup();
 		if (g_criu_for_log.print_on_level) {
 			set_log_sink(criu_log_sink);
 			log_only_from_this_thread(); // CRIU's log is not thread-safe
@@ -233,7 +233,7 @@ static int cuda_plugin_init(int stage)
 
 static void cuda_plugin_fini(int stage, int ret)
 {
-	guard("exit", [&] {
+	hook_barrier("exit", [&] {
 		std::unique_ptr<State> s(std::exchange(g_state, nullptr));
 		if (!s)
 			return 0;
@@ -256,7 +256,7 @@ static void cuda_plugin_fini(int stage, int ret)
 
 static int cuda_plugin_pause_devices(int pid)
 {
-	return guard("PAUSE_DEVICES", [&] {
+	return hook_barrier("PAUSE_DEVICES", [&] {
 		if (!g_state || !g_state->dump)
 			return -ENOTSUP;
 		State &s = *g_state;
@@ -276,7 +276,7 @@ static int cuda_plugin_pause_devices(int pid)
 
 static int cuda_plugin_checkpoint_devices(int pid)
 {
-	return guard("CHECKPOINT_DEVICES", [&] {
+	return hook_barrier("CHECKPOINT_DEVICES", [&] {
 		if (!g_state || !g_state->dump)
 			return -ENOTSUP;
 		State &s = *g_state;
@@ -299,7 +299,7 @@ static int cuda_plugin_checkpoint_devices(int pid)
 // driver now, in parallel with CRIU restoring memory, instead of at the first RESUME_DEVICES_LATE.
 static int cuda_plugin_post_forking()
 {
-	guard("POST_FORKING", [&] {
+	hook_barrier("POST_FORKING", [&] {
 		if (g_state && g_state->restore && !g_state->driver_warmup) {
 			auto warmup = std::make_shared<Warmup>();
 			std::string path = g_state->options.libcuda;
@@ -319,7 +319,7 @@ static int cuda_plugin_post_forking()
 
 static int cuda_plugin_resume_devices_late(int pid)
 {
-	return guard("RESUME_DEVICES_LATE", [&] {
+	return hook_barrier("RESUME_DEVICES_LATE", [&] {
 		if (!g_state || !g_state->restore)
 			return -ENOTSUP;
 		if (g_state->driver_warmup && !g_state->driver_warmup->wait(kDriverLoadTimeoutMs))

@@ -17,15 +17,15 @@
 
 #include "base/clock.h"
 #include "base/result.h"
+#include "core/options.h"
 #include "core/parallel.h"
 #include "core/timed_driver.h"
 #include "os/host.h"
 
 namespace cuda_criu {
 
-// How long a state query (or another call without a timeout of its own) may take before we stop
-// waiting for it; also the grace past a driver call's own timeout.
-inline constexpr unsigned kDriverGraceMs = 5000;
+// kDriverGraceMs (core/options.h): how long a state query (or another call without a timeout of its own)
+// may take before we stop waiting for it; also the grace past a driver call's own timeout.
 
 // Loading libcuda and cuInit: seconds on a machine with many GPUs; minutes means it is wedged.
 inline constexpr unsigned kDriverLoadTimeoutMs = 60000;

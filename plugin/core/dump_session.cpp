@@ -8,6 +8,7 @@
 
 #include "base/format.h"
 #include "base/log.h"
+#include "base/text.h"
 
 #ifndef CUDA_CRIU_VERSION
 #define CUDA_CRIU_VERSION "dev"
@@ -16,13 +17,6 @@
 namespace cuda_criu {
 
 namespace {
-
-std::string human_bytes(uint64_t b)
-{
-	if (b >= (1ULL << 30))
-		return format("%.2f GiB", static_cast<double>(b) / (1ULL << 30));
-	return format("%.1f MiB", static_cast<double>(b) / (1ULL << 20));
-}
 
 // CRIU's SIGALRM handler BUG()s five seconds after its seize alarm fires, and the alarm's first signal
 // already fails the seize: every wait of a pause ends this long before the alarm.
@@ -177,14 +171,14 @@ void DumpSession::note_gpus(Proc &p, const TaskInfo &info, uint64_t deadline)
 		kernel_gpus_ = host_.machine_gpus();
 	}
 	for (unsigned minor : info.nvidia_minors) {
-		std::string uuid;
+		std::optional<GpuUuid> uuid;
 		for (const GpuInfo &g : kernel_gpus_)
 			if (g.ordinal == static_cast<int>(minor))
-				uuid = g.uuid.str();
+				uuid = g.uuid;
 		if (kernel_gpus_.empty() && minor < machine_gpus_.size()) // no /proc/driver/nvidia: minors follow ordinals
-			uuid = machine_gpus_[minor].uuid.str();
-		if (!uuid.empty())
-			p.gpu_uuids.push_back(uuid);
+			uuid = machine_gpus_[minor].uuid;
+		if (uuid)
+			p.gpu_uuids.push_back(*uuid);
 	}
 }
 
@@ -356,18 +350,18 @@ Status DumpSession::finish(bool dump_failed, bool leave_running)
 // memory), then those only the kernel driver lists (hidden from CRIU by CUDA_VISIBLE_DEVICES).
 std::vector<GpuRecord> DumpSession::machine_gpu_records(bool used) const
 {
-	std::set<std::string> held, listed;
+	std::set<GpuUuid> held, listed;
 	for (const Proc &p : procs_)
 		held.insert(p.gpu_uuids.begin(), p.gpu_uuids.end());
 	std::vector<GpuRecord> out;
 	for (const GpuInfo &g : machine_gpus_) {
-		listed.insert(g.uuid.str());
-		if (held.count(g.uuid.str()) == used)
-			out.push_back({g.uuid.str(), g.name, g.memory_bytes, g.pci_bus_id, g.ordinal});
+		listed.insert(g.uuid);
+		if (held.count(g.uuid) == used)
+			out.push_back({g.uuid, g.name, g.memory_bytes, g.pci_bus_id, g.ordinal});
 	}
 	for (const GpuInfo &g : kernel_gpus_)
-		if (!listed.count(g.uuid.str()) && held.count(g.uuid.str()) == used)
-			out.push_back({g.uuid.str(), g.name, 0, g.pci_bus_id, -1});
+		if (!listed.count(g.uuid) && held.count(g.uuid) == used)
+			out.push_back({g.uuid, g.name, 0, g.pci_bus_id, -1});
 	return out;
 }
 
@@ -379,7 +373,7 @@ ImageRecord DumpSession::image_record() const
 	r.gpus = machine_gpu_records(true);
 	r.other_gpus = machine_gpu_records(false);
 	for (const Proc &p : procs_)
-		r.processes.push_back({p.pid, p.ns_pid, to_string(p.initial), p.gpu_uuids, p.state_bytes, p.lock_us,
+		r.processes.push_back({p.pid, p.ns_pid, p.initial, p.gpu_uuids, p.state_bytes, p.lock_us,
 				       p.checkpoint_us});
 	r.device_phase_us = device_phase_us_;
 	r.created_unix = static_cast<uint64_t>(std::time(nullptr));

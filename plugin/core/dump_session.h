@@ -56,7 +56,7 @@ private:
 		bool locked_by_us = false;
 		bool checkpointed_by_us = false;
 		std::optional<Error> checkpoint_error;
-		std::vector<std::string> gpu_uuids;
+		std::vector<GpuUuid> gpu_uuids;
 		uint64_t rss_before = 0;
 		uint64_t state_bytes = 0;
 		uint64_t lock_us = 0;

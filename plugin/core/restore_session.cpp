@@ -145,13 +145,16 @@ void RestoreSession::report_missing()
 	std::set<pid_t> found;
 	for (const auto &[pid, o] : outcomes_)
 		found.insert(o.ns_pid);
+	// Named one by one up to a few: an image can name far more processes than the log should hold.
+	constexpr size_t kNamed = 10;
+	size_t missing = 0;
 	for (const ProcessRecord &p : image_->processes)
-		if (!found.count(p.ns_pid) && !missing_reported_.count(p.ns_pid)) {
-			missing_reported_.insert(p.ns_pid);
+		if (!found.count(p.ns_pid) && missing_reported_.insert(p.ns_pid).second && ++missing <= kNamed)
 			LOG_WARN("process %d of the image (pid %d in its namespace) was not found among the restored "
 				 "tasks yet",
 				 p.pid, p.ns_pid);
-		}
+	if (missing > kNamed)
+		LOG_WARN("%zu more processes of the image were not found among the restored tasks yet", missing - kNamed);
 }
 
 Result<bool> RestoreSession::resume(pid_t pid)

@@ -5,7 +5,7 @@
 #include <mutex>
 
 #include "base/log.h"
-#include "driver/libcuda.h"
+#include "os/fs_context.h"
 
 namespace cuda_criu {
 namespace {
