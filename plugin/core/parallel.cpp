@@ -1,13 +1,13 @@
 #include "core/parallel.h"
 
-#include <sched.h>
-
 #include <chrono>
 #include <condition_variable>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <thread>
+
+#include "os/fs_context.h"
 
 namespace cuda_criu {
 namespace {
@@ -43,7 +43,7 @@ std::vector<Status> run_jobs(std::vector<Job> jobs, unsigned max_parallel, unsig
 			started[i] = Clock::now();
 			running++;
 			std::thread([shared, i, job = std::move(jobs[i].run)] {
-				unshare(CLONE_FS); // see load_once() in driver/libcuda.cpp: keep CRIU's fs_struct its own
+				use_own_fs_context();
 				Status st = job();
 				std::lock_guard<std::mutex> g(shared->mu);
 				shared->results[i] = std::move(st);

@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "base/log.h"
-#include "driver/libcuda.h"
+#include "os/fs_context.h"
 
 namespace cuda_criu {
 namespace {

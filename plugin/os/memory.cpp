@@ -1,35 +1,12 @@
 #include "os/memory.h"
 
-#include <fcntl.h>
-#include <unistd.h>
-
 #include <sstream>
 #include <vector>
 
-#include "os/unique_fd.h"
+#include "base/text.h"
 
 namespace cuda_criu {
 namespace {
-
-// The whole of a small /proc or cgroup file (opened close-on-exec); nullopt when it cannot be read.
-std::optional<std::string> read_small_file(const std::string &path)
-{
-	UniqueFd fd(open(path.c_str(), O_RDONLY | O_CLOEXEC));
-	if (fd.get() < 0)
-		return std::nullopt;
-	std::string out;
-	char buf[4096];
-	for (;;) {
-		ssize_t n = read(fd.get(), buf, sizeof(buf));
-		if (n < 0)
-			return std::nullopt;
-		if (n == 0)
-			return out;
-		out.append(buf, static_cast<size_t>(n));
-		if (out.size() > (1u << 20))
-			return std::nullopt;
-	}
-}
 
 // A byte count as a cgroup file holds it; "max" (v2) and v1's "no limit" (a value near 2^63) are nullopt.
 std::optional<uint64_t> read_limit(const std::string &path)

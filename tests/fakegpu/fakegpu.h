@@ -23,8 +23,12 @@
  *   $FAKEGPU_DIR/daemon.pid       the daemon's pid
  *   $FAKEGPU_DIR/clients/<id>     one FIFO per client, created by the daemon
  *   $FAKEGPU_DIR/dev/nvidiactl, dev/nvidia-uvm, dev/nvidia<N>
- *                                 regular files standing in for the device
- *                                 nodes. A client holds nvidiactl and
+ *                                 the device nodes: nvidiactl and nvidia<N>
+ *                                 character devices 195:255 and 195:N
+ *                                 (regular files when the daemon may not
+ *                                 mknod), held O_PATH so that no driver is
+ *                                 needed; nvidia-uvm a regular file. A
+ *                                 client holds nvidiactl and
  *                                 nvidia-uvm open from cuInit on, and
  *                                 nvidia<N> once it has a context on GPU N
  *                                 (daemon index = device ordinal of a fresh

@@ -26,6 +26,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -901,7 +902,11 @@ int main(int argc, char **argv)
 	}
 	chmod(path, 0777);
 
-	/* stand-ins of the NVIDIA device nodes (regular files) */
+	/* Stand-ins of the NVIDIA device nodes. nvidiactl and nvidia<N> are character
+	 * devices of the NVIDIA major (195) and the real minors, as the plugin counts
+	 * only those as GPUs; the fake libcuda opens them O_PATH, so no driver is
+	 * needed behind them. Without the right to mknod (not root), regular files:
+	 * the workloads still run, but a dump does not see which GPUs they hold. */
 	snprintf(path, sizeof(path), "%s/dev", g_dir);
 	if (mkdir(path, 0777) && errno != EEXIST) {
 		logmsg("mkdir %s: %s", path, strerror(errno));
@@ -914,6 +919,15 @@ int main(int argc, char **argv)
 			snprintf(path, sizeof(path), "%s/dev/nvidia-uvm", g_dir);
 		else
 			snprintf(path, sizeof(path), "%s/dev/nvidia%d", g_dir, i);
+		if (i != -1) {
+			unlink(path);
+			if (mknod(path, S_IFCHR | 0666, makedev(195, i == -2 ? 255 : (unsigned)i)) == 0) {
+				chmod(path, 0666);
+				continue;
+			}
+			logmsg("cannot make the character device %s (%s): a regular file instead", path,
+			       strerror(errno));
+		}
 		int fd = open(path, O_WRONLY | O_CREAT | O_CLOEXEC, 0666);
 		if (fd < 0) {
 			logmsg("cannot create %s: %s", path, strerror(errno));

@@ -6,7 +6,7 @@
 
 namespace cuda_criu {
 
-struct CriuHost {
+struct CriuSymbols {
 	// The image directory fd (CRIU's public plugin API).
 	int (*get_image_dir)() = nullptr;
 	// Routes the plugin's log into CRIU's log (else: stderr).
@@ -24,7 +24,7 @@ struct CriuHost {
 	// Set by criu-patches/: CRIU fails a restore when RESUME_DEVICES_LATE fails.
 	bool resume_late_errors_fatal = false;
 
-	static CriuHost lookup();
+	static CriuSymbols lookup();
 
 	// What happens to the dumped tasks after exit(DUMP): nullopt when unknown.
 	std::optional<bool> tasks_keep_running() const;
