@@ -91,17 +91,22 @@ EOF
 	ctrd_import_image
 }
 
-# At exit: every task and container of our namespace removed, then containerd stopped (its shims exit
-# with their tasks).
+# At exit: every task and container of our namespace removed, containerd stopped, and any shim of it
+# left (a task that would not die) killed. Each ctr call has a time limit: a shim that hangs must not
+# hang the test.
 ctrd_stop() {
-	local id
-	for id in $(ctrd_ tasks ls -q 2>/dev/null); do
-		ctrd_ tasks kill -s KILL "$id"
-		ctrd_ tasks delete -f "$id"
+	local id pid
+	ctrd_t() { timeout 20 ctr --address "$CTRD_SOCK" --namespace "$CTRD_NS" "$@"; }
+	for id in $(ctrd_t tasks ls -q 2>/dev/null); do
+		ctrd_t tasks kill -s KILL "$id"
+		ctrd_t tasks delete -f "$id"
 	done
-	for id in $(ctrd_ containers ls -q 2>/dev/null); do ctrd_ containers delete "$id"; done
+	for id in $(ctrd_t containers ls -q 2>/dev/null); do ctrd_t containers delete "$id"; done
 	kill "$CTRD_PID" 2>/dev/null
 	wait "$CTRD_PID" 2>/dev/null
+	for pid in $(cat "$T"/containerd/state/io.containerd.runtime.v2.task/"$CTRD_NS"/*/shim.pid 2>/dev/null); do
+		kill -KILL "$pid"
+	done
 }
 
 # The busybox image: an OCI archive of setup.sh's tarball as its only layer, imported into containerd's
