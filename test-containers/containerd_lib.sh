@@ -83,7 +83,8 @@ disabled_plugins = ["io.containerd.grpc.v1.cri", "io.containerd.internal.v1.opt"
   address = ""
 EOF
 	[ -d /run/containerd ] || on_exit 'rmdir /run/containerd/s /run/containerd/fifo /run/containerd'
-	setsid containerd --config "$d/config.toml" </dev/null >"$T/containerd.log" 2>&1 &
+	# Without the plugin's variables: only CRIU's configuration may enable the plugin.
+	env -u CRIU_LIBS_DIR -u CUDA_CRIU_LIBCUDA setsid containerd --config "$d/config.toml" </dev/null >"$T/containerd.log" 2>&1 &
 	CTRD_PID=$!
 	on_exit 'ctrd_stop'
 	wait_for "containerd to serve on $CTRD_SOCK" 20 eval 'ctrd_ version >/dev/null'

@@ -6,8 +6,8 @@
 #      (`ctr containers restore --live --rw`);
 #   2. removed again and restored from the same image into a new container.
 # The test runs a containerd of its own (containerd_lib.sh). Our plugin is enabled only through
-# /etc/criu/runc.conf (libdir) and /etc/criu/cuda_plugin.conf: containerd's shim runs runc with its own
-# environment, and runc has CRIU read that file. The workload verifies its device memory after each
+# /etc/criu/runc.conf (libdir) and /etc/criu/cuda_plugin.conf, as on a node, where no ctr caller's
+# environment reaches CRIU (runc has CRIU read that file). The workload verifies its device memory after each
 # restore and counts on from where it was checkpointed.
 source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/containerd_lib.sh"
