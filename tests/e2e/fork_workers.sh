@@ -51,9 +51,10 @@ device_fds() { ls -l "/proc/$1/fd" | grep -c nvidia-mappable || true; }
 
 # 1. Dump and restore, the device node gone before the restore (a machine without the device).
 start_tree roundtrip
-declare -A maps_before
+declare -A maps_before fd_before
 for w in $workers; do
 	maps_before[$w]=$(device_maps "$w")
+	fd_before[$w]=$(ls -l "/proc/$w/fd" | awk '/nvidia-mappable/ {print $9}')
 	[ "$(echo "${maps_before[$w]}" | wc -l)" -eq 2 ] || fail "worker $w: expected 2 inherited device mappings, got: ${maps_before[$w]}"
 	[ "$(device_fds "$w")" -eq 1 ] || fail "worker $w: expected 1 inherited device fd"
 done
@@ -77,8 +78,13 @@ for w in $workers; do
 	[ "$(echo "$after" | awk '{print $1, $2}')" = "${maps_before[$w]}" ] ||
 		fail "worker $w: placeholders differ: before ${maps_before[$w]}; after $after"
 	echo "$after" | grep -qv "/dev/zero" && fail "worker $w: placeholder is not /dev/zero: $after"
-	nfd=$(ls -l "/proc/$w/fd" | grep -c ' -> /dev/null$' || true)
-	[ "$nfd" -ge 1 ] || fail "worker $w: no /dev/null placeholder fd"
+	fd=${fd_before[$w]}
+	[ "$(readlink "/proc/$w/fd/$fd")" = /dev/null ] || fail "worker $w: fd $fd is $(readlink "/proc/$w/fd/$fd"), not /dev/null"
+	# The fake opened the device O_RDWR (octal flags end in 2) and O_CLOEXEC (02000000).
+	flags=$(sed -n 's/^flags:\s*//p' "/proc/$w/fdinfo/$fd")
+	[ $((0$flags & 3)) -eq 2 ] || fail "worker $w: fd $fd has flags $flags, not O_RDWR"
+	[ $((0$flags & 02000000)) -ne 0 ] || fail "worker $w: fd $fd lost O_CLOEXEC (flags $flags)"
+	echo "worker $w fds after restore:"; ls -l "/proc/$w/fd" | awk 'NR > 1 {print "  ", $9, $10, $11}'
 done
 log "roundtrip: tree restored without the device; workers go on ($before -> $(batches) batches); placeholders in place"
 kill -9 "$pid" $workers; wait_gone "$pid" $workers
