@@ -84,7 +84,6 @@ for w in $workers; do
 	flags=$(sed -n 's/^flags:\s*//p' "/proc/$w/fdinfo/$fd")
 	[ $((0$flags & 3)) -eq 2 ] || fail "worker $w: fd $fd has flags $flags, not O_RDWR"
 	[ $((0$flags & 02000000)) -ne 0 ] || fail "worker $w: fd $fd lost O_CLOEXEC (flags $flags)"
-	echo "worker $w fds after restore:"; ls -l "/proc/$w/fd" | awk 'NR > 1 {print "  ", $9, $10, $11}'
 done
 log "roundtrip: tree restored without the device; workers go on ($before -> $(batches) batches); placeholders in place"
 kill -9 "$pid" $workers; wait_gone "$pid" $workers
@@ -127,5 +126,21 @@ if [ -x "$CRIU_411" ]; then
 	expect_progress "CRIU 4.1.1"
 	log "CRIU 4.1.1: dump and restore work"
 	kill -9 "$pid" $workers; wait_gone "$pid" $workers
+fi
+# 5. cuda-criu roundtrip: two cycles of dump, exit, restore, health.
+if [ -x "$CUDA_CRIU" ]; then
+	cat >"$T/healthy.sh" <<'EOS'
+b() { sed -n 's/^batches=//p' "$1"; }
+x=$(b "$1"); sleep 0.3; y=$(b "$1")
+grep -qx status=ok "$1" && [ "${y:-0}" -gt "${x:-0}" ]
+EOS
+	rc=0
+	"$CUDA_CRIU" roundtrip --criu "$CRIU" --libdir "$PLUGIN_DIR" --repeat 2 --ready-file "$T/rt.state" \
+		--health-cmd "sh $T/healthy.sh $T/rt.state" --require-cuda -- \
+		env "LD_LIBRARY_PATH=$(dirname "$FAKE_LIB")" "$FORK_WORKERS" --state "$T/rt.state" --workers 2 \
+		--interval-ms 10 >"$T/rt.txt" 2>&1 || rc=$?
+	[ $rc -eq 0 ] || fail "cuda-criu roundtrip exited $rc: $(cat "$T/rt.txt")"
+	grep -qE '^PASS  roundtrip cuda_fork_workers: 2 cycle\(s\)' "$T/rt.txt" || fail "roundtrip: no PASS line: $(cat "$T/rt.txt")"
+	log "cuda-criu roundtrip: 2 cycles pass"
 fi
 log "PASS"
