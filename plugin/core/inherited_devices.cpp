@@ -80,12 +80,24 @@ Status InheritedDevicesRestore::load()
 	return {};
 }
 
+namespace {
+
+std::string base_name(const std::string &path) { return path.substr(path.rfind('/') + 1); }
+
+} // namespace
+
 Result<std::optional<int>> InheritedDevicesRestore::mapping_fd(const char *path)
 {
 	if (auto s = load(); !s)
 		return std::move(s).error();
+	// By file name: CRIU records the path as the task saw it ("/dev/nvidia0" inside a container), the
+	// plugin as CRIU saw it (the same node can read "/nvidia0" from outside the container's mounts).
+	// Only mappings some plugin claimed at dump reach this hook, and no other plugin claims these names.
 	const auto &paths = record_.mapped_paths;
-	if (!path || std::find(paths.begin(), paths.end(), std::string(path)) == paths.end())
+	bool ours = path && std::any_of(paths.begin(), paths.end(), [&](const std::string &p) {
+		return p == path || base_name(p) == base_name(path);
+	});
+	if (!ours)
 		return std::optional<int>();
 	// MAP_SHARED of /dev/zero is fresh shared anonymous memory of the vma's own size: the offset is
 	// irrelevant and nothing is shared with another mapping. O_RDWR allows a writable shared mapping.

@@ -2,7 +2,7 @@
 """A deterministic PyTorch training loop whose data comes from processes forked after CUDA started.
 
     torch_fork_train.py --mode dataloader|forkpool --steps N --log FILE [--state FILE] [--seed S]
-                        [--step-delay-ms MS]
+                        [--step-delay-ms MS] [--device cuda:0|cpu]
 
 The model (an MLP, AdamW, bf16 autocast) is put on the GPU first; then the data processes are forked, so
 they inherit the CUDA driver's device files and mappings without using them:
@@ -42,11 +42,16 @@ def sample(index, seed):
     return x, y
 
 
+def one_hot(ys):
+    """Targets as class probabilities: the loss is then log_softmax and sums only (no nll_loss kernel)."""
+    return np.eye(CLASSES, dtype=np.float32)[np.array(ys)]
+
+
 def make_batch(args):
     """A batch as numpy arrays (plain pickled bytes between processes, no shared-memory fds)."""
     indices, seed = args
     xs, ys = zip(*(sample(i, seed) for i in indices))
-    return np.stack(xs), np.array(ys)
+    return np.stack(xs), one_hot(ys)
 
 
 class Samples(torch.utils.data.Dataset):
@@ -62,7 +67,7 @@ class Samples(torch.utils.data.Dataset):
 
 def collate(items):
     xs, ys = zip(*items)
-    return np.stack(xs), np.array(ys)
+    return np.stack(xs), one_hot(ys)
 
 
 class State:
@@ -124,6 +129,7 @@ def main():
     p.add_argument("--state")
     p.add_argument("--seed", type=int, default=1234)
     p.add_argument("--step-delay-ms", type=int, default=0, help="sleep after each step (time to dump)")
+    p.add_argument("--device", default="cuda:0", help="cpu: a quick check of the script without a GPU")
     args = p.parse_args()
 
     state = State(args.state)
@@ -133,12 +139,13 @@ def main():
         torch.use_deterministic_algorithms(True)
         torch.backends.cuda.matmul.allow_tf32 = False
         torch.backends.cudnn.allow_tf32 = False
-        dev = torch.device("cuda", 0)
+        dev = torch.device(args.device)
         model = torch.nn.Sequential(
             torch.nn.Linear(FEATURES, 512), torch.nn.GELU(), torch.nn.Linear(512, 512), torch.nn.GELU(),
             torch.nn.Linear(512, CLASSES)).to(dev)
         opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.01)
-        torch.cuda.synchronize(dev)  # CUDA has started: the data processes are forked after this
+        if dev.type == "cuda":
+            torch.cuda.synchronize(dev)  # CUDA has started: the data processes are forked after this
 
         source, stop = batches_dataloader(args) if args.mode == "dataloader" else batches_forkpool(args)
         log = open(args.log, "w", buffering=1)
@@ -146,8 +153,8 @@ def main():
             x, y = next(source)
             x = torch.from_numpy(x).to(dev)
             y = torch.from_numpy(y).to(dev)
-            with torch.autocast("cuda", dtype=torch.bfloat16):
-                loss = torch.nn.functional.cross_entropy(model(x), y)
+            with torch.autocast(dev.type, dtype=torch.bfloat16):
+                loss = torch.nn.functional.cross_entropy(model(x).float(), y)
             opt.zero_grad(set_to_none=True)
             loss.backward()
             opt.step()

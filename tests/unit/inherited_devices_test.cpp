@@ -112,6 +112,10 @@ TEST(NvidiaFiles, FakeDeviceNodeIsClaimedAndRestoredAsPlaceholders)
 	ASSERT_EQ(fstat(zero.get(), &st), 0);
 	EXPECT_EQ(st.st_rdev, makedev(1, 5)); // /dev/zero
 	EXPECT_EQ(flags_of(zero.get()) & O_ACCMODE, O_RDWR);
+	auto moved = restore.mapping_fd("/dev/nvidia-mappable"); // the same node seen through other mounts
+	ASSERT_TRUE(moved);
+	ASSERT_TRUE(moved->has_value());
+	close(**moved);
 	auto none = restore.mapping_fd("/dev/other");
 	ASSERT_TRUE(none);
 	EXPECT_FALSE(none->has_value());
