@@ -127,7 +127,18 @@ if [ -x "$CRIU_411" ]; then
 	log "CRIU 4.1.1: dump and restore work"
 	kill -9 "$pid" $workers; wait_gone "$pid" $workers
 fi
-# 5. cuda-criu roundtrip: two cycles of dump, exit, restore, health.
+# 5. A CUDA process that still maps a device file after its checkpoint (a faulty driver): the dump fails
+# naming it, and the tree is returned to running.
+FAKEGPU_KEEP_DEVICE_MAPPING=1 start_tree keeps
+dump "$pid" "$T/img-keeps" && fail "keeps: the dump of a CUDA process still mapping a device file succeeded"
+grep -q "pid $pid still maps 2 NVIDIA device file(s) .* after its CUDA checkpoint" "$T/dump.log" ||
+	fail "keeps: no clear error: $(plugin_errors "$T/dump.log")"
+alive "$pid" || fail "keeps: the parent was killed"
+expect_progress "keeps"
+log "a CUDA process still mapping a device after its checkpoint: dump refused, tree going on"
+kill -9 "$pid" $workers; wait_gone "$pid" $workers
+
+# 6. cuda-criu roundtrip: two cycles of dump, exit, restore, health.
 if [ -x "$CUDA_CRIU" ]; then
 	cat >"$T/healthy.sh" <<'EOS'
 b() { sed -n 's/^batches=//p' "$1"; }

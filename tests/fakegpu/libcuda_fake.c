@@ -888,6 +888,13 @@ static CUresult svc_checkpoint(int sfd)
 	pthread_mutex_unlock(&g_rpc_lock);
 	if (mfd >= 0)
 		detach_main(mfd);
+	/* FAKEGPU_KEEP_DEVICE_MAPPING=1: a driver that forgets to release its device mapping at
+	 * checkpoint (the plugin must refuse to dump such a process). */
+	const char *keep = getenv("FAKEGPU_KEEP_DEVICE_MAPPING");
+	if (keep && !strcmp(keep, "1")) {
+		g_map_fd = -1;
+		g_map_rw = g_map_ro = NULL;
+	}
 	close_nodes();
 	return CUDA_SUCCESS;
 }
