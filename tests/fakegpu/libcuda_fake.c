@@ -9,6 +9,8 @@
  * Environment:
  *   FAKEGPU_DIR               directory of the daemon (all processes)
  *   FAKEGPU_DRIVER_VERSION    value reported by cuDriverGetVersion
+ *   FAKEGPU_KEEP_DEVICE_MAPPING=1  the device mappings (dev/nvidia-mappable, see
+ *                             map_device) stay mapped after a checkpoint
  * Read by the checkpoint half, in the calling process, on every call:
  *   FAKEGPU_CALL_TIMEOUT_MS   how long the restore thread gets to take a
  *                             request (default 60000)
