@@ -74,7 +74,7 @@ expect_progress "after restore"
 [ "$(batches)" -gt "$before" ] || fail "the batch count restarted"
 for w in $workers; do
 	# Same addresses and protections; now /dev/zero (shared anonymous memory) instead of the device.
-	after=$(grep -E "^($(echo "${maps_before[$w]}" | awk '{print $1}' | paste -sd'|')) " "/proc/$w/maps")
+	after=$(grep -E "^($(echo "${maps_before[$w]}" | awk '{print $1}' | paste -sd'|')) " "/proc/$w/maps" || true)
 	[ "$(echo "$after" | awk '{print $1, $2}')" = "${maps_before[$w]}" ] ||
 		fail "worker $w: placeholders differ: before ${maps_before[$w]}; after $after"
 	echo "$after" | grep -qv "/dev/zero" && fail "worker $w: placeholder is not /dev/zero: $after"
