@@ -7,9 +7,9 @@
 
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
 #include <sstream>
 
+#include "base/text.h"
 #include "os/unique_fd.h"
 
 namespace cuda_criu {
@@ -18,7 +18,10 @@ namespace {
 std::vector<unsigned> read_nvidia_majors()
 {
 	std::vector<unsigned> majors;
-	std::ifstream f("/proc/devices");
+	auto text = read_small_file("/proc/devices");
+	if (!text)
+		return majors;
+	std::istringstream f(*text);
 	std::string line;
 	bool chars = false;
 	while (std::getline(f, line)) {
