@@ -27,12 +27,14 @@ extern "C" {
 #include "core/criu_errno.h"
 #include "core/dump_session.h"
 #include "core/gpu_plan.h"
+#include "core/inherited_devices.h"
 #include "core/options.h"
 #include "core/restore_session.h"
 #include "driver/libcuda.h"
 #include "driver/nvml.h"
 #include "image/image.h"
 #include "os/host.h"
+#include "os/nvidia_files.h"
 
 namespace cuda_criu {
 namespace {
@@ -41,7 +43,9 @@ namespace {
 // POST_FORKING (12). The descriptor says 12, and a constructor raises it to 13 inside a CRIU whose hook
 // table has room for POST_FORKING (see offer_post_forking).
 constexpr unsigned kMaxHooks = CR_PLUGIN_HOOK__CHECKPOINT_DEVICES + 1;
-static_assert(CR_PLUGIN_HOOK__RESUME_DEVICES_LATE == 9 && CR_PLUGIN_HOOK__PAUSE_DEVICES == 10 &&
+static_assert(CR_PLUGIN_HOOK__DUMP_EXT_FILE == 2 && CR_PLUGIN_HOOK__RESTORE_EXT_FILE == 3 &&
+	      CR_PLUGIN_HOOK__HANDLE_DEVICE_VMA == 7 && CR_PLUGIN_HOOK__UPDATE_VMA_MAP == 8 &&
+	      CR_PLUGIN_HOOK__RESUME_DEVICES_LATE == 9 && CR_PLUGIN_HOOK__PAUSE_DEVICES == 10 &&
 	      CR_PLUGIN_HOOK__CHECKPOINT_DEVICES == 11 && CR_PLUGIN_HOOK__POST_FORKING == 12);
 
 // The driver warm-up of a restore (POST_FORKING), shared with its thread: the thread is never joined, so
@@ -68,6 +72,8 @@ struct State {
 	SystemHost host;
 	std::unique_ptr<DumpSession> dump;
 	std::unique_ptr<RestoreSession> restore;
+	std::unique_ptr<InheritedDevicesDump> inherited_dump;       // device files of forked children
+	std::unique_ptr<InheritedDevicesRestore> inherited_restore;
 	bool inventory_added = false;
 	bool image_written = false;
 	std::shared_ptr<Warmup> driver_warmup; // restore: loads libcuda while CRIU restores memory
@@ -98,6 +104,19 @@ int hook_barrier(const char *hook, F &&body) noexcept
 		LOG_ERROR("%s: internal error", hook);
 		return -EIO;
 	}
+}
+
+// Lists the plugin in CRIU's inventory so that the restore loads it (once per dump).
+int add_to_inventory(State &s)
+{
+	if (s.inventory_added || !s.criu.add_inventory_plugin)
+		return 0;
+	if (s.criu.add_inventory_plugin(CR_PLUGIN_DESC.name)) {
+		LOG_ERROR("cannot add %s to CRIU's inventory", CR_PLUGIN_DESC.name);
+		return -ENOMEM;
+	}
+	s.inventory_added = true;
+	return 0;
 }
 
 // Every failure a hook reports goes through here: -ENOTSUP is reserved for "not mine".
@@ -138,6 +157,8 @@ unsigned seize_alarm_left_ms()
 
 int init_dump(State &s)
 {
+	// Independent of the driver's presence: a child keeps its inherited device files whatever happens.
+	s.inherited_dump = std::make_unique<InheritedDevicesDump>(s.criu.get_image_dir());
 	if (!nvidia_driver_present(s.options.libcuda)) {
 		LOG_INFO("no NVIDIA driver on this machine; CUDA plugin inactive");
 		return 0;
@@ -165,6 +186,10 @@ int init_restore(State &s)
 		LOG_INFO("the image holds no CUDA process; CUDA plugin inactive");
 		return 0;
 	}
+	// Read now: the restored tasks answer from this copy, forked before their fds are rearranged.
+	s.inherited_restore = std::make_unique<InheritedDevicesRestore>(s.criu.get_image_dir());
+	if (auto st = s.inherited_restore->load(); !st)
+		return fail(st.error());
 	auto image = read_image(s.criu.get_image_dir());
 	if (!image)
 		return fail(std::move(image).error().context("%s", "cannot restore: the CUDA plugin's image is unusable"));
@@ -265,12 +290,7 @@ static int cuda_plugin_pause_devices(int pid)
 			return fail(r.error());
 		if (!*r)
 			return -ENOTSUP;
-		if (!s.inventory_added && s.criu.add_inventory_plugin) {
-			if (s.criu.add_inventory_plugin(CR_PLUGIN_DESC.name))
-				return fail(make_error(ENOMEM, "cannot add %s to CRIU's inventory", CR_PLUGIN_DESC.name));
-			s.inventory_added = true;
-		}
-		return 0;
+		return add_to_inventory(s);
 	});
 }
 
@@ -285,6 +305,8 @@ static int cuda_plugin_checkpoint_devices(int pid)
 			return fail(r.error());
 		if (!*r)
 			return -ENOTSUP;
+		if (auto st = check_no_device_mappings(pid); !st)
+			return fail(st.error());
 		if (!s.image_written) {
 			s.image_written = true;
 			if (auto st = write_image(s.criu.get_image_dir(), s.dump->image_record()); !st)
@@ -334,6 +356,67 @@ static int cuda_plugin_resume_devices_late(int pid)
 	});
 }
 
+// The next four hooks serve processes forked after CUDA started (core/inherited_devices.h). Each
+// answers -ENOTSUP for anything not an NVIDIA device file, so other plugins (amdgpu) still get theirs.
+static int cuda_plugin_dump_ext_file(int fd, int id)
+{
+	return hook_barrier("DUMP_EXT_FILE", [&] {
+		if (!g_state || !g_state->inherited_dump)
+			return -ENOTSUP;
+		auto r = g_state->inherited_dump->claim_file(fd, static_cast<uint32_t>(id));
+		if (!r)
+			return fail(r.error());
+		return *r ? add_to_inventory(*g_state) : -ENOTSUP;
+	});
+}
+
+static int cuda_plugin_restore_ext_file(int id)
+{
+	return hook_barrier("RESTORE_EXT_FILE", [&] {
+		if (!g_state || !g_state->inherited_restore)
+			return -ENOTSUP;
+		auto r = g_state->inherited_restore->file_fd(static_cast<uint32_t>(id));
+		if (!r)
+			return fail(r.error());
+		return *r ? **r : -ENOTSUP; // the fd, now CRIU's
+	});
+}
+
+// fd and st: the mapped file, opened by CRIU (CRIU owns both). Pre-dump has no state: the claim alone
+// (a shared device mapping has no pages to pre-dump) is the answer there.
+static int cuda_plugin_handle_device_vma(int fd, const struct stat *st)
+{
+	return hook_barrier("HANDLE_DEVICE_VMA", [&] {
+		Result<bool> r = g_state && g_state->inherited_dump
+					 ? g_state->inherited_dump->claim_mapping(fd, *st)
+					 : Result<bool>(is_nvidia_device_file(fd, *st));
+		if (!r)
+			return fail(r.error());
+		if (!*r)
+			return -ENOTSUP;
+		return g_state ? add_to_inventory(*g_state) : 0;
+	});
+}
+
+// path: CRIU's, read only. *plugin_fd receives a new fd that CRIU maps instead of opening path.
+static int cuda_plugin_update_vma_map(const char *path, const uint64_t addr, const uint64_t old_pgoff,
+				      uint64_t *new_pgoff, int *plugin_fd)
+{
+	return hook_barrier("UPDATE_VMA_MAP", [&] {
+		if (!g_state || !g_state->inherited_restore)
+			return -ENOTSUP;
+		auto r = g_state->inherited_restore->mapping_fd(path);
+		if (!r)
+			return fail(std::move(r).error().context("mapping at %#llx", static_cast<unsigned long long>(addr)));
+		if (!*r)
+			return -ENOTSUP;
+		(void)old_pgoff;
+		*new_pgoff = 0;
+		*plugin_fd = **r;
+		return 1;
+	});
+}
+
 // Owned by this library; CRIU reads it after dlopen and never writes it.
 __attribute__((visibility("default"))) cr_plugin_desc_t CR_PLUGIN_DESC = {
 	"cuda_plugin",
@@ -342,7 +425,15 @@ __attribute__((visibility("default"))) cr_plugin_desc_t CR_PLUGIN_DESC = {
 	CRIU_PLUGIN_VERSION,
 	kMaxHooks,
 	{
-		nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr,
+		nullptr,
+		nullptr,
+		reinterpret_cast<void *>(cuda_plugin_dump_ext_file),    // 2
+		reinterpret_cast<void *>(cuda_plugin_restore_ext_file), // 3
+		nullptr,
+		nullptr,
+		nullptr,
+		reinterpret_cast<void *>(cuda_plugin_handle_device_vma), // 7
+		reinterpret_cast<void *>(cuda_plugin_update_vma_map),    // 8
 		reinterpret_cast<void *>(cuda_plugin_resume_devices_late), // 9
 		reinterpret_cast<void *>(cuda_plugin_pause_devices),       // 10
 		reinterpret_cast<void *>(cuda_plugin_checkpoint_devices),  // 11

@@ -80,9 +80,9 @@ std::string Progress::stall_message(size_t i, uint64_t now_us) const
 {
 	uint64_t scale = std::max(procs_[i].expected, state_[i].last.bytes);
 	std::string of = procs_[i].expected ? " of " + in_unit(procs_[i].expected, scale) : "";
-	return format("%s of pid %d made no progress for %.0f s (its restore thread used no CPU time and no more "
-		      "bytes were copied), at %s%s %s",
-		      phase_.c_str(), procs_[i].pid, static_cast<double>(now_us - state_[i].moved_us) / 1e6,
+	return format("the driver's %s made no progress for %.0f s (the restore thread used no CPU time and no more "
+		      "bytes were copied), stopped at %s%s %s",
+		      phase_.c_str(), static_cast<double>(now_us - state_[i].moved_us) / 1e6,
 		      in_unit(state_[i].last.bytes, scale).c_str(), of.c_str(), unit(scale));
 }
 

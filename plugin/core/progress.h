@@ -33,7 +33,7 @@ public:
 	std::optional<std::string> line(uint64_t now_us);
 	// A process whose bytes and CPU time have not moved for the stall time (never one that finished).
 	std::optional<size_t> stalled(uint64_t now_us) const;
-	// "checkpoint of pid 4242 made no progress for 30 s, at 3.2 of 16.0 GiB"
+	// "the driver's checkpoint made no progress for 30 s (...), stopped at 3.2 of 16.0 GiB"
 	std::string stall_message(size_t i, uint64_t now_us) const;
 	pid_t pid(size_t i) const { return procs_[i].pid; }
 

@@ -9,6 +9,8 @@
  * Environment:
  *   FAKEGPU_DIR               directory of the daemon (all processes)
  *   FAKEGPU_DRIVER_VERSION    value reported by cuDriverGetVersion
+ *   FAKEGPU_KEEP_DEVICE_MAPPING=1  the device mappings (dev/nvidia-mappable, see
+ *                             map_device) stay mapped after a checkpoint
  * Read by the checkpoint half, in the calling process, on every call:
  *   FAKEGPU_CALL_TIMEOUT_MS   how long the restore thread gets to take a
  *                             request (default 60000)
@@ -161,6 +163,47 @@ static size_t g_copies_bytes;
 static void *svc_main(void *arg);
 #endif
 
+/* The driver's device mappings: when $FAKEGPU_DIR/dev/nvidia-mappable exists (a block device node the
+ * fork tests make over a loop device: CRIU cannot dump a mapping of it by itself, like one of
+ * /dev/nvidiactl), the process maps it while it holds its nodes, in two places (read-write and
+ * read-only, like the real driver's bookkeeping mappings), and unmaps it at checkpoint. A child forked
+ * after cuInit inherits the fd and the mappings and never uses them: see child_after_fork. */
+#define FG_MAP_RW_BYTES (2 * 4096)
+#define FG_MAP_RO_BYTES 4096
+static int g_map_fd = -1;
+static void *g_map_rw, *g_map_ro;
+
+static void map_device(void)
+{
+	char path[PATH_MAX];
+	if (g_map_fd >= 0)
+		return;
+	snprintf(path, sizeof(path), "%s/dev/nvidia-mappable", g_dir);
+	g_map_fd = open(path, O_RDWR | O_CLOEXEC);
+	if (g_map_fd < 0)
+		return; /* not asked for */
+	g_map_rw = mmap(NULL, FG_MAP_RW_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED, g_map_fd, 0);
+	g_map_ro = mmap(NULL, FG_MAP_RO_BYTES, PROT_READ, MAP_SHARED, g_map_fd, FG_MAP_RW_BYTES);
+	if (g_map_rw == MAP_FAILED || g_map_ro == MAP_FAILED)
+		fg_err("cannot map %s: %s", path, strerror(errno));
+	if (g_map_rw == MAP_FAILED)
+		g_map_rw = NULL;
+	if (g_map_ro == MAP_FAILED)
+		g_map_ro = NULL;
+}
+
+static void unmap_device(void)
+{
+	if (g_map_rw)
+		munmap(g_map_rw, FG_MAP_RW_BYTES);
+	if (g_map_ro)
+		munmap(g_map_ro, FG_MAP_RO_BYTES);
+	if (g_map_fd >= 0)
+		close(g_map_fd);
+	g_map_rw = g_map_ro = NULL;
+	g_map_fd = -1;
+}
+
 static int open_node(const char *name)
 {
 	char path[PATH_MAX];
@@ -186,6 +229,7 @@ static void open_gpu_node(uint32_t gpu)
 
 static void close_nodes(void)
 {
+	unmap_device();
 	if (g_ctl_fd >= 0)
 		close(g_ctl_fd);
 	if (g_uvm_fd >= 0)
@@ -208,6 +252,7 @@ static int open_nodes(void)
 	for (uint32_t g = 0; g < FG_MAX_GPUS; g++)
 		if (g_gpu_mask & (1u << g))
 			open_gpu_node(g);
+	map_device();
 	return g_ctl_fd >= 0 && g_uvm_fd >= 0 ? 0 : -1;
 }
 
@@ -221,6 +266,9 @@ static void child_after_fork(void)
 	if (g_fifo_fd >= 0)
 		close(g_fifo_fd);
 	g_main_fd = g_fifo_fd = -1;
+	/* Like the real driver's: the device mappings and their fd stay in the child, unused. */
+	g_map_fd = -1;
+	g_map_rw = g_map_ro = NULL;
 	close_nodes();
 	g_gpu_mask = 0;
 	pthread_mutex_init(&g_node_lock, NULL);
@@ -921,6 +969,13 @@ static CUresult svc_checkpoint(int sfd)
 	pthread_mutex_unlock(&g_rpc_lock);
 	if (mfd >= 0)
 		detach_main(mfd);
+	/* FAKEGPU_KEEP_DEVICE_MAPPING=1: a driver that forgets to release its device mapping at
+	 * checkpoint (the plugin must refuse to dump such a process). */
+	const char *keep = getenv("FAKEGPU_KEEP_DEVICE_MAPPING");
+	if (keep && !strcmp(keep, "1")) {
+		g_map_fd = -1;
+		g_map_rw = g_map_ro = NULL;
+	}
 	close_nodes();
 	return CUDA_SUCCESS;
 }

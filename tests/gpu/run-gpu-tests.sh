@@ -16,6 +16,7 @@
 #   GPU_TESTS_CRIU_TIMEOUT  seconds a criu dump or restore may take before it is killed (default 120)
 #   MEMCHECK_MB, TORCH_GB, TREE_MB, LEAVE_MB   workload sizes (4096, 4, 1024, 1024); the test names stay
 #   LOAD_PROCS, LOAD_ROUNDS, LOAD_MB   the load test (16 processes, 20 rounds, 64 MiB each)
+#   FORK_STEPS       training steps of torch-dataloader and torch-forkpool (400)
 set -uo pipefail
 
 bundle=$(cd "$(dirname "$0")" && pwd)
@@ -26,8 +27,9 @@ for common in "$bundle/common.sh" "$bundle/../lib/common.sh" ""; do [ -f "$commo
 source "$common"
 work=${GPU_TESTS_WORK:-/var/tmp/cuda-criu-gpu-tests}
 python=${GPU_TESTS_PYTHON:-python3}
-all_tests=(memcheck-4g torch tree leave-running managed-refused progress-16g cgroup-limit remap-self refuse-map remap-gpu1 tree-2gpu torch-2gpu auto-remap
-	remap-visible refuse-free refuse-driver cli-steps roundtrip-torch runc load)
+all_tests=(memcheck-4g torch tree leave-running managed-refused progress-16g cgroup-limit remap-self refuse-map
+	remap-gpu1 tree-2gpu torch-2gpu auto-remap remap-visible refuse-free refuse-driver cli-steps roundtrip-torch runc load
+	torch-dataloader torch-forkpool)
 memcheck_mb=${MEMCHECK_MB:-4096}
 torch_gb=${TORCH_GB:-4}
 tree_mb=${TREE_MB:-1024}
@@ -845,6 +847,63 @@ test_cgroup_limit() {
 	sleep 0.5; rmdir "$cg" 2>/dev/null
 }
 
+# torch-dataloader / torch-forkpool: a deterministic training loop (torch_fork_train.py) whose data processes
+# were forked after CUDA started (DataLoader workers, fork start method; a multiprocessing fork pool). They
+# inherit the driver's device files and mappings, which the plugin restores as placeholders. The losses
+# logged by a run dumped and restored mid-training must equal, bit for bit, those of an uninterrupted run.
+fork_steps=${FORK_STEPS:-400}
+test_torch_fork() { # NAME MODE
+	local name=$1 mode=$2 dir=$work/$1 root pids n st line
+	if ! "$python" -c 'import numpy, torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
+		skipped $name "$python has no PyTorch with CUDA (or no numpy)"
+		return
+	fi
+	mkdir -p "$dir"
+	local train=("$python" -u "$bundle/torch_fork_train.py" --mode "$mode" --steps "$fork_steps")
+	if ! (cd "$dir" && timeout 600 "${train[@]}" --log "$dir/reference.log" >"$dir/reference.out" 2>&1); then
+		failed $name "the uninterrupted run failed: $(tail -n 3 "$dir/reference.out" | tr '\n' ' ')"
+		return
+	fi
+	[ "$(wc -l <"$dir/reference.log")" = "$fork_steps" ] || { failed $name "the uninterrupted run logged $(wc -l <"$dir/reference.log") of $fork_steps steps"; return; }
+
+	# The same run, slowed down so that the dump lands mid-training.
+	start "$dir" "${train[@]}" --log "$dir/run.log" --state "$dir/state" --step-delay-ms 25
+	wait_state "$dir/state" 240 $((fork_steps / 4)) || { failed $name "before the dump: $why"; show_workload "$dir"; return; }
+	root=$(state_value "$dir/state" pid)
+	mapfile -t pids < <(tree_pids "$root")
+	started+=("${pids[@]}")
+	[ ${#pids[@]} -ge 3 ] || { failed $name "expected the trainer and 2 forked workers, found pids ${pids[*]}"; kill_pids "${pids[@]}"; return; }
+	if ! dump "$dir" "$root"; then
+		failed $name "$why; the tree $(alive "${pids[@]}" && echo still runs || echo is gone)"
+		show_log "$dir/dump.log"; kill_pids "${pids[@]}"
+		return
+	fi
+	n=$(state_value "$dir/state" iterations)
+	wait_gone 30 "${pids[@]}" || { failed $name "pids ${pids[*]} still exist 30 s after the dump"; kill_pids "${pids[@]}"; return; }
+	if ! restore "$dir"; then
+		failed $name "$why (dump $dump_s s, image $(gib "$img_bytes") GiB)"
+		show_log "$dir/restore.log"; kill_tree "$root"
+		return
+	fi
+	alive "${pids[@]}" || { failed $name "restored, but not all of ${pids[*]} are alive"; show_log "$dir/restore.log"; kill_tree "$root"; return; }
+	local deadline=$(($(date +%s) + 300))
+	while st=$(state_value "$dir/state" status); [ "$st" = ok ] && [ "$(date +%s)" -lt "$deadline" ]; do sleep 0.5; done
+	if [ "$st" != done ]; then
+		failed $name "after restore the run did not finish: status=$st at step $(state_value "$dir/state" iterations)"
+		show_log "$dir/restore.log"; show_workload "$dir"; kill_tree "$root"
+		return
+	fi
+	if ! cmp -s "$dir/reference.log" "$dir/run.log"; then
+		line=$(cmp "$dir/reference.log" "$dir/run.log" 2>&1 | head -n1)
+		failed $name "losses differ from the uninterrupted run's ($line; dumped at step $n)"
+		diff "$dir/reference.log" "$dir/run.log" | head -n 6 | sed 's/^/  | /'
+		return
+	fi
+	passed $name "dumped at step $n of $fork_steps with ${#pids[@]} processes, dump $dump_s s, restore $restore_s s; $fork_steps losses equal bit for bit to an uninterrupted run"
+	line=$(grep -c 'inherited from the NVIDIA driver' "$dir/dump.log"); echo "  device files and mappings of forked processes claimed: $line"
+	rm -rf "$dir/img"
+}
+
 # Workloads still running in a folder of ours (also those that never wrote their pid).
 pids_in() {
 	local p cwd
@@ -903,6 +962,8 @@ for t in "$@"; do
 	roundtrip-torch) test_roundtrip_torch ;;
 	runc) test_runc ;;
 	load) test_load ;;
+	torch-dataloader) test_torch_fork torch-dataloader dataloader ;;
+	torch-forkpool) test_torch_fork torch-forkpool forkpool ;;
 	*) failed "$t" "no such test (known: ${all_tests[*]})"; continue ;;
 	esac
 	mapfile -t left < <(pids_in "$work/$t") # whatever a failed test left running

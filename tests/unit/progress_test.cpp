@@ -41,8 +41,8 @@ TEST(Progress, AStallIsNoBytesAndNoCpuForTheStallTime)
 	EXPECT_EQ(*s, 0u);
 	EXPECT_EQ(p.pid(*s), 10);
 	EXPECT_EQ(p.stall_message(*s, 6 * S),
-		  "restore of pid 10 made no progress for 3 s (its restore thread used no CPU time and no more bytes were "
-		  "copied), at 1.0 of 4.0 GiB");
+		  "the driver's restore made no progress for 3 s (the restore thread used no CPU time and no more bytes "
+		  "were copied), stopped at 1.0 of 4.0 GiB");
 }
 
 TEST(Progress, NoStallDetectionWhenDisabledOrFinished)
