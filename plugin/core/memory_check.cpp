@@ -3,17 +3,16 @@
 #include <map>
 
 #include "base/format.h"
+#include "base/text.h"
 
 namespace cuda_criu {
 namespace {
-
-std::string gib(uint64_t b) { return format("%.2f GiB", static_cast<double>(b) / (1ULL << 30)); }
 
 std::string pids_of(const std::vector<const CheckpointNeed *> &needs)
 {
 	std::string out;
 	for (const CheckpointNeed *n : needs)
-		out += format("%s%d (%s)", out.empty() ? "" : ", ", n->pid, gib(n->bytes).c_str());
+		out += format("%s%d (%s)", out.empty() ? "" : ", ", n->pid, human_bytes(n->bytes).c_str());
 	return out;
 }
 
@@ -40,8 +39,8 @@ Status check_checkpoint_memory(const std::vector<CheckpointNeed> &needs, std::op
 					  "%s, in use %s); the kernel would kill the process half way. Raise that memory limit "
 					  "(the container's memory limit) by at least %s, or set CUDA_CRIU_MEMORY_CHECK=warn to "
 					  "try anyway",
-					  pids_of(members).c_str(), gib(sum).c_str(), path.c_str(), gib(c.room()).c_str(),
-					  gib(c.limit).c_str(), gib(c.usage).c_str(), gib(sum - c.room()).c_str());
+					  pids_of(members).c_str(), human_bytes(sum).c_str(), path.c_str(), human_bytes(c.room()).c_str(),
+					  human_bytes(c.limit).c_str(), human_bytes(c.usage).c_str(), human_bytes(sum - c.room()).c_str());
 	}
 	if (host_available && total > *host_available) {
 		std::vector<const CheckpointNeed *> all;
@@ -51,7 +50,7 @@ Status check_checkpoint_memory(const std::vector<CheckpointNeed> &needs, std::op
 				  "not enough memory for the checkpoint: the driver copies the GPU memory of pid %s into "
 				  "the processes, %s in all, but this machine has %s available (MemAvailable); free "
 				  "memory (or add swap), or set CUDA_CRIU_MEMORY_CHECK=warn to try anyway",
-				  pids_of(all).c_str(), gib(total).c_str(), gib(*host_available).c_str());
+				  pids_of(all).c_str(), human_bytes(total).c_str(), human_bytes(*host_available).c_str());
 	}
 	return {};
 }

@@ -57,13 +57,14 @@ std::optional<std::string> Progress::line(uint64_t now_us)
 		finished += state_[i].finished ? 1 : 0;
 	}
 	double secs = static_cast<double>(now_us - last_line_us_) / 1e6;
-	double rate = done > last_line_bytes_ ? static_cast<double>(done - last_line_bytes_) / 1e9 / secs : 0.0;
+	double rate = done > last_line_bytes_ ? static_cast<double>(done - last_line_bytes_) / secs : 0.0; // B/s
+	std::string speed = rate >= 1e9 ? format("%.1f GB/s", rate / 1e9) : format("%.0f MB/s", rate / 1e6);
 	last_line_us_ = now_us;
 	last_line_bytes_ = done;
 	uint64_t scale = std::max(expected, done);
 	std::string of = expected ? " of " + in_unit(expected, scale) : "";
-	return format("%s: %s%s %s (%.1f GB/s), %zu of %zu process(es) done", phase_.c_str(),
-		      in_unit(done, scale).c_str(), of.c_str(), unit(scale), rate, finished, procs_.size());
+	return format("%s: %s%s %s (%s), %zu of %zu process(es) done", phase_.c_str(), in_unit(done, scale).c_str(),
+		      of.c_str(), unit(scale), speed.c_str(), finished, procs_.size());
 }
 
 std::optional<size_t> Progress::stalled(uint64_t now_us) const

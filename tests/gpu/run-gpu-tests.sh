@@ -801,7 +801,7 @@ test_progress_16g() {
 	start "$dir" "$bundle/bin/cuda_memcheck" --mb "${PROGRESS_MB:-16384}" --state "$dir/state" --interval-ms 100
 	dump_restore_test $name "$dir" 300 "$dir/state"
 	for f in dump restore; do
-		if ! grep -qE 'cuda_plugin: (checkpoint|restore): .* GB/s' "$dir/$f.log"; then
+		if ! grep -qE 'cuda_plugin: (checkpoint|restore): .* [MG]B/s' "$dir/$f.log"; then
 			failed $name "no progress line in $f.log"; show_log "$dir/$f.log"; continue
 		fi
 		grep -oE 'cuda_plugin: (checkpoint|restore): .*' "$dir/$f.log" | sed 's/^/  /'

@@ -17,7 +17,7 @@ TEST(Progress, LogsBytesOfExpectedRateAndProcessesDone)
 	auto l = p.line(5 * S);
 	ASSERT_TRUE(l);
 	// 2 GiB in 5 s = 0.43 GB/s
-	EXPECT_EQ(*l, "checkpoint: 2.0 of 8.0 GiB (0.4 GB/s), 0 of 2 process(es) done");
+	EXPECT_EQ(*l, "checkpoint: 2.0 of 8.0 GiB (429 MB/s), 0 of 2 process(es) done");
 	p.observe(0, {3 * GiB, 120}, true, 9 * S);
 	p.observe(1, {3 * GiB, 90}, false, 9 * S);
 	l = p.line(10 * S);
@@ -58,7 +58,7 @@ TEST(Progress, SmallPhasesInMiB)
 {
 	Progress p("restore", {{10, 256ULL << 20}}, 0, 1 * S, 0);
 	p.observe(0, {64ULL << 20, 1}, false, 1 * S);
-	EXPECT_EQ(*p.line(1 * S), "restore: 64 of 256 MiB (0.1 GB/s), 0 of 1 process(es) done");
+	EXPECT_EQ(*p.line(1 * S), "restore: 64 of 256 MiB (67 MB/s), 0 of 1 process(es) done");
 }
 
 } // namespace
