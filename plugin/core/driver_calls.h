@@ -69,13 +69,26 @@ struct ProcJob {
 struct ProcResult {
 	Status status;
 	uint64_t us = 0; // how long the call took (0 when it never finished)
+	// After a failed call: the process's CUDA state, asked while its restore thread still ran (the driver
+	// answers a state query through that thread; once it is stopped again the query would block).
+	std::optional<CudaState> state_after_failure;
+};
+
+// Progress of the jobs' phase: expected bytes per job, sampled while they run (see core/progress.h).
+struct PhaseProgress {
+	std::string phase;                                      // "checkpoint", "restore"
+	std::vector<uint64_t> expected;                         // per job, 0 = unknown
+	std::function<uint64_t(size_t job)> bytes;              // what job i has copied so far
+	unsigned stall_ms = 0;                                  // 0: no stall detection
+	unsigned every_ms = 3000;                               // a progress line this often
 };
 
 // Lets each job's restore thread run (on the calling thread, the tracer), runs the jobs on workers with
 // at most parallel at once, each limited to timeout_ms, then stops the threads again, whatever happened.
-// A thread that cannot be let run fails its job.
+// A thread that cannot be let run fails its job. With progress: logs progress lines and gives up a job
+// whose copy stalls.
 std::vector<ProcResult> run_proc_jobs(Host &host, const SharedDriver &driver, std::vector<ProcJob> jobs,
-				      unsigned parallel, unsigned timeout_ms);
+				      unsigned parallel, unsigned timeout_ms, const PhaseProgress *progress = nullptr);
 
 // Time the plugin spent in one phase (one hook kind), and how much of it the driver's calls covered.
 struct PhaseCost {

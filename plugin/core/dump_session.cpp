@@ -9,6 +9,9 @@
 #include "base/format.h"
 #include "base/log.h"
 #include "base/text.h"
+#include "core/memory_check.h"
+#include "os/memory.h"
+#include "os/proc.h"
 
 #ifndef CUDA_CRIU_VERSION
 #define CUDA_CRIU_VERSION "dev"
@@ -70,6 +73,8 @@ Status DumpSession::load_driver(unsigned budget_ms)
 
 Result<bool> DumpSession::pause(pid_t pid)
 {
+	if (!first_pid_)
+		first_pid_ = pid; // CRIU pauses the root of the tree first
 	if (!host_.uses_libcuda(pid))
 		return false;
 	if (std::any_of(procs_.begin(), procs_.end(), [&](const Proc &p) { return p.pid == pid; })) {
@@ -135,6 +140,13 @@ Result<bool> DumpSession::pause_cuda(pid_t pid, uint64_t deadline)
 	p.ns_pid = info.ns_pid;
 	p.rss_before = info.rss_bytes;
 	note_gpus(p, info, deadline);
+	if (!preflight_done_) { // before the first lock, for the whole tree
+		preflight_done_ = true;
+		if (auto st = check_memory(deadline); !st)
+			return std::move(st).error();
+	}
+	if (auto it = gpu_bytes_.find(pid); it != gpu_bytes_.end())
+		p.gpu_bytes = it->second;
 
 	switch (*state) {
 	case CudaState::Failed:
@@ -159,6 +171,41 @@ Result<bool> DumpSession::pause_cuda(pid_t pid, uint64_t deadline)
 		  p.gpu_uuids.size(), p.lock_us / 1000.0);
 	procs_.push_back(std::move(p));
 	return true;
+}
+
+// The memory preflight (core/memory_check.h) over the CUDA processes of the tree CRIU dumps, with the GPU
+// memory NVML reports for each. Without NVML there is nothing to compare: the check is skipped.
+Status DumpSession::check_memory(uint64_t deadline)
+{
+	auto usage = ask<std::map<pid_t, uint64_t>>(
+		driver_, limit_ms(deadline, kDriverGraceMs), "ask NVML for the GPU memory of each process",
+		[](Driver &d) -> Result<std::map<pid_t, uint64_t>> {
+			if (auto m = d.gpu_bytes_by_process())
+				return std::move(*m);
+			return make_error(ENOSYS, "%s", "NVML cannot tell");
+		});
+	if (!usage) {
+		LOG_INFO("no memory preflight: %s", usage.error().message().c_str());
+		return {};
+	}
+	gpu_bytes_ = std::move(*usage);
+	if (options_.memory_check == MemoryCheck::Off)
+		return {};
+	std::vector<CheckpointNeed> needs;
+	std::vector<pid_t> tree{first_pid_};
+	for (size_t i = 0; i < tree.size(); i++) {
+		for (pid_t c : children_of(tree[i]))
+			tree.push_back(c);
+		auto it = gpu_bytes_.find(tree[i]);
+		if (it != gpu_bytes_.end() && it->second && host_.uses_libcuda(tree[i]))
+			needs.push_back({tree[i], it->second, tightest_memory_cgroup(tree[i])});
+	}
+	Status st = check_checkpoint_memory(needs, host_available_bytes());
+	if (!st && options_.memory_check == MemoryCheck::Warn) {
+		LOG_WARN("%s (memory-check=warn: dumping anyway)", st.error().message().c_str());
+		return {};
+	}
+	return st;
 }
 
 // The GPUs whose device nodes the process holds: every GPU visible to it.
@@ -243,9 +290,20 @@ Status DumpSession::checkpoint_all()
 	if (targets.empty())
 		return {};
 	LOG_INFO("checkpointing %zu CUDA process(es)%s", targets.size(), targets.size() > 1 ? " in parallel" : "");
+	// The driver copies the GPU memory into the process: its growth is the copy's progress.
+	PhaseProgress progress{"checkpoint", {}, {}, options_.stall_timeout_ms};
+	std::vector<std::pair<pid_t, uint64_t>> before;
+	for (Proc *p : targets) {
+		progress.expected.push_back(p->gpu_bytes);
+		before.emplace_back(p->pid, p->rss_before);
+	}
+	progress.bytes = [this, before](size_t i) {
+		uint64_t rss = host_.task_info(before[i].first).rss_bytes;
+		return rss > before[i].second ? rss - before[i].second : 0;
+	};
 	uint64_t t0 = now_us();
-	std::vector<ProcResult> results =
-		run_proc_jobs(host_, driver_, std::move(jobs), options_.parallel, options_.checkpoint_timeout_ms);
+	std::vector<ProcResult> results = run_proc_jobs(host_, driver_, std::move(jobs), options_.parallel,
+							options_.checkpoint_timeout_ms, &progress);
 	device_phase_us_ = now_us() - t0;
 	Status first_failure;
 	for (size_t i = 0; i < targets.size(); i++)
@@ -262,8 +320,9 @@ void DumpSession::record_checkpoint(Proc &p, ProcResult result, Status &first_fa
 		p.state_bytes = rss > p.rss_before ? rss - p.rss_before : 0;
 		return;
 	}
-	// A timed-out or failed checkpoint may still have moved the state: ask, so rollback knows.
-	if (state_now(p.pid) == to_string(CudaState::Checkpointed))
+	// A failed checkpoint may still have moved the state: the job asked while the restore thread ran (a
+	// query now, with the thread stopped, would block). A timed-out call is still running: unknown.
+	if (result.state_after_failure == CudaState::Checkpointed)
 		p.checkpointed_by_us = true;
 	p.checkpoint_error = std::move(result.status).error();
 	LOG_ERROR("%s", p.checkpoint_error->message().c_str());
@@ -336,7 +395,9 @@ Status DumpSession::finish(bool dump_failed, bool leave_running)
 		}
 		LOG_ERROR("could not return pid %d to its CUDA state '%s' (it is now '%s'): %s; if it still runs, "
 			  "resume it with: cuda-criu resume %d",
-			  p.pid, to_string(p.initial), state_now(p.pid).c_str(), results[i].status.error().message().c_str(),
+			  p.pid, to_string(p.initial),
+			  results[i].state_after_failure ? to_string(*results[i].state_after_failure) : "unknown",
+			  results[i].status.error().message().c_str(),
 			  p.pid);
 		failed += (failed.empty() ? "" : ", ") + std::to_string(p.pid);
 	}

@@ -6,6 +6,7 @@
 #include <sys/types.h>
 
 #include <functional>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -58,6 +59,7 @@ private:
 		std::optional<Error> checkpoint_error;
 		std::vector<GpuUuid> gpu_uuids;
 		uint64_t rss_before = 0;
+		uint64_t gpu_bytes = 0; // GPU memory in use before the checkpoint (NVML); 0 = unknown
 		uint64_t state_bytes = 0;
 		uint64_t lock_us = 0;
 		uint64_t checkpoint_us = 0;
@@ -68,6 +70,7 @@ private:
 	void note_gpus(Proc &p, const TaskInfo &info, uint64_t deadline_us);
 	Status lock(Proc &p, uint64_t deadline_us);
 	Result<unsigned> pause_budget_ms(pid_t pid) const;
+	Status check_memory(uint64_t deadline_us);
 	Status checkpoint_all();
 	void record_checkpoint(Proc &p, ProcResult result, Status &first_failure);
 	std::string state_now(pid_t pid, unsigned timeout_ms = kDriverGraceMs);
@@ -82,6 +85,9 @@ private:
 	SharedDriver driver_; // shared with abandoned calls; null until loaded
 	PhaseCost pause_cost_, checkpoint_cost_;
 	std::vector<Proc> procs_; // in pause order
+	pid_t first_pid_ = 0;     // the first pid CRIU paused: the root of the tree
+	bool preflight_done_ = false;
+	std::map<pid_t, uint64_t> gpu_bytes_; // GPU memory of each process before the dump (NVML)
 	bool checkpointed_ = false;
 	uint64_t device_phase_us_ = 0;
 	uint64_t rollback_us_ = 0;

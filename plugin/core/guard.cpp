@@ -11,6 +11,7 @@
 #include <syslog.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -153,12 +154,13 @@ struct Watched {
 };
 
 // Returns one process to the state it was found in. A driver call that CRIU made for it may still be in
-// progress (CRIU died in the middle of it): the driver refuses another call until that one ends, and the
-// state moves on, so each failed step is tried again, from the state then, for a few seconds.
-Status return_process(Driver &d, const Watched &w, pid_t criu)
+// progress (CRIU died in the middle of it, or gave up on a call that stalled): the driver refuses another
+// call until that one ends, and the state moves on, so each failed step is tried again, from the state
+// then, until the call has ended or timeout_ms (at least a few seconds) has passed.
+Status return_process(Driver &d, const Watched &w, pid_t criu, unsigned timeout_ms)
 {
-	constexpr int kAttempts = 50;
 	constexpr useconds_t kPauseUs = 100000;
+	const int kAttempts = std::max(50, static_cast<int>(timeout_ms / 100));
 	std::optional<CudaState> left;
 	for (int attempt = 1;; attempt++) {
 		if (exited(w.ref))
@@ -223,7 +225,7 @@ void dump_guard_main(int in, const ProcRef &criu_ref, const std::string &libcuda
 		Driver *d = *driver;
 		pids.push_back(w.pid);
 		jobs.push_back({format("CRIU (pid %d) has exited; return pid %d to %s", criu, w.pid, to_string(w.found)),
-				[d, w, criu] { return return_process(*d, w, criu); }});
+				[d, w, criu, timeout_ms] { return return_process(*d, w, criu, timeout_ms); }});
 	}
 	// A driver call that does not return is abandoned (it dies with this process): the guard never hangs.
 	std::vector<Status> results = run_jobs(std::move(jobs), 0, timeout_ms);

@@ -31,6 +31,19 @@ const Key kKeys[] = {
 	{"lock-timeout", [](Options &o, const std::string &v) { return set_ms(o.lock_timeout_ms, v); }},
 	{"checkpoint-timeout", [](Options &o, const std::string &v) { return set_ms(o.checkpoint_timeout_ms, v); }},
 	{"restore-timeout", [](Options &o, const std::string &v) { return set_ms(o.restore_timeout_ms, v); }},
+	{"stall-timeout", [](Options &o, const std::string &v) { return set_ms(o.stall_timeout_ms, v); }},
+	{"memory-check",
+	 [](Options &o, const std::string &v) -> Status {
+		 if (v == "error")
+			 o.memory_check = MemoryCheck::Refuse;
+		 else if (v == "warn")
+			 o.memory_check = MemoryCheck::Warn;
+		 else if (v == "off")
+			 o.memory_check = MemoryCheck::Off;
+		 else
+			 return make_error(EINVAL, "'%s' is not one of error, warn, off", v.c_str());
+		 return {};
+	 }},
 	{"parallel",
 	 [](Options &o, const std::string &v) -> Status {
 		 char *end = nullptr;

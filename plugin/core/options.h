@@ -10,10 +10,15 @@
 
 namespace cuda_criu {
 
+// What the dump does when a checkpoint would not fit in host memory (core/memory_check.h).
+enum class MemoryCheck { Refuse, Warn, Off };
+
 struct Options {
 	unsigned lock_timeout_ms = 10000;        // lock-timeout: wait for in-flight CUDA work (CRIU's default)
 	unsigned checkpoint_timeout_ms = 600000; // checkpoint-timeout: per process
 	unsigned restore_timeout_ms = 600000;    // restore-timeout: per process (restore and unlock)
+	unsigned stall_timeout_ms = 30000;       // stall-timeout: a copy without progress this long is hung
+	MemoryCheck memory_check = MemoryCheck::Refuse; // memory-check: the dump's host memory preflight
 	unsigned parallel = 0;                   // parallel: processes handled at once, 0 = all
 	std::string libcuda;                     // libcuda: absolute path of libcuda.so.1 (default: loader's search)
 	DeviceMap device_map;                    // device-map: OLD=NEW,... GPU remapping on restore

@@ -121,15 +121,51 @@ void RestoreSession::restore_batch(const std::vector<pid_t> &candidates)
 		report_missing();
 }
 
+// The restore's progress: what each process's checkpoint held (the image) against the GPU memory it
+// holds again (NVML, asked once per look at all processes).
+PhaseProgress RestoreSession::restore_progress(const std::vector<pid_t> &pids)
+{
+	PhaseProgress progress{"restore", {}, {}, options_.stall_timeout_ms};
+	for (pid_t pid : pids) {
+		uint64_t expected = 0;
+		if (image_)
+			for (const ProcessRecord &r : image_->processes)
+				if (r.ns_pid == outcomes_[pid].ns_pid)
+					expected = r.state_bytes;
+		progress.expected.push_back(expected);
+	}
+	struct Looked {
+		uint64_t at_us = 0;
+		std::map<pid_t, uint64_t> bytes;
+	};
+	auto looked = std::make_shared<Looked>();
+	progress.bytes = [driver = driver_, pids, looked](size_t i) -> uint64_t {
+		if (now_us() > looked->at_us + 200000) {
+			looked->at_us = now_us();
+			auto m = ask<std::map<pid_t, uint64_t>>(driver, 2000, "ask NVML for the GPU memory of each process",
+								[](Driver &d) -> Result<std::map<pid_t, uint64_t>> {
+									if (auto m = d.gpu_bytes_by_process())
+										return std::move(*m);
+									return std::map<pid_t, uint64_t>();
+								});
+			looked->bytes = m ? std::move(*m) : std::map<pid_t, uint64_t>();
+		}
+		auto it = looked->bytes.find(pids[i]);
+		return it == looked->bytes.end() ? 0 : it->second;
+	};
+	return progress;
+}
+
 void RestoreSession::restore_all(std::vector<ProcJob> jobs)
 {
 	LOG_INFO("restoring %zu CUDA process(es)%s", jobs.size(), jobs.size() > 1 ? " in parallel" : "");
 	std::vector<pid_t> pids;
 	for (const ProcJob &j : jobs)
 		pids.push_back(j.pid);
+	PhaseProgress progress = restore_progress(pids);
 	uint64_t t0 = now_us();
-	std::vector<ProcResult> results =
-		run_proc_jobs(host_, driver_, std::move(jobs), options_.parallel, options_.restore_timeout_ms);
+	std::vector<ProcResult> results = run_proc_jobs(host_, driver_, std::move(jobs), options_.parallel,
+							options_.restore_timeout_ms, &progress);
 	device_phase_us_ += now_us() - t0;
 	for (size_t i = 0; i < pids.size(); i++) {
 		outcomes_[pids[i]].restore_us = results[i].us;

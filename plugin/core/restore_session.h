@@ -48,6 +48,7 @@ private:
 	std::vector<ProcJob> find_cuda_processes(const std::vector<pid_t> &candidates);
 	Status load_driver(pid_t pid);
 	void restore_all(std::vector<ProcJob> jobs);
+	PhaseProgress restore_progress(const std::vector<pid_t> &pids);
 	void report_missing();
 	Result<std::vector<GpuPair>> gpu_pairs();
 	void kill_if_criu_ignores_failure(const std::vector<pid_t> &candidates);

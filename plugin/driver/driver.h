@@ -5,6 +5,8 @@
 #include <sys/types.h>
 
 #include <cstdint>
+#include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -30,6 +32,8 @@ public:
 	virtual Result<std::vector<GpuInfo>> gpus() = 0;
 	// Free memory of a GPU now, in bytes; 0 when unknown.
 	virtual uint64_t free_bytes(const GpuUuid &uuid) = 0;
+	// GPU memory each process uses now (over all GPUs), by pid; nullopt when the driver cannot tell.
+	virtual std::optional<std::map<pid_t, uint64_t>> gpu_bytes_by_process() { return std::nullopt; }
 };
 
 } // namespace cuda_criu

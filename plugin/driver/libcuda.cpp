@@ -57,7 +57,16 @@ public:
 	Status checkpoint(pid_t pid) override
 	{
 		CUcheckpointCheckpointArgs args{};
-		return check(api_.checkpoint(pid, &args), "cuCheckpointProcessCheckpoint");
+		CUresult res = api_.checkpoint(pid, &args);
+		Status st = check(res, "cuCheckpointProcessCheckpoint");
+		if (res == CUDA_ERROR_NOT_SUPPORTED)
+			return make_error(EIO,
+					  "the NVIDIA driver cannot checkpoint this process: it uses CUDA managed memory "
+					  "(cudaMallocManaged / cuMemAllocManaged), or another feature the driver's checkpoint "
+					  "does not support (CUDA IPC memory shared with another process, an MPS client); "
+					  "free that memory before the dump, or leave the process out (%s)",
+					  st.error().message().c_str());
+		return st;
 	}
 
 	Status restore(pid_t pid, const std::vector<GpuPair> &pairs) override
@@ -92,6 +101,7 @@ public:
 	std::string version() const override { return version_; }
 
 	uint64_t free_bytes(const GpuUuid &uuid) override { return nvml_free_bytes(uuid); }
+	std::optional<std::map<pid_t, uint64_t>> gpu_bytes_by_process() override { return nvml_gpu_bytes_by_process(); }
 
 	Result<std::vector<GpuInfo>> gpus() override
 	{

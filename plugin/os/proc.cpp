@@ -119,6 +119,24 @@ uint64_t start_time_of(pid_t pid)
 	return 0;
 }
 
+uint64_t thread_cpu_ticks(pid_t pid, pid_t tid)
+{
+	auto text = read_small_file("/proc/" + std::to_string(pid) + "/task/" + std::to_string(tid) + "/stat");
+	if (!text)
+		return 0;
+	// The command name may hold spaces and parentheses: the fields start after its last ')'.
+	size_t end = text->rfind(')');
+	if (end == std::string::npos)
+		return 0;
+	std::istringstream rest(text->substr(end + 1));
+	std::string field;
+	uint64_t ticks = 0;
+	for (int i = 3; i <= 15 && rest >> field; i++)
+		if (i >= 14) // utime, stime
+			ticks += std::strtoull(field.c_str(), nullptr, 10);
+	return ticks;
+}
+
 bool process_exists(pid_t pid)
 {
 	char path[64];

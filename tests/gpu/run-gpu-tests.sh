@@ -27,8 +27,9 @@ for common in "$bundle/common.sh" "$bundle/../lib/common.sh" ""; do [ -f "$commo
 source "$common"
 work=${GPU_TESTS_WORK:-/var/tmp/cuda-criu-gpu-tests}
 python=${GPU_TESTS_PYTHON:-python3}
-all_tests=(memcheck-4g torch tree leave-running remap-self refuse-map remap-gpu1 tree-2gpu torch-2gpu auto-remap
-	remap-visible refuse-free refuse-driver cli-steps roundtrip-torch runc load torch-dataloader torch-forkpool)
+all_tests=(memcheck-4g torch tree leave-running managed-refused progress-16g cgroup-limit remap-self refuse-map
+	remap-gpu1 tree-2gpu torch-2gpu auto-remap remap-visible refuse-free refuse-driver cli-steps roundtrip-torch runc load
+	torch-dataloader torch-forkpool)
 memcheck_mb=${MEMCHECK_MB:-4096}
 torch_gb=${TORCH_GB:-4}
 tree_mb=${TREE_MB:-1024}
@@ -771,6 +772,81 @@ test_leave_running() {
 	rm -rf "$dir/img"
 }
 
+# Managed memory (cuMemAllocManaged): the driver refuses to checkpoint it. The dump must fail within 5 s,
+# say why in words, and leave the process running with its data.
+test_managed_refused() {
+	local name=managed-refused dir=$work/managed-refused pid base line t0 secs
+	start "$dir" "$bundle/bin/cuda_memcheck" --mb 256 --managed-mb 4 --state "$dir/state" --interval-ms 100
+	wait_state "$dir/state" 120 1 || { failed $name "before the dump: $why"; show_workload "$dir"; return; }
+	pid=$(state_value "$dir/state" pid)
+	started+=("$pid")
+	t0=$(now)
+	if dump "$dir" "$pid"; then
+		failed $name "criu dump succeeded on a process with managed memory"; kill_pids "$pid"; return
+	fi
+	secs=$(since "$t0")
+	line=$(grep -o 'Error (cuda_plugin):.*managed memory.*' "$dir/dump.log" | head -n1)
+	[ -n "$line" ] || { failed $name "no plugin error naming managed memory"; show_log "$dir/dump.log"; kill_pids "$pid"; return; }
+	awk -v s="$secs" 'BEGIN { exit !(s <= 5) }' || { failed $name "refused after $secs s (more than 5 s)"; kill_pids "$pid"; return; }
+	base=$(state_value "$dir/state" iterations)
+	advance 30 "$dir/state" "$base" || { failed $name "after the refused dump: $why"; show_workload "$dir"; kill_pids "$pid"; return; }
+	passed $name "dump refused in $secs s, the process runs on and verifies its data, iterations $after"
+	echo "  $line"
+	kill_pids "$pid"
+}
+
+# Progress lines of a large checkpoint and restore (PROGRESS_MB, default 16 GiB).
+test_progress_16g() {
+	local name=progress-16g dir=$work/progress-16g f
+	start "$dir" "$bundle/bin/cuda_memcheck" --mb "${PROGRESS_MB:-16384}" --state "$dir/state" --interval-ms 100
+	dump_restore_test $name "$dir" 300 "$dir/state"
+	for f in dump restore; do
+		if ! grep -qE 'cuda_plugin: (checkpoint|restore): .* [MG]B/s' "$dir/$f.log"; then
+			failed $name "no progress line in $f.log"; show_log "$dir/$f.log"; continue
+		fi
+		grep -oE 'cuda_plugin: (checkpoint|restore): .*' "$dir/$f.log" | sed 's/^/  /'
+	done
+}
+
+# A workload in a memory cgroup whose limit is below its GPU state: the dump is refused before any lock,
+# naming the cgroup; once the limit is raised the same process dumps and restores.
+test_cgroup_limit() {
+	local name=cgroup-limit dir=$work/cgroup-limit cg pid base line usage limit_file usage_file procs
+	if [ -f /sys/fs/cgroup/cgroup.controllers ]; then
+		cg=/sys/fs/cgroup/cuda-criu-gpu-test limit_file=memory.max usage_file=memory.current
+		grep -qw memory /sys/fs/cgroup/cgroup.subtree_control || echo +memory >/sys/fs/cgroup/cgroup.subtree_control 2>/dev/null
+	elif [ -d /sys/fs/cgroup/memory ]; then
+		cg=/sys/fs/cgroup/memory/cuda-criu-gpu-test limit_file=memory.limit_in_bytes usage_file=memory.usage_in_bytes
+	else
+		skipped $name "no memory cgroup controller"; return
+	fi
+	mkdir -p "$cg" && [ -f "$cg/$limit_file" ] || { skipped $name "cannot create a memory cgroup at $cg"; return; }
+	mkdir -p "$dir"
+	(echo $BASHPID >"$cg/cgroup.procs" && exec setsid -f "$bundle/bin/cuda_memcheck" --mb 2048 --state "$dir/state" \
+		--interval-ms 100 >"$dir/stdout" 2>"$dir/stderr" </dev/null)
+	wait_state "$dir/state" 120 1 || { failed $name "before the dump: $why"; show_workload "$dir"; return; }
+	pid=$(state_value "$dir/state" pid)
+	started+=("$pid")
+	usage=$(cat "$cg/$usage_file")
+	echo $((usage + 512 * 1024 * 1024)) >"$cg/$limit_file"
+	if dump "$dir" "$pid"; then
+		failed $name "criu dump succeeded with the cgroup limit below the GPU state"; kill_pids "$pid"; rmdir "$cg" 2>/dev/null; return
+	fi
+	line=$(grep -o 'Error (cuda_plugin):.*not enough memory.*' "$dir/dump.log" | head -n1)
+	[ -n "$line" ] || { failed $name "no plugin error about memory"; show_log "$dir/dump.log"; kill_pids "$pid"; return; }
+	grep -q 'cuda_plugin: .*lock' "$dir/dump.log" && grep -qE 'pid [0-9]+: running, restore thread' "$dir/dump.log" &&
+		{ failed $name "the process was locked before the refusal"; kill_pids "$pid"; return; }
+	base=$(state_value "$dir/state" iterations)
+	advance 30 "$dir/state" "$base" || { failed $name "after the refused dump: $why"; kill_pids "$pid"; return; }
+	echo "  refused: ${line#*): }"
+	if [ "$limit_file" = memory.max ]; then echo max >"$cg/$limit_file"; else echo -1 >"$cg/$limit_file"; fi
+	rm -rf "$dir/img"
+	dump_restore_test $name "$dir" 60 "$dir/state"
+	procs=$(cat "$cg/cgroup.procs" 2>/dev/null | xargs)
+	[ -z "$procs" ] || kill -9 $procs 2>/dev/null
+	sleep 0.5; rmdir "$cg" 2>/dev/null
+}
+
 # torch-dataloader / torch-forkpool: a deterministic training loop (torch_fork_train.py) whose data processes
 # were forked after CUDA started (DataLoader workers, fork start method; a multiprocessing fork pool). They
 # inherit the driver's device files and mappings, which the plugin restores as placeholders. The losses
@@ -870,6 +946,9 @@ for t in "$@"; do
 	torch) test_torch ;;
 	tree) test_tree ;;
 	leave-running) test_leave_running ;;
+	managed-refused) test_managed_refused ;;
+	progress-16g) test_progress_16g ;;
+	cgroup-limit) test_cgroup_limit ;;
 	remap-self) test_remap_self ;;
 	remap-gpu1) test_remap_gpu1 ;;
 	tree-2gpu) test_tree_2gpu ;;
