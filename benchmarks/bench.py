@@ -3,17 +3,21 @@
 
 Runs on a machine with an NVIDIA GPU, from the root of the bundle that scripts/gpu-bundle.sh builds:
 
-    python3 build/gpu-bundle/bench.py [--rounds 3] [--scenarios 1g,4g,16g,4x2g,torch,coldstart] [--out DIR]
+    python3 build/gpu-bundle/bench.py --cuda-checkpoint PATH [--rounds 3]
+        [--scenarios 1g,4g,16g,4x2g,torch,coldstart] [--compare-cli] [--out DIR]
 
-Each scenario is dumped and restored --rounds times with each plugin, the two alternating within a round.
-The baseline is CRIU's in-tree plugin built from the same CRIU source tree, which runs the cuda-checkpoint
-command line for every driver operation: NVIDIA's utility is not on this machine, so it runs ours
-(`cuda-criu`, through a `cuda-checkpoint` symlink that accepts that utility's command line).
+Each scenario is dumped and restored --rounds times with each plugin, alternating within a round. The
+baseline is CRIU's in-tree plugin built from the same CRIU source tree, which runs the cuda-checkpoint
+command line for every driver operation: with --cuda-checkpoint it runs NVIDIA's utility from that path
+(public NVIDIA/cuda-checkpoint repository, bin/x86_64_Linux/cuda-checkpoint; never part of this project).
+Without it the baseline runs our `cuda-criu` through its cuda-checkpoint compatible command line, and the
+report says so. --compare-cli adds the in-tree plugin driving our command line as a third variant.
 
-Figures per run: dump and restore seconds (wall time of `criu dump` / `criu restore`), seconds spent in the
-CUDA plugin's hooks (device phases, from the timestamps of CRIU's log), image size, and CRIU's peak
-resident memory. The workload's data is verified after every restore. Medians, ratios (ours / baseline),
-results.json and bench.png go to --out (default: $OUT or ./bench-out).
+Figures per run: dump and restore seconds (wall time of `criu dump` / `criu restore`), split into CRIU's own
+work (memory pages, files, the process tree) and the seconds spent in the CUDA plugin's hooks (device
+phases, from the timestamps of CRIU's log), image size, and CRIU's peak resident memory. The workload's data
+is verified after every restore. Medians, ratios (ours / baseline), results.json and bench.png go to --out
+(default: $OUT or ./bench-out).
 """
 import argparse
 import json
@@ -30,10 +34,14 @@ BUNDLE = os.path.dirname(os.path.abspath(__file__))
 CRIU = os.path.join(BUNDLE, "sbin", "criu")
 MEMCHECK = os.path.join(BUNDLE, "bin", "cuda_memcheck")
 TORCH = os.path.join(BUNDLE, "torch_workload.py")
+# variant -> CRIU's plugin directory and the folder put first in PATH (where the in-tree plugin finds the
+# cuda-checkpoint command line); "in-tree" is the baseline. main() fills in the baseline's utility.
 VARIANTS = {
     "ours": {"libdir": os.path.join(BUNDLE, "plugin"), "path": None},
     "in-tree": {"libdir": os.path.join(BUNDLE, "intree"), "path": os.path.join(BUNDLE, "bin")},
 }
+BASELINE = "in-tree"
+UTILITY = {"in-tree": "cuda-criu (this project's cuda-checkpoint compatible command line)"}
 # scenario -> (workload kind, size, CUDA processes[, extra workload arguments])
 SCENARIOS = {
     "1g": ("memcheck", 1024, 1),
@@ -221,6 +229,8 @@ def dump_and_restore(variant, w, name):
         "device_restore_s": device_seconds(os.path.join(img, "restore.log"), {9}),
         "image_gib": image / (1 << 30), "criu_peak_mib": max(dump_rss, restore_rss),
     }
+    r["criu_dump_s"] = max(0.0, r["dump_s"] - r["device_dump_s"])
+    r["criu_restore_s"] = max(0.0, r["restore_s"] - r["device_restore_s"])
     w.kill()
     for logname in ("dump.log", "restore.log"):
         shutil.copy(os.path.join(img, logname), os.path.join(WORK, "logs", f"{name}-{logname}"))
@@ -276,8 +286,9 @@ def med(rows, key):
 
 
 def report(results, cold, out_dir):
-    keys = [("dump_s", "dump s"), ("restore_s", "restore s"), ("device_dump_s", "dev dump s"),
-            ("device_restore_s", "dev restore s"), ("image_gib", "image GiB"), ("criu_peak_mib", "criu peak MiB")]
+    keys = [("dump_s", "dump s"), ("criu_dump_s", "criu dump s"), ("device_dump_s", "hooks dump s"),
+            ("restore_s", "restore s"), ("criu_restore_s", "criu rest. s"), ("device_restore_s", "hooks rest. s"),
+            ("image_gib", "image GiB"), ("criu_peak_mib", "criu peak MiB")]
     lines = []
     head = f"{'scenario':<18}" + "".join(f"{label:>15}" for _, label in keys)
     scenarios = [s for s in SCENARIOS if any(r["scenario"] == s for r in results)]
@@ -285,14 +296,17 @@ def report(results, cold, out_dir):
     for s in scenarios:
         for v in VARIANTS:
             rows = [r for r in results if r["scenario"] == s and r["variant"] == v]
-            table[(s, v)] = {k: med(rows, k) for k, _ in keys}
-    lines.append("medians over rounds; ratio = ours / in-tree (below 1: ours is faster or smaller)")
+            table[(s, v)] = {k: med([r for r in rows if k in r], k) for k, _ in keys}
+    for v, what in UTILITY.items():
+        lines.append(f"{v}: CRIU's in-tree plugin driving {what}")
+    lines.append(f"medians over rounds; ratio = ours / {BASELINE} (below 1: ours is faster or smaller); "
+                 "criu = CRIU's own work, hooks = inside the CUDA plugin's hooks")
     lines.append(head)
     for s in scenarios:
         for v in VARIANTS:
             lines.append(f"{s + ' ' + v:<18}" + "".join(f"{table[(s, v)][k]:>15.2f}" for k, _ in keys))
         lines.append(f"{s + ' ratio':<18}" + "".join(
-            f"{table[(s, 'ours')][k] / table[(s, 'in-tree')][k]:>15.2f}" if table[(s, 'in-tree')][k] else f"{'-':>15}"
+            f"{table[(s, 'ours')][k] / table[(s, BASELINE)][k]:>15.2f}" if table[(s, BASELINE)][k] else f"{'-':>15}"
             for k, _ in keys))
     if cold:
         lines.append("")
@@ -304,8 +318,8 @@ def report(results, cold, out_dir):
     with open(os.path.join(out_dir, "results.txt"), "w") as f:
         f.write(text + "\n")
     with open(os.path.join(out_dir, "results.json"), "w") as f:
-        json.dump({"runs": results, "cold_start": cold, "medians": {f"{s}/{v}": m for (s, v), m in table.items()}},
-                  f, indent=1)
+        json.dump({"runs": results, "cold_start": cold, "utilities": UTILITY,
+                   "medians": {f"{s}/{v}": m for (s, v), m in table.items()}}, f, indent=1)
     plot(table, scenarios, cold, os.path.join(out_dir, "bench.png"))
     counts = [n for n in GPU_COUNTS if f"{n}gpu" in scenarios]
     if counts:
@@ -351,12 +365,12 @@ def plot(table, scenarios, cold, path):
     panels = [("dump_s", "criu dump, s"), ("restore_s", "criu restore, s"), ("device_dump_s", "device phases of dump, s"),
               ("device_restore_s", "device phases of restore, s")]
     fig, axes = plt.subplots(1, len(panels) + (1 if cold else 0), figsize=(5 * (len(panels) + 1), 4.5))
-    width = 0.38
+    width = 0.8 / len(VARIANTS)
     for ax, (key, title) in zip(axes, panels):
         xs = range(len(scenarios))
         for i, v in enumerate(VARIANTS):
             vals = [table[(s, v)][key] for s in scenarios]
-            bars = ax.bar([x + (i - 0.5) * width for x in xs], vals, width, label=v)
+            bars = ax.bar([x + (i - (len(VARIANTS) - 1) / 2) * width for x in xs], vals, width, label=v)
             ax.bar_label(bars, fmt="%.1f", fontsize=7)
         ax.set_xticks(list(xs), scenarios)
         ax.set_title(title)
@@ -374,12 +388,38 @@ def plot(table, scenarios, cold, path):
     log(f"plot: {path}")
 
 
+def set_utilities(nvidia, compare_cli):
+    """Points the baseline at NVIDIA's utility (a folder in WORK holding a cuda-checkpoint link to it)."""
+    if not nvidia:
+        log("baseline: no --cuda-checkpoint given, the in-tree plugin drives our command line")
+        return
+    nvidia = os.path.abspath(nvidia)
+    if not os.access(nvidia, os.X_OK):
+        sys.exit(f"bench.py: --cuda-checkpoint {nvidia} is not an executable file")
+    folder = os.path.join(WORK, "nvidia-utility")
+    os.makedirs(folder, exist_ok=True)
+    os.symlink(nvidia, os.path.join(folder, "cuda-checkpoint"))
+    import hashlib
+    with open(nvidia, "rb") as f:
+        digest = hashlib.sha256(f.read()).hexdigest()[:16]
+    VARIANTS[BASELINE]["path"] = folder
+    UTILITY[BASELINE] = f"NVIDIA's cuda-checkpoint ({nvidia}, sha256 {digest}...)"
+    if compare_cli:
+        VARIANTS["in-tree+cuda-criu"] = {"libdir": os.path.join(BUNDLE, "intree"), "path": os.path.join(BUNDLE, "bin")}
+        UTILITY["in-tree+cuda-criu"] = "cuda-criu (this project's cuda-checkpoint compatible command line)"
+    log(f"baseline: {UTILITY[BASELINE]}")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--scenarios", default="1g,4g,16g,4x2g,torch,coldstart")
     ap.add_argument("--out", default=os.environ.get("OUT", "bench-out"))
     ap.add_argument("--scale", type=float, default=1.0, help="multiply every workload size (a quick dry run: 0.01)")
+    ap.add_argument("--cuda-checkpoint", metavar="PATH",
+                    help="NVIDIA's cuda-checkpoint utility, for the baseline (without it: our command line)")
+    ap.add_argument("--compare-cli", action="store_true",
+                    help="also run the in-tree plugin with our cuda-checkpoint compatible command line")
     ap.add_argument("--from-json", nargs="+", metavar="FILE",
                     help="no runs: report and plot the results.json files of earlier runs together")
     args = ap.parse_args()
@@ -390,6 +430,9 @@ def main():
                 data = json.load(f)
             results += data["runs"]
             cold += data["cold_start"]
+            UTILITY.update(data.get("utilities", {}))
+            for v in data.get("utilities", {}):
+                VARIANTS.setdefault(v, {"libdir": "", "path": None})
         os.makedirs(args.out, exist_ok=True)
         report(results, cold, args.out)
         return
@@ -403,6 +446,7 @@ def main():
     signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt("terminated")))
     shutil.rmtree(WORK, ignore_errors=True)
     os.makedirs(os.path.join(WORK, "logs"))
+    set_utilities(args.cuda_checkpoint, args.compare_cli)
     os.makedirs(args.out, exist_ok=True)
     wanted = args.scenarios.split(",")
     gpus = gpu_count()

@@ -19,9 +19,6 @@
 namespace cuda_criu::cli {
 namespace {
 
-// How long past the driver's own lock timeout we wait for it to answer.
-constexpr unsigned kLockGraceMs = 5000;
-
 struct Plan {
 	std::string action;          // lock, checkpoint, restore, unlock, suspend, resume, toggle
 	unsigned lock_timeout_ms = 0; // passed to the driver's lock (0: no limit)
@@ -85,7 +82,7 @@ Status perform(Driver &d, pid_t pid, const Plan &plan)
 				  "--action checkpoint or --action unlock");
 }
 
-struct Outcome {
+struct ActionResult {
 	pid_t pid = 0;
 	Status status;
 	std::optional<CudaState> state_after;
@@ -93,7 +90,7 @@ struct Outcome {
 
 // Runs plan on every pid at once. abandoned: set when a driver call was still running at its deadline
 // (its worker thread cannot be stopped; the caller must not run static destructors under it).
-std::vector<Outcome> run_plan(Driver &d, const std::vector<pid_t> &pids, const Plan &plan, bool &abandoned)
+std::vector<ActionResult> run_plan(Driver &d, const std::vector<pid_t> &pids, const Plan &plan, bool &abandoned)
 {
 	std::vector<std::shared_ptr<std::atomic<bool>>> finished;
 	std::vector<Job> jobs;
@@ -109,9 +106,9 @@ std::vector<Outcome> run_plan(Driver &d, const std::vector<pid_t> &pids, const P
 	}
 	std::vector<Status> results = run_jobs(std::move(jobs), 0, plan.wait_ms);
 	abandoned = false;
-	std::vector<Outcome> out;
+	std::vector<ActionResult> out;
 	for (size_t i = 0; i < pids.size(); i++) {
-		Outcome o;
+		ActionResult o;
 		o.pid = pids[i];
 		o.status = std::move(results[i]);
 		if (!finished[i]->load()) {
@@ -133,7 +130,7 @@ std::vector<Outcome> run_plan(Driver &d, const std::vector<pid_t> &pids, const P
 }
 
 // Ends the program; after an abandoned driver call without running static destructors.
-[[noreturn]] void finish(int rc, bool abandoned)
+[[noreturn]] void exit_program(int rc, bool abandoned)
 {
 	std::fflush(stdout);
 	std::fflush(stderr);
@@ -147,7 +144,7 @@ unsigned job_limit(unsigned lock_ms, bool locks, unsigned other_ms, bool other)
 {
 	if ((locks && lock_ms == 0) || (other && other_ms == 0))
 		return 0;
-	return (locks ? lock_ms + kLockGraceMs : 0) + (other ? other_ms : 0);
+	return (locks ? lock_ms + kDriverGraceMs : 0) + (other ? other_ms : 0);
 }
 
 // Fills the timeouts of plan from an explicit --timeout (timeout_ms, if given) and the plugin's options.
@@ -181,35 +178,21 @@ Result<std::vector<GpuInfo>> driver_gpus()
 	return (*d)->gpus();
 }
 
-// The driver wants every GPU of the machine paired once a map is given, also GPUs the process cannot
-// see: the GPUs the user's map leaves out are paired as the plugin pairs them (core/gpu_plan.h: the GPUs
-// of the map as the image's, the machine's others as those no process held).
-Result<std::vector<GpuPair>> complete_device_map(const std::vector<GpuPair> &given)
+// --device-map TEXT as every pair the driver needs (core/gpu_plan.h: plan_live_device_map). A map that
+// does not parse or does not fit this machine's GPUs is the user's error (*usage set); a driver that
+// cannot list the GPUs is not.
+Result<std::vector<GpuPair>> device_map_pairs(const std::string &text, bool *usage)
 {
+	*usage = true;
+	auto map = DeviceMap::parse(text);
+	if (!map)
+		return std::move(map).error();
 	auto here = driver_gpus();
-	if (!here)
-		return std::move(here).error().context("%s", "list the GPUs to complete the device map");
-	std::vector<GpuInfo> machine = SystemHost().machine_gpus();
-	const std::vector<GpuInfo> &all = machine.empty() ? *here : machine;
-	auto model = [&](const GpuUuid &u) {
-		for (const GpuInfo &g : all)
-			if (g.uuid == u)
-				return g.name;
-		return std::string();
-	};
-	ImageRecord image;
-	std::string map;
-	for (const GpuPair &p : given) {
-		image.gpus.push_back({p.from.str(), model(p.from), 0, "", -1});
-		map += (map.empty() ? "" : ",") + p.from.str() + "=" + p.to.str();
+	if (!here) {
+		*usage = false;
+		return std::move(here).error().context("%s", "list the GPUs for the device map");
 	}
-	for (const GpuInfo &g : all)
-		if (std::none_of(given.begin(), given.end(), [&](const GpuPair &p) { return p.from == g.uuid; }))
-			image.other_gpus.push_back({g.uuid.str(), g.name, 0, "", -1});
-	auto plan = plan_gpus(image, *here, machine, map);
-	if (!plan)
-		return std::move(plan).error();
-	return std::move(plan->pairs);
+	return plan_live_device_map(*map, *here, SystemHost().machine_gpus());
 }
 
 } // namespace
@@ -242,13 +225,12 @@ int cmd_action(const std::string &action, const Args &args)
 	Plan plan;
 	plan.action = action;
 	if (const std::string *m = a.value("--device-map")) {
-		auto pairs = parse_device_map(*m, driver_gpus);
+		bool usage = false;
+		auto pairs = device_map_pairs(*m, &usage);
 		if (!pairs)
-			return usage_error(action, "--device-map: " + pairs.error().message());
-		auto all = complete_device_map(*pairs);
-		if (!all)
-			return report_failure("--device-map: " + all.error().message());
-		plan.pairs = std::move(*all);
+			return usage ? usage_error(action, "--device-map: " + pairs.error().message())
+				     : report_failure("--device-map: " + pairs.error().message());
+		plan.pairs = std::move(*pairs);
 	}
 	auto options = load_options_from_environment();
 	if (!options)
@@ -259,12 +241,12 @@ int cmd_action(const std::string &action, const Args &args)
 	if (!d)
 		return report_failure(d.error().message());
 	bool abandoned = false;
-	std::vector<Outcome> outcomes = run_plan(**d, pids, plan, abandoned);
+	std::vector<ActionResult> outcomes = run_plan(**d, pids, plan, abandoned);
 
 	int rc = kExitOk;
 	JsonWriter j;
 	j.begin_object().key("processes").begin_array();
-	for (const Outcome &o : outcomes) {
+	for (const ActionResult &o : outcomes) {
 		if (!o.status)
 			rc = kExitFailure;
 		j.begin_object().field("pid", o.pid).field("ok", o.status.ok());
@@ -287,7 +269,7 @@ int cmd_action(const std::string &action, const Args &args)
 	j.end_array().end_object();
 	if (a.has("--json"))
 		std::fputs(j.str().c_str(), stdout);
-	finish(rc, abandoned);
+	exit_program(rc, abandoned);
 }
 
 int cmd_compat(const std::string &program, const Args &args)
@@ -342,15 +324,15 @@ int cmd_compat(const std::string &program, const Args &args)
 	if (const std::string *m = a.value("--device-map")) {
 		if (plan.action != "restore" && plan.action != "toggle")
 			return usage("--device-map goes with --action restore or --toggle");
-		auto pairs = parse_device_map(*m, driver_gpus);
-		if (!pairs)
-			return usage("--device-map: " + pairs.error().message());
-		auto all = complete_device_map(*pairs);
-		if (!all) {
-			std::fprintf(stderr, "%s: --device-map: %s\n", program.c_str(), all.error().message().c_str());
+		bool map_usage = false;
+		auto pairs = device_map_pairs(*m, &map_usage);
+		if (!pairs) {
+			if (map_usage)
+				return usage("--device-map: " + pairs.error().message());
+			std::fprintf(stderr, "%s: --device-map: %s\n", program.c_str(), pairs.error().message().c_str());
 			return kExitFailure;
 		}
-		plan.pairs = std::move(*all);
+		plan.pairs = std::move(*pairs);
 	}
 	auto options = load_options_from_environment();
 	if (!options) {
@@ -383,13 +365,13 @@ int cmd_compat(const std::string &program, const Args &args)
 	}
 	set_timeouts(plan, *options, timeout_ms);
 	bool abandoned = false;
-	std::vector<Outcome> outcomes = run_plan(**d, {*pid}, plan, abandoned);
+	std::vector<ActionResult> outcomes = run_plan(**d, {*pid}, plan, abandoned);
 	int rc = kExitOk;
 	if (!outcomes[0].status) {
 		std::fprintf(stderr, "%s: %s\n", program.c_str(), outcomes[0].status.error().message().c_str());
 		rc = kExitFailure;
 	}
-	finish(rc, abandoned);
+	exit_program(rc, abandoned);
 }
 
 } // namespace cuda_criu::cli

@@ -83,15 +83,6 @@ Result<pid_t> parse_pid(const std::string &text)
 	return static_cast<pid_t>(v);
 }
 
-Result<unsigned> parse_seconds(const std::string &text)
-{
-	char *end = nullptr;
-	double s = std::strtod(text.c_str(), &end);
-	if (text.empty() || *end != '\0' || !std::isfinite(s) || s < 0 || s > kMaxSeconds)
-		return make_error(EINVAL, "'%s' is not a number of seconds (0 to %.0f)", text.c_str(), kMaxSeconds);
-	return static_cast<unsigned>(std::lround(s * 1000));
-}
-
 Result<unsigned> parse_milliseconds(const std::string &text)
 {
 	auto v = parse_count(text, 0, static_cast<unsigned long>(kMaxSeconds * 1000));
@@ -109,51 +100,6 @@ Result<unsigned long> parse_count(const std::string &text, unsigned long min, un
 	if (!all_digits(text) || errno || v < min || v > max)
 		return make_error(EINVAL, "'%s' is not a whole number from %lu to %lu", text.c_str(), min, max);
 	return v;
-}
-
-Result<std::vector<GpuPair>> parse_device_map(const std::string &text,
-					       const std::function<Result<std::vector<GpuInfo>>()> &list_gpus)
-{
-	std::vector<GpuInfo> gpus; // listed at the first index
-	bool listed = false;
-	auto uuid_of = [&](const std::string &key) -> Result<GpuUuid> {
-		if (!all_digits(key))
-			return GpuUuid::parse(key);
-		if (!listed) {
-			auto l = list_gpus();
-			if (!l)
-				return std::move(l).error().context("%s", "GPU indices need the driver's GPU list");
-			gpus = std::move(*l);
-			listed = true;
-		}
-		for (const GpuInfo &g : gpus)
-			if (std::to_string(g.ordinal) == key)
-				return g.uuid;
-		return make_error(ENODEV, "there is no GPU %s here (%zu GPU(s))", key.c_str(), gpus.size());
-	};
-	std::vector<GpuPair> pairs;
-	size_t start = 0;
-	while (start <= text.size() && !text.empty()) {
-		size_t comma = text.find(',', start);
-		std::string entry = text.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
-		start = comma == std::string::npos ? text.size() + 1 : comma + 1;
-		size_t eq = entry.find('=');
-		if (eq == std::string::npos)
-			return make_error(EINVAL, "device map '%s': entry '%s' is not OLD=NEW", text.c_str(), entry.c_str());
-		std::string from = entry.substr(0, eq), to = entry.substr(eq + 1);
-		auto old_uuid = uuid_of(from);
-		if (!old_uuid)
-			return std::move(old_uuid).error().context("device map '%s'", text.c_str());
-		auto new_uuid = uuid_of(to);
-		if (!new_uuid)
-			return std::move(new_uuid).error().context("device map '%s'", text.c_str());
-		for (const GpuPair &p : pairs)
-			if (p.from == *old_uuid)
-				return make_error(EINVAL, "device map '%s': %s is mapped twice", text.c_str(),
-						  old_uuid->str().c_str());
-		pairs.push_back({*old_uuid, *new_uuid});
-	}
-	return pairs;
 }
 
 } // namespace cuda_criu::cli

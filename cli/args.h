@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "base/result.h"
+#include "base/text.h"
 #include "driver/driver.h"
 
 namespace cuda_criu::cli {
@@ -42,17 +43,10 @@ Result<ParsedArgs> parse_args(const std::vector<std::string> &args, const std::v
 // A process id: a positive decimal number.
 Result<pid_t> parse_pid(const std::string &text);
 // Non-negative seconds, fractions allowed, at most a day; returned in milliseconds.
-Result<unsigned> parse_seconds(const std::string &text);
+using cuda_criu::parse_seconds;
 // Milliseconds as cuda-checkpoint takes them: a non-negative integer, at most a day.
 Result<unsigned> parse_milliseconds(const std::string &text);
 // An unsigned integer in [min, max].
 Result<unsigned long> parse_count(const std::string &text, unsigned long min, unsigned long max);
-
-// "OLD=NEW[,OLD=NEW...]" with GPU UUIDs as nvidia-smi -L prints them ("GPU-xxxxxxxx-..."). GPU indices
-// are refused with a message saying so; an empty text is an empty map.
-// "OLD=NEW,..." with GPU UUIDs or indices (this machine's CUDA ordinals, from list_gpus, called only
-// when an index appears).
-Result<std::vector<GpuPair>> parse_device_map(const std::string &text,
-					       const std::function<Result<std::vector<GpuInfo>>()> &list_gpus);
 
 } // namespace cuda_criu::cli

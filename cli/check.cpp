@@ -1,6 +1,4 @@
 // cuda-criu check: can this machine checkpoint and restore CUDA processes? One line per check.
-#include <dlfcn.h>
-#include <link.h>
 #include <linux/kcmp.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -15,10 +13,13 @@
 #include "cli.h"
 #include "core/options.h"
 #include "criu_info.h"
+#include "base/text.h"
+#include "driver/cuda_api.h"
 #include "driver/libcuda.h"
 #include "driver/nvml.h"
 #include "elf_file.h"
 #include "json.h"
+#include "preflight.h"
 
 namespace cuda_criu::cli {
 namespace {
@@ -88,8 +89,6 @@ bool exists(const std::string &path)
 	return stat(path.c_str(), &st) == 0;
 }
 
-std::string gib(uint64_t bytes) { return format("%.1f GiB", bytes / double(1ULL << 30)); }
-
 // ---- driver and GPUs ----
 
 void check_driver(Checks &c, Facts &facts, const CheckOptions &o, const std::string &libcuda)
@@ -99,31 +98,18 @@ void check_driver(Checks &c, Facts &facts, const CheckOptions &o, const std::str
 	const std::string no_gpu_hint =
 		"this machine shows no NVIDIA GPU (no /proc/driver/nvidia/gpus entry): nothing to checkpoint here "
 		"(--require-gpu makes this a failure)";
-	const char *file = libcuda.empty() ? "libcuda.so.1" : libcuda.c_str();
-
-	// RTLD_NODELETE: load_libcuda below opens the same library and keeps it for the process's life.
-	void *lib = dlopen(file, RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE);
+	// Opened (not initialised) first: the library may lack the checkpoint API, which is reported below.
+	auto lib = open_libcuda(libcuda);
 	if (!lib) {
-		const char *why = dlerror();
-		c.add("driver", missing, format("cannot load %s: %s", file, why ? why : "unknown error"),
+		c.add("driver", missing, lib.error().message(),
 		      gpu_expected ? "install the NVIDIA driver (r570 or newer), or set CUDA_CRIU_LIBCUDA to the path of "
 				     "libcuda.so.1"
 				   : no_gpu_hint);
 		return;
 	}
 	facts.driver_loaded = true;
-	link_map *lm = nullptr;
-	facts.library = file;
-	if (dlinfo(lib, RTLD_DI_LINKMAP, &lm) == 0 && lm && lm->l_name && *lm->l_name) {
-		char real[PATH_MAX];
-		facts.library = realpath(lm->l_name, real) ? real : lm->l_name;
-	}
-	using GetVersion = int (*)(int *);
-	if (auto get_version = reinterpret_cast<GetVersion>(dlsym(lib, "cuDriverGetVersion"))) {
-		int v = 0;
-		if (get_version(&v) == 0)
-			facts.cuda_version = format("%d.%d", v / 1000, (v % 1000) / 10);
-	}
+	facts.library = lib->file;
+	facts.cuda_version = lib->cuda_version;
 	facts.kernel_module_version = kernel_driver_version();
 
 	std::string detail = facts.library;
@@ -142,13 +128,8 @@ void check_driver(Checks &c, Facts &facts, const CheckOptions &o, const std::str
 	else
 		c.add("driver", Level::Ok, detail);
 
-	static const char *const kApi[] = {"cuCheckpointProcessLock",     "cuCheckpointProcessCheckpoint",
-					   "cuCheckpointProcessRestore",  "cuCheckpointProcessUnlock",
-					   "cuCheckpointProcessGetState", "cuCheckpointProcessGetRestoreThreadId"};
-	std::string absent;
-	for (const char *sym : kApi)
-		if (!dlsym(lib, sym))
-			absent += (absent.empty() ? "" : ", ") + std::string(sym);
+	CudaApi api;
+	std::string absent = resolve_cuda_api(lib->handle, api, EntryKind::Checkpoint);
 	if (!absent.empty()) {
 		c.add("checkpoint-api", missing, "the driver lacks " + absent,
 		      "CUDA checkpoint/restore needs NVIDIA driver r570 or newer: upgrade the driver");
@@ -175,9 +156,9 @@ void check_driver(Checks &c, Facts &facts, const CheckOptions &o, const std::str
 	}
 	for (GpuInfo &g : *gpus) {
 		g.free_bytes = (*d)->free_bytes(g.uuid);
-		std::string free = g.free_bytes ? " (" + gib(g.free_bytes) + " free)" : "";
+		std::string free = g.free_bytes ? " (" + human_bytes(g.free_bytes) + " free)" : "";
 		c.add(format("gpu%d", g.ordinal), Level::Ok,
-		      format("%s %s, %s%s, %s", g.uuid.str().c_str(), g.name.c_str(), gib(g.memory_bytes).c_str(),
+		      format("%s %s, %s%s, %s", g.uuid.str().c_str(), g.name.c_str(), human_bytes(g.memory_bytes).c_str(),
 			     free.c_str(), g.pci_bus_id.c_str()));
 	}
 	facts.gpus = std::move(*gpus);
@@ -186,7 +167,7 @@ void check_driver(Checks &c, Facts &facts, const CheckOptions &o, const std::str
 // NVML tells a restore how much memory is free on each GPU; without it only the total is checked.
 void check_nvml(Checks &c)
 {
-	if (!exists("/proc/driver/nvidia"))
+	if (!nvidia_kernel_driver_loaded())
 		return; // no NVIDIA kernel driver
 	if (load_nvml())
 		c.add("nvml", Level::Ok, "libnvidia-ml.so.1: a restore checks the free memory of the GPUs it uses");
@@ -200,7 +181,7 @@ void check_nvml(Checks &c)
 // initialized runs (a mode set with `nvidia-smi -pm 1` cannot be seen without NVML).
 void check_persistence(Checks &c, const std::vector<GpuInfo> &gpus)
 {
-	if (!exists("/proc/driver/nvidia"))
+	if (!nvidia_kernel_driver_loaded())
 		return; // no NVIDIA kernel driver: nothing to persist
 	const char *hint = "enable it (nvidia-smi -pm 1, or systemctl enable --now nvidia-persistenced): without "
 			   "persistence, a GPU whose processes are all checkpointed is shut down, and set up again at "
@@ -258,7 +239,7 @@ void check_criu(Checks &c, Facts &facts, const CheckOptions &o)
 		} else {
 			facts.criu_version = *v;
 			c.add("criu", Level::Ok, format("%s: CRIU %s", loc->path.c_str(), v->text.c_str()));
-			if (v->at_least(4, 0))
+			if (has_device_hooks(*v))
 				c.add("criu-device-hooks", Level::Ok,
 				      format("CRIU %s has the PAUSE_DEVICES, CHECKPOINT_DEVICES and RESUME_DEVICES_LATE hooks",
 					     v->text.c_str()));
@@ -304,21 +285,24 @@ void check_plugin(Checks &c, const CheckOptions &o)
 		const std::string install_hint =
 			"install it there: 'cmake --install BUILD' puts it into /usr/lib/criu (CRIU_PLUGIN_DIR); or copy "
 			"BUILD/plugin/cuda_plugin.so";
-		if (!exists(file)) {
+		std::string error;
+		switch (classify_plugin(file, error)) {
+		case PluginFile::Missing:
 			c.add(name, missing, format("no %s in %s (the plugin directory of %s)", kPluginFileName, d.dir.c_str(), users.c_str()),
 			      install_hint);
-			continue;
-		}
-		auto ours = file_contains(file, kPluginMarker);
-		if (!ours) {
-			c.add(name, missing, ours.error().message());
-		} else if (!*ours) {
+			break;
+		case PluginFile::Unreadable:
+			c.add(name, missing, error);
+			break;
+		case PluginFile::CriusOwn:
 			c.add(name, missing,
 			      format("%s is CRIU's own CUDA plugin (it runs cuda-checkpoint), not cuda-criu's (used by %s)",
 				     file.c_str(), users.c_str()),
 			      install_hint + " (it has the same file name)");
-		} else {
+			break;
+		case PluginFile::Ours:
 			c.add(name, Level::Ok, format("%s (used by %s)", file.c_str(), users.c_str()));
+			break;
 		}
 	}
 

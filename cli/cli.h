@@ -18,6 +18,10 @@ inline constexpr int kExitUsage = 2;
 
 using Args = std::vector<std::string>;
 
+// The time a helper program has to answer (criu --version), and the grace a driver call gets past its
+// own timeout.
+inline constexpr unsigned kGraceMs = 5000;
+
 int cmd_check(const Args &args);
 int cmd_inspect(const Args &args);
 int cmd_ps(const Args &args);

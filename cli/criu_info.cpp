@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <fstream>
 
+#include "cli.h"
 #include "subprocess.h"
 
 namespace cuda_criu::cli {
@@ -51,10 +52,10 @@ Result<CriuLocation> find_criu(const std::string &explicit_path)
 	return make_error(ENOENT, "no criu in /usr/local/sbin, /usr/sbin, /usr/bin or $PATH");
 }
 
-Result<CriuVersion> criu_version(const std::string &path)
+Result<CriuVersion> criu_version(const std::string &path, const std::vector<std::string> &env)
 {
 	int status = 0;
-	auto out = run_capture({path, "--version"}, 5000, status);
+	auto out = run_capture({path, "--version"}, kGraceMs, status, 64 * 1024, env);
 	if (!out)
 		return std::move(out).error();
 	if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)

@@ -26,8 +26,9 @@ struct CriuVersion {
 	bool at_least(int ma, int mi) const { return major > ma || (major == ma && minor >= mi); }
 };
 
-// Runs `path --version` (5 s limit) and parses its "Version: X.Y[.Z]" line.
-Result<CriuVersion> criu_version(const std::string &path);
+// Runs `path --version` (kGraceMs limit; env added to its environment, for a CRIU that needs
+// LD_LIBRARY_PATH) and parses its "Version: X.Y[.Z]" line.
+Result<CriuVersion> criu_version(const std::string &path, const std::vector<std::string> &env = {});
 
 // CRIU with criu-patches/ applied exports this flag (a failing RESUME_DEVICES_LATE fails the restore).
 inline constexpr const char *kCriuPatchSymbol = "criu_resume_devices_late_errors_fatal";

@@ -309,8 +309,8 @@ SIGINT, SIGTERM or SIGHUP, and the work directory is removed unless --keep-image
                   whose libraries are not installed
 --criu-arg ARG    one more argument for criu dump and criu restore (repeatable), e.g.
                   --tcp-established or --ext-unix-sk
---dir DIR         the work directory (new or empty; default: a new one in $TMPDIR or /tmp). Large GPU
-                  images need room: point it at a disk, not a tmpfs
+--dir DIR         the work directory (new, or empty and writable by you alone; default: a new one in
+                  $TMPDIR or /tmp). Large GPU images need room: point it at a disk, not a tmpfs
 --keep-images     keep the work directory: images-N/ (each cycle's images and CRIU logs),
                   program.log, criu-*.out
 --start-timeout SECONDS    to get ready (default 120)

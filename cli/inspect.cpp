@@ -4,10 +4,12 @@
 #include <cstdio>
 #include <ctime>
 
+#include "base/text.h"
 #include "cli.h"
 #include "image/image.h"
 #include "json.h"
 #include "os/unique_fd.h"
+#include "units.h"
 
 namespace cuda_criu::cli {
 namespace {
@@ -29,24 +31,26 @@ void print_text(const ImageRecord &r)
 	uint64_t total = 0;
 	for (const ProcessRecord &p : r.processes)
 		total += p.state_bytes;
-	std::printf("image format %u, plugin %s, NVIDIA driver %s, host %s\n", r.version, r.plugin_version.c_str(),
-		    r.driver_version.c_str(), r.hostname.c_str());
+	// The image's text is untrusted: escaped, so that it cannot send escape sequences to the terminal.
+	std::printf("image format %u, plugin %s, NVIDIA driver %s, host %s\n", r.version, printable(r.plugin_version).c_str(),
+		    printable(r.driver_version).c_str(), printable(r.hostname).c_str());
 	std::printf("written %s; checkpoint phase %.3f s (all processes)\n", utc_time(r.created_unix).c_str(),
 		    r.device_phase_us / 1e6);
-	std::printf("%zu CUDA process(es), %.1f MiB of GPU state in all\n", r.processes.size(), total / double(1 << 20));
+	std::printf("%zu CUDA process(es), %s of GPU state in all\n", r.processes.size(), mib(total).c_str());
 	for (const GpuRecord &g : r.gpus)
-		std::printf("GPU %d: %s %s, %.1f GiB, %s\n", g.ordinal, g.uuid.c_str(), g.name.c_str(),
-			    g.memory_bytes / double(1ULL << 30), g.pci_bus_id.c_str());
+		std::printf("GPU %d: %s %s, %.1f GiB, %s\n", g.ordinal, g.uuid.str().c_str(), printable(g.name).c_str(),
+			    g.memory_bytes / double(1ULL << 30), printable(g.pci_bus_id).c_str());
 	for (const GpuRecord &g : r.other_gpus)
-		std::printf("GPU %d: %s %s, %s (no process held it)\n", g.ordinal, g.uuid.c_str(), g.name.c_str(),
-			    g.pci_bus_id.c_str());
+		std::printf("GPU %d: %s %s, %s (no process held it)\n", g.ordinal, g.uuid.str().c_str(),
+			    printable(g.name).c_str(), printable(g.pci_bus_id).c_str());
 	std::printf("%-8s %-8s %-13s %12s %10s %12s  %s\n", "PID", "NS-PID", "FOUND", "GPU-STATE", "LOCK", "CHECKPOINT",
 		    "GPUS");
 	for (const ProcessRecord &p : r.processes) {
 		std::string gpus;
 		for (const auto &u : p.gpu_uuids)
-			gpus += (gpus.empty() ? "" : ",") + u;
-		std::printf("%-8d %-8d %-13s %8.1f MiB %7.1f ms %10.3f s  %s\n", p.pid, p.ns_pid, p.initial_state.c_str(),
+			gpus += (gpus.empty() ? "" : ",") + u.str();
+		std::printf("%-8d %-8d %-13s %8.1f MiB %7.1f ms %10.3f s  %s\n", p.pid, p.ns_pid,
+			    p.initial_state ? to_string(*p.initial_state) : "unknown",
 			    p.state_bytes / double(1 << 20), p.lock_us / 1e3, p.checkpoint_us / 1e6, gpus.c_str());
 	}
 }
@@ -68,7 +72,7 @@ void print_json(const std::string &dir, const std::optional<ImageRecord> &img)
 			for (const GpuRecord &g : key == std::string("gpus") ? r.gpus : r.other_gpus)
 				j.begin_object()
 					.field("ordinal", g.ordinal)
-					.field("uuid", g.uuid)
+					.field("uuid", g.uuid.str())
 					.field("name", g.name)
 					.field("memory_bytes", g.memory_bytes)
 					.field("pci_bus_id", g.pci_bus_id)
@@ -80,13 +84,13 @@ void print_json(const std::string &dir, const std::optional<ImageRecord> &img)
 			j.begin_object()
 				.field("pid", p.pid)
 				.field("ns_pid", p.ns_pid)
-				.field("initial_state", p.initial_state)
+				.field("initial_state", p.initial_state ? to_string(*p.initial_state) : "")
 				.field("state_bytes", p.state_bytes)
 				.field("lock_us", p.lock_us)
 				.field("checkpoint_us", p.checkpoint_us);
 			j.key("gpu_uuids").begin_array();
 			for (const auto &u : p.gpu_uuids)
-				j.value(u);
+				j.value(u.str());
 			j.end_array().end_object();
 		}
 		j.end_array();

@@ -13,20 +13,28 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
-#include <thread>
 
 #include "cli.h"
-#include "criu_info.h"
-#include "elf_file.h"
 #include "image/image.h"
 #include "os/proc.h"
 #include "os/unique_fd.h"
+#include "preflight.h"
+#include "roundtrip/criu.h"
+#include "roundtrip/logs.h"
+#include "roundtrip/processes.h"
+#include "roundtrip/signals.h"
+#include "roundtrip/workdir.h"
 #include "subprocess.h"
+#include "units.h"
 
 namespace cuda_criu::cli {
 namespace {
 
-using Clock = std::chrono::steady_clock;
+using roundtrip::Clock;
+using roundtrip::LogBlock;
+using roundtrip::seconds_since;
+
+constexpr unsigned kCriuMs = 600 * 1000;
 
 struct SelftestOptions {
 	std::string criu;
@@ -36,8 +44,6 @@ struct SelftestOptions {
 	std::string parent_dir = "/tmp";
 	bool keep = false;
 };
-
-double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
 std::map<std::string, std::string> read_state(const std::string &path)
 {
@@ -62,40 +68,6 @@ std::string status_of(const std::map<std::string, std::string> &state)
 	return it == state.end() ? "" : it->second;
 }
 
-// The lines of a CRIU log worth showing after a failure: its errors, else its end.
-std::vector<std::string> log_excerpt(const std::string &path, size_t max_lines = 12)
-{
-	std::ifstream f(path);
-	std::vector<std::string> all, errors;
-	std::string line;
-	while (std::getline(f, line)) {
-		all.push_back(line);
-		if (line.find("Error") != std::string::npos || line.find("FAIL") != std::string::npos)
-			errors.push_back(line);
-	}
-	std::vector<std::string> &src = errors.empty() ? all : errors;
-	size_t from = src.size() > max_lines ? src.size() - max_lines : 0;
-	return std::vector<std::string>(src.begin() + static_cast<long>(from), src.end());
-}
-
-uint64_t directory_bytes(const std::string &dir)
-{
-	uint64_t total = 0;
-	std::error_code ec;
-	for (const auto &entry : std::filesystem::directory_iterator(dir, ec))
-		if (entry.is_regular_file(ec))
-			if (uintmax_t n = entry.file_size(ec); !ec)
-				total += n;
-	return total;
-}
-
-// Best effort: what cannot be removed is left behind, the rest goes.
-void remove_tree(const std::string &dir)
-{
-	std::error_code ec;
-	std::filesystem::remove_all(dir, ec);
-}
-
 class Selftest {
 public:
 	explicit Selftest(SelftestOptions o) : o_(std::move(o)) {}
@@ -112,7 +84,7 @@ public:
 		}
 		if (!work_dir_.empty()) {
 			if (passed_ && !o_.keep)
-				remove_tree(work_dir_);
+				work_.clear();
 			else
 				std::printf("work directory kept: %s\n", work_dir_.c_str());
 		}
@@ -138,20 +110,26 @@ private:
 		std::fflush(stdout);
 	}
 
+	// log: the lines that explain the failure (a CRIU log's errors and the plugin's lines, or the end of
+	// the workload's output).
 	bool fail(const char *step, const std::string &detail, const std::string &hint = {},
-		  const std::string &log = {})
+		  const std::vector<LogBlock> &logs = {})
 	{
 		std::printf("FAIL  %-8s %s\n", step, detail.c_str());
 		if (!hint.empty())
 			std::printf("      hint: %s\n", hint.c_str());
-		if (!log.empty()) {
-			std::printf("      %s:\n", log.c_str());
-			for (const std::string &l : log_excerpt(log))
+		for (const LogBlock &log : logs) {
+			if (log.lines.empty())
+				continue;
+			std::printf("      %s:\n", log.file.c_str());
+			for (const std::string &l : log.lines)
 				std::printf("        %s\n", l.c_str());
 		}
 		std::fflush(stdout);
 		return false;
 	}
+
+	std::vector<LogBlock> workload_tail() const { return {roundtrip::tail_of(workload_log_)}; }
 
 	std::vector<std::string> criu_env() const
 	{
@@ -167,26 +145,10 @@ private:
 		auto t = Clock::now();
 		if (geteuid() != 0)
 			return fail("setup", "not root", "CRIU needs root: run 'sudo cuda-criu selftest'");
-		auto loc = find_criu(o_.criu);
-		if (!loc)
-			return fail("setup", loc.error().message(), "install CRIU 4.0 or newer, or pass --criu PATH");
-		if (loc->only_in_path)
-			return fail("setup", "criu found only through $PATH at " + loc->path,
-				    "pass --criu " + loc->path + " to use it");
-		criu_ = loc->path;
-		auto version = criu_version(criu_);
-		if (!version)
-			return fail("setup", version.error().message());
-		if (!version->at_least(4, 0))
-			return fail("setup", "CRIU " + version->text + " predates 4.0 (no device hooks)", "install CRIU 4.0 or newer");
-		std::string plugin = o_.libdir + "/" + kPluginFileName;
-		auto ours = file_contains(plugin, kPluginMarker);
-		if (!ours)
-			return fail("setup", "plugin: " + ours.error().message(),
-				    "give the directory holding cuda_plugin.so with --libdir, or install it into /usr/lib/criu");
-		if (!*ours)
-			return fail("setup", plugin + " is CRIU's own CUDA plugin, not cuda-criu's",
-				    "point --libdir at the directory of this project's cuda_plugin.so");
+		Preflight criu = preflight_criu_and_plugin(o_.criu, o_.libdir);
+		if (!criu.ok)
+			return fail("setup", criu.message, criu.hint);
+		criu_.emplace(roundtrip::CriuSetup{criu.criu, o_.libdir, criu_env(), {}}, work_);
 		auto d = open_driver(o_.libcuda);
 		if (!d)
 			return fail("setup", d.error().message(), "cuda-criu check tells more");
@@ -196,23 +158,21 @@ private:
 			return fail("setup", gpus ? "the driver sees no GPU" : gpus.error().message(),
 				    "cuda-criu check tells more");
 
-		std::string base = o_.parent_dir + "/cuda-criu-selftest.XXXXXX";
-		std::vector<char> tmpl(base.begin(), base.end());
-		tmpl.push_back('\0');
-		if (!mkdtemp(tmpl.data()))
-			return fail("setup", format("cannot create a work directory in %s: %s", o_.parent_dir.c_str(),
-						    errno_string(errno).c_str()));
-		work_dir_ = tmpl.data();
+		auto work = roundtrip::WorkDir::make_temp(o_.parent_dir, "cuda-criu-selftest");
+		if (!work)
+			return fail("setup", work.error().message());
+		work_ = std::move(*work);
+		work_dir_ = work_.path();
 		images_ = work_dir_ + "/images";
 		state_file_ = work_dir_ + "/workload.state";
-		if (mkdir(images_.c_str(), 0700) != 0)
-			return fail("setup", format("mkdir %s: %s", images_.c_str(), errno_string(errno).c_str()));
+		if (auto made = work_.make_dir("images"); !made)
+			return fail("setup", made.error().message());
 		// The restored workload is CRIU's child; once CRIU exits it is reparented here, to be waited for.
 		if (prctl(PR_SET_CHILD_SUBREAPER, 1) != 0)
 			return fail("setup", "prctl(PR_SET_CHILD_SUBREAPER): " + errno_string(errno));
 		ok("setup",
-		   format("CRIU %s (%s), plugin %s, GPU 0 %s (%s), driver %s; work directory %s", version->text.c_str(),
-			  criu_.c_str(), plugin.c_str(), (*gpus)[0].name.c_str(), (*gpus)[0].uuid.str().c_str(),
+		   format("CRIU %s (%s), plugin %s, GPU 0 %s (%s), driver %s; work directory %s", criu.version.text.c_str(),
+			  criu.criu.c_str(), criu.plugin.c_str(), (*gpus)[0].name.c_str(), (*gpus)[0].uuid.str().c_str(),
 			  driver_->version().c_str(), work_dir_.c_str()),
 		   seconds_since(t));
 		return true;
@@ -225,16 +185,16 @@ private:
 		if (!self)
 			return fail("start", self.error().message());
 		workload_log_ = work_dir_ + "/workload.log";
-		UniqueFd log(open(workload_log_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
-		if (!log.valid())
-			return fail("start", format("create %s: %s", workload_log_.c_str(), errno_string(errno).c_str()));
+		auto log = work_.create_file("workload.log");
+		if (!log)
+			return fail("start", log.error().message());
 		SpawnOptions so;
 		so.argv = {*self, kSelftestWorkloadCommand, "--mb", std::to_string(o_.mb), "--state", state_file_};
 		if (!o_.libcuda.empty())
 			so.argv.insert(so.argv.end(), {"--libcuda", o_.libcuda});
 		// CRIU dumps a session leader without a terminal and with plain files as stdio, no options needed.
 		so.new_session = true;
-		so.stdout_fd = so.stderr_fd = log.get();
+		so.stdout_fd = so.stderr_fd = log->get();
 		so.cwd = "/";
 		auto child = Child::spawn(so);
 		if (!child)
@@ -258,12 +218,12 @@ private:
 				if (!status.empty() && status != "ok")
 					return workload_failed(status);
 				return fail("start", "the workload " + describe_wait_status(*st) + " before it was ready", {},
-					    workload_log_);
+					    workload_tail());
 			}
 			if (seconds_since(t) >= limit_s)
 				return fail("start", format("the workload did not fill and check its memory within %u s", limit_s),
-					    {}, workload_log_);
-			std::this_thread::sleep_for(std::chrono::milliseconds(20));
+					    {}, workload_tail());
+			roundtrip::pause_ms(roundtrip::kPollMs);
 		}
 		auto cuda = driver_->state(pid_);
 		if (!cuda || *cuda != CudaState::Running)
@@ -281,41 +241,21 @@ private:
 				    ? "the workload loads libcuda.so.1 through the loader's search path; give --libcuda PATH "
 				      "to name the library"
 				    : std::string(),
-			    workload_log_);
+			    workload_tail());
 	}
 
-	bool run_criu(const char *step, const std::vector<std::string> &args, const std::string &log_name)
+	// Fails step with what explains CRIU's failure.
+	bool criu_failed(const char *step, const roundtrip::CriuResult &r, const std::string &log)
 	{
-		std::string out_path = work_dir_ + "/criu-" + std::string(step) + ".out";
-		UniqueFd out(open(out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
-		if (!out.valid())
-			return fail(step, format("create %s: %s", out_path.c_str(), errno_string(errno).c_str()));
-		SpawnOptions so;
-		so.argv = {criu_};
-		so.argv.insert(so.argv.end(), args.begin(), args.end());
-		so.env_set = criu_env();
-		so.stdout_fd = so.stderr_fd = out.get();
-		auto child = Child::spawn(so);
-		if (!child)
-			return fail(step, child.error().message());
-		auto st = child->wait(600000);
-		std::string log = images_ + "/" + log_name;
-		if (!st)
-			return fail(step, "criu " + st.error().message(), {}, log);
-		if (!WIFEXITED(*st) || WEXITSTATUS(*st) != 0)
-			return fail(step, "criu " + std::string(step) + " " + describe_wait_status(*st), "the whole log: " + log,
-				    log);
-		return true;
+		return fail(step, r.message, r.logs.empty() || r.timed_out ? std::string() : "the whole log: " + log, r.logs);
 	}
 
 	bool dump()
 	{
 		auto t = Clock::now();
 		iterations_at_dump_ = iterations_of(read_state(state_file_));
-		if (!run_criu("dump",
-			      {"dump", "-t", std::to_string(pid_), "-D", images_, "-L", o_.libdir, "-v4", "-o", "dump.log"},
-			      "dump.log"))
-			return false;
+		if (auto r = criu_->dump(pid_, images_, "1", {}, kCriuMs); !r.ok)
+			return criu_failed("dump", r, images_ + "/dump.log");
 		double secs = seconds_since(t);
 		UniqueFd dir(open(images_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
 		auto img = read_image(dir.get());
@@ -325,7 +265,7 @@ private:
 			return fail("dump", format("CRIU dumped pid %d without cuda_plugin.so: the image has no %s", pid_,
 						   kImageFileName),
 				    "is " + o_.libdir + "/" + kPluginFileName + " loadable? see " + images_ + "/dump.log",
-				    images_ + "/dump.log");
+				    {roundtrip::criu_log_excerpt(images_ + "/dump.log")});
 		const ImageRecord &r = **img;
 		const ProcessRecord *p = nullptr;
 		for (const ProcessRecord &pr : r.processes)
@@ -334,9 +274,8 @@ private:
 		if (!p)
 			return fail("dump", format("the plugin's image does not list pid %d", pid_));
 		ok("dump",
-		   format("criu dump: GPU state %.1f MiB checkpointed in %.3f s (lock %.1f ms); image %.1f MiB",
-			  p->state_bytes / double(1 << 20), p->checkpoint_us / 1e6, p->lock_us / 1e3,
-			  directory_bytes(images_) / double(1 << 20)),
+		   format("criu dump: GPU state %s checkpointed in %.3f s (lock %.1f ms); image %s", mib(p->state_bytes).c_str(),
+			  p->checkpoint_us / 1e6, p->lock_us / 1e3, mib(roundtrip::tree_bytes(images_)).c_str()),
 		   secs);
 		return true;
 	}
@@ -357,13 +296,12 @@ private:
 	bool restore()
 	{
 		auto t = Clock::now();
-		if (!run_criu("restore", {"restore", "-D", images_, "-d", "-L", o_.libdir, "-v4", "-o", "restore.log"},
-			      "restore.log"))
-			return false;
+		if (auto r = criu_->restore(images_, "1", {}, {}, kCriuMs); !r.ok)
+			return criu_failed("restore", r, images_ + "/restore.log");
 		double secs = seconds_since(t);
 		if (!process_exists(pid_))
 			return fail("restore", format("criu restore succeeded but pid %d does not exist", pid_), {},
-				    images_ + "/restore.log");
+				    {roundtrip::criu_log_excerpt(images_ + "/restore.log")});
 		if (parent_of(pid_) == getpid())
 			workload_ = Child::adopt(pid_);
 		else
@@ -386,7 +324,7 @@ private:
 			state = read_state(state_file_);
 			std::string status = status_of(state);
 			if (!status.empty() && status != "ok")
-				return fail("verify", "the restored workload found: " + status, {}, workload_log_);
+				return fail("verify", "the restored workload found: " + status, {}, workload_tail());
 			if (iterations_of(state) >= want)
 				break;
 			if (workload_.running())
@@ -395,15 +333,15 @@ private:
 					return fail("verify",
 						    "the restored workload " + describe_wait_status(*st) +
 							    (status.empty() || status == "ok" ? "" : ": " + status),
-						    {}, workload_log_);
+						    {}, workload_tail());
 				}
-			std::this_thread::sleep_for(std::chrono::milliseconds(20));
+			roundtrip::pause_ms(roundtrip::kPollMs);
 		}
 		if (iterations_of(state) < want)
 			return fail("verify", format("the restored workload made no progress in %u s (iteration %llu, was %llu "
 						     "at the dump)",
 						     limit_s, iterations_of(state), iterations_at_dump_),
-				    {}, workload_log_);
+				    {}, workload_tail());
 		if (state["pid"] != std::to_string(pid_))
 			return fail("verify", "the state file was written by pid " + state["pid"]);
 		ok("verify",
@@ -415,8 +353,9 @@ private:
 
 	SelftestOptions o_;
 	Clock::time_point t0_;
-	std::string criu_;
 	Driver *driver_ = nullptr;
+	roundtrip::WorkDir work_;
+	std::optional<roundtrip::Criu> criu_; // after work_: it refers to it
 	std::string work_dir_, images_, state_file_, workload_log_, device_;
 	Child workload_ = Child::adopt(-1);
 	pid_t pid_ = 0;

@@ -5,8 +5,6 @@
 // every chunk back and compares it, rewrites one chunk with a new generation, and replaces FILE with
 //   iterations=N / status=ok / pid=P / mb=N / device=NAME        (one per line)
 // A mismatch or a driver error writes "status=FAIL <what>" and exits with status 2.
-#include <cuda.h>
-#include <dlfcn.h>
 #include <unistd.h>
 
 #include <cstdarg>
@@ -17,26 +15,13 @@
 #include <vector>
 
 #include "cli.h"
+#include "driver/cuda_api.h"
+#include "driver/libcuda.h"
 
 namespace cuda_criu::cli {
 namespace {
 
-#define CUDA_SYMBOL_NAME_(name) #name
-#define CUDA_SYMBOL_NAME(name) CUDA_SYMBOL_NAME_(name) // cuda.h renames some (cuMemAlloc -> cuMemAlloc_v2)
-
 constexpr size_t kChunk = 16ULL << 20;
-
-struct CudaApi {
-	decltype(&::cuInit) init = nullptr;
-	decltype(&::cuDeviceGet) device_get = nullptr;
-	decltype(&::cuDeviceGetName) device_get_name = nullptr;
-	decltype(&::cuDevicePrimaryCtxRetain) primary_ctx_retain = nullptr;
-	decltype(&::cuCtxSetCurrent) ctx_set_current = nullptr;
-	decltype(&::cuMemAlloc) mem_alloc = nullptr;
-	decltype(&::cuMemcpyHtoD) memcpy_htod = nullptr;
-	decltype(&::cuMemcpyDtoH) memcpy_dtoh = nullptr;
-	decltype(&::cuGetErrorName) get_error_name = nullptr;
-};
 
 class Workload {
 public:
@@ -55,19 +40,17 @@ public:
 
 	void load(const std::string &libcuda)
 	{
-		const char *file = libcuda.empty() ? "libcuda.so.1" : libcuda.c_str();
-		void *lib = dlopen(file, RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE);
+		auto lib = open_libcuda(libcuda);
 		if (!lib)
-			fail("cannot load %s: %s", file, dlerror());
-		resolve(lib, api_.init, CUDA_SYMBOL_NAME(cuInit));
-		resolve(lib, api_.device_get, CUDA_SYMBOL_NAME(cuDeviceGet));
-		resolve(lib, api_.device_get_name, CUDA_SYMBOL_NAME(cuDeviceGetName));
-		resolve(lib, api_.primary_ctx_retain, CUDA_SYMBOL_NAME(cuDevicePrimaryCtxRetain));
-		resolve(lib, api_.ctx_set_current, CUDA_SYMBOL_NAME(cuCtxSetCurrent));
-		resolve(lib, api_.mem_alloc, CUDA_SYMBOL_NAME(cuMemAlloc));
-		resolve(lib, api_.memcpy_htod, CUDA_SYMBOL_NAME(cuMemcpyHtoD));
-		resolve(lib, api_.memcpy_dtoh, CUDA_SYMBOL_NAME(cuMemcpyDtoH));
-		resolve(lib, api_.get_error_name, CUDA_SYMBOL_NAME(cuGetErrorName));
+			fail("%s", lib.error().message().c_str());
+		std::string missing = resolve_cuda_api(lib->handle, api_, EntryKind::Basic);
+		std::string workload = resolve_cuda_api(lib->handle, api_, EntryKind::Workload);
+		if (!api_.device_get || !api_.device_get_name)
+			missing += (missing.empty() ? "" : ", ") + std::string("cuDeviceGet, cuDeviceGetName");
+		if (!workload.empty())
+			missing += (missing.empty() ? "" : ", ") + workload;
+		if (!missing.empty())
+			fail("%s lacks %s", lib->file.c_str(), missing.c_str());
 	}
 
 	[[noreturn]] void run(unsigned interval_ms)
@@ -107,14 +90,6 @@ public:
 	}
 
 private:
-	template <typename T>
-	void resolve(void *lib, T &slot, const char *name)
-	{
-		slot = reinterpret_cast<T>(dlsym(lib, name));
-		if (!slot)
-			fail("the driver library has no %s", name);
-	}
-
 	void check(CUresult r, const char *call)
 	{
 		if (r == CUDA_SUCCESS)

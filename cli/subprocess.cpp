@@ -177,7 +177,7 @@ std::string describe_wait_status(int status)
 }
 
 Result<std::string> run_capture(const std::vector<std::string> &argv, unsigned timeout_ms, int &exit_status,
-				size_t max_bytes)
+				size_t max_bytes, const std::vector<std::string> &env)
 {
 	int p[2];
 	if (pipe2(p, O_CLOEXEC) != 0)
@@ -185,6 +185,7 @@ Result<std::string> run_capture(const std::vector<std::string> &argv, unsigned t
 	UniqueFd out_read(p[0]), out_write(p[1]);
 	SpawnOptions so;
 	so.argv = argv;
+	so.env_set = env;
 	so.stdout_fd = so.stderr_fd = out_write.get();
 	auto child = Child::spawn(so);
 	if (!child)

@@ -53,8 +53,8 @@ private:
 std::string describe_wait_status(int status);
 
 // Runs argv, waits up to timeout_ms, and returns what it wrote to stdout and stderr (interleaved, at
-// most max_bytes). exit_status receives the wait status.
+// most max_bytes). exit_status receives the wait status. env: "NAME=value" added to its environment.
 Result<std::string> run_capture(const std::vector<std::string> &argv, unsigned timeout_ms, int &exit_status,
-				size_t max_bytes = 64 * 1024);
+				size_t max_bytes = 64 * 1024, const std::vector<std::string> &env = {});
 
 } // namespace cuda_criu::cli

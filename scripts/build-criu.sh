@@ -7,6 +7,9 @@
 # criu-patches/<version>/series (or criu-patches/series for the default version) and installed into a
 # prefix inside the build tree, so that it never clashes with a distribution's criu. A second run with the
 # same sources and patches does nothing.
+#
+# The source index and the tarball come from the machine's own Debian mirror (the URI of its Debian main
+# entry in /etc/apt, or DEBIAN_MIRROR), through apt's proxy when apt has one.
 set -euo pipefail
 
 top=$(cd "$(dirname "$0")/.." && pwd)
@@ -33,9 +36,58 @@ patch_list() {
 	grep -v -e '^#' -e '^[[:space:]]*$' "$dir/series" | sed "s|^|$dir/|"
 }
 
-# Fingerprint of everything that decides the build: the tarball and the patches.
+# Fingerprint of everything that decides the build: the tarball and the patches (their names and contents,
+# not where the checkout lies: checkouts that share a CRIU build must agree on it).
 fingerprint() {
-	{ echo "${SHA256[$1]}"; patch_list "$1" | xargs -r sha256sum; } | sha256sum | cut -d' ' -f1
+	{ echo "${SHA256[$1]}"; patch_list "$1" | xargs -r sha256sum | sed 's|  .*/|  |'; } | sha256sum | cut -d' ' -f1
+}
+
+# Our source-only apt entry (the Debian suites that carry the CRIU versions).
+SRC_LIST=/etc/apt/sources.list.d/cuda-criu-src.sources
+
+# debian_mirror [APT_DIR]: the URI of the machine's Debian main entry: the first entry, in apt's order, of
+# type deb or deb-src, with component main and an http(s) URI ending in /debian (not /debian-security), in
+# APT_DIR/sources.list and APT_DIR/sources.list.d/*.list, *.sources (APT_DIR: /etc/apt). Our own entry
+# ($SRC_LIST) does not count: it only repeats what was found before. Prints nothing when there is none.
+debian_mirror() {
+	local dir=${1:-/etc/apt} f
+	for f in "$dir/sources.list" "$dir"/sources.list.d/*; do
+		[ -f "$f" ] && [ "$(basename "$f")" != "$(basename "$SRC_LIST")" ] || continue
+		case "$f" in
+		*.sources) awk '
+			function flush(  n, u, i, x) {
+				if (types ~ /(^| )deb(-src)?( |$)/ && comps ~ /(^| )main( |$)/ && enabled != "no") {
+					n = split(uris, u, " ")
+					for (i = 1; i <= n; i++) { x = u[i]; sub(/\/+$/, "", x); if (x ~ /^https?:\/\/.*\/debian$/) print x }
+				}
+				types = uris = comps = enabled = ""
+			}
+			/^[ \t]*#/ { next }
+			/^[ \t]*$/ { flush(); next }
+			{
+				key = tolower($1); sub(/:$/, "", key); val = $0; sub(/^[^:]*:[ \t]*/, "", val)
+				if (key == "types") types = val; else if (key == "uris") uris = val
+				else if (key == "components") comps = val; else if (key == "enabled") enabled = tolower(val)
+			}
+			END { flush() }' "$f" ;;
+		*.list) awk '
+			$1 == "deb" || $1 == "deb-src" {
+				i = 2
+				if ($2 ~ /^\[/) { while (i < NF && $i !~ /\]$/) i++; i++ } # [ options ]
+				uri = $i; main = 0
+				for (j = i + 2; j <= NF; j++) if ($j == "main") main = 1
+				sub(/\/+$/, "", uri)
+				if (main && uri ~ /^https?:\/\/.*\/debian$/) print uri
+			}' "$f" ;;
+		esac
+	done | sed -n 1p # (sed reads on: no SIGPIPE for the writers)
+}
+
+# apt_proxy URI: the proxy apt uses for URI's scheme (Acquire::http::Proxy, Acquire::https::Proxy), if any.
+apt_proxy() {
+	local p=""
+	eval "$(apt-config shell p "Acquire::${1%%:*}::Proxy")"
+	[ "$p" = DIRECT ] || echo "$p"
 }
 
 fetch() { # version -> path of the verified orig tarball
@@ -44,13 +96,15 @@ fetch() { # version -> path of the verified orig tarball
 	if [ -f "$dest/$file" ] && echo "${SHA256[$ver]}  $dest/$file" | sha256sum -c --status; then
 		echo "$dest/$file"; return
 	fi
-	local list=/etc/apt/sources.list.d/cuda-criu-src.sources
-	if ! grep -qs "Suites:.*$suite" "$list"; then
-		log "adding a source-only apt entry for $suite ($list)"
+	local list=$SRC_LIST mirror=${DEBIAN_MIRROR:-$(debian_mirror)}
+	[ -n "$mirror" ] || die "no Debian main entry (deb, component main, URI ending in /debian) in" \
+		"/etc/apt/sources.list or /etc/apt/sources.list.d/: set DEBIAN_MIRROR (e.g. http://deb.debian.org/debian)"
+	if ! grep -qs "Suites:.*$suite" "$list" || ! grep -qxs "URIs: $mirror" "$list"; then
+		log "adding a source-only apt entry for $suite from $mirror ($list)"
 		local suites; suites=$(sed -n 's/^Suites: //p' "$list" 2>/dev/null)
 		cat >"$list" <<EOT
 Types: deb-src
-URIs: http://deb.debian.org/debian
+URIs: $mirror
 Suites: $(echo $suites $suite | tr ' ' '\n' | sort -u | xargs)
 Components: main
 Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
@@ -66,9 +120,10 @@ EOT
 		/^Package:/ {d=""; found=0} /^Directory:/ {d=$2} index($0, " " f) {found=1}
 		/^$/ && found && d {print d; exit} END {if (found && d) print d}' | head -n1)
 	[ -n "$dir" ] || die "criu $ver is not in the $suite source index (apt-cache showsrc criu)"
-	local mirror; mirror=$(sed -n 's/^URIs: //p' "$list" | head -n1)
-	log "downloading $mirror/$dir/$file"
-	curl -fsSL --retry 3 -o "$dest/$file.part" "$mirror/$dir/$file" || die "download of $file failed"
+	local proxy; proxy=$(apt_proxy "$mirror")
+	log "downloading $mirror/$dir/$file${proxy:+ through $proxy}"
+	curl -fsSL --retry 3 ${proxy:+--proxy "$proxy"} -o "$dest/$file.part" "$mirror/$dir/$file" ||
+		die "download of $mirror/$dir/$file failed"
 	echo "${SHA256[$ver]}  $dest/$file.part" | sha256sum -c --status ||
 		die "$file: sha256 mismatch (expected ${SHA256[$ver]})"
 	mv "$dest/$file.part" "$dest/$file"
@@ -101,6 +156,9 @@ build_one() {
 	echo "$fp" >"$root/stamp"
 	log "criu $ver installed in $root/install ($("$root/install/sbin/criu" --version | head -n1))"
 }
+
+# Sourced (the tests of debian_mirror): the functions only.
+[ "${BASH_SOURCE[0]}" = "$0" ] || return 0
 
 [ $# -gt 0 ] || set -- 4.2.1
 "$top/scripts/install-deps.sh"

@@ -6,6 +6,7 @@
 #
 #   gpu-bundle/
 #     run-gpu-tests.sh, torch_workload.py, ...   the scripts from tests/gpu/
+#     common.sh                                   the shell helpers they share with the other tests (tests/lib/)
 #     sbin/criu                                   CRIU 4.2.1 (scripts/build-criu.sh)
 #     lib/                                        the shared libraries criu and the plugins need, but glibc's
 #     plugin/cuda_plugin.so                       this project's plugin (the only .so there: CRIU's --libdir)
@@ -16,9 +17,11 @@
 #     bench.py                                    the benchmark (benchmarks/bench.py)
 #     bundle-info.txt                             what went in, and from which sources
 #
-# Only criu gets lib/ (through LD_LIBRARY_PATH in run-gpu-tests.sh); the workloads use the target's own
-# libraries, libcuda.so.1 above all. The folder is rebuilt from scratch each time (a few MB of copies), so a
-# second run costs only the up-to-date checks of CRIU and of the CMake build.
+# criu and cuda-criu find lib/ through their RUNPATH ($ORIGIN/../lib, set on the bundled copies), so they run
+# from the bundle as they are (run-gpu-tests.sh still gives criu lib/ in LD_LIBRARY_PATH, for the plugins it
+# loads); the workloads use the target's own libraries, libcuda.so.1 above all. lib/ holds no libcuda, so a
+# RUNPATH never hides the target's driver. The folder is rebuilt from scratch each time (a few MB of
+# copies), so a second run costs only the up-to-date checks of CRIU and of the CMake build.
 #
 # Environment: BUILD_DIR (default: build), JOBS (default: nproc), BUNDLE_DIR (default: $BUILD_DIR/gpu-bundle).
 set -euo pipefail
@@ -67,7 +70,15 @@ check_rpath() {
 	[ -z "$(readelf -d "$f" | grep -E 'R(UN)?PATH')" ] || die "could not remove the RPATH of $f"
 }
 
+# set_runpath FILE: FILE (in sbin/ or bin/) finds the bundle's lib/ wherever the bundle lies. RUNPATH, not
+# LD_LIBRARY_PATH: what the program starts (criu from cuda-criu, the workloads) keeps the target's libraries.
+set_runpath() {
+	patchelf --set-rpath '$ORIGIN/../lib' "$1"
+	readelf -d "$1" | grep -q 'RUNPATH.*\[\$ORIGIN/\.\./lib\]' || die "could not set the RUNPATH of $1"
+}
+
 # 1. CRIU (does nothing when it is up to date).
+command -v patchelf >/dev/null || die "patchelf is needed (scripts/install-deps.sh or apt-get install patchelf)"
 "$top/scripts/build-criu.sh" "$criu_ver"
 criu_root=$build/criu/$criu_ver/install
 [ -x "$criu_root/sbin/criu" ] || die "no criu in $criu_root/sbin"
@@ -128,6 +139,9 @@ done | sort -u | while read -r lib; do
 done
 chmod 644 "$tmp"/lib/*
 
+set_runpath "$tmp/sbin/criu"
+set_runpath "$tmp/bin/cuda-criu"
+
 # The workload must use the target's libcuda.so.1 and nothing of ours.
 for f in "$tmp/bin/cuda_memcheck" "$tmp/plugin/cuda_plugin.so"; do check_rpath "$f"; done
 readelf -d "$tmp/bin/cuda_memcheck" | grep -q 'NEEDED.*\[libcuda\.so\.1\]' ||
@@ -138,6 +152,7 @@ for f in "$top"/tests/gpu/*; do
 	case "$f" in */CMakeLists.txt | */ctest-gpu.sh) continue ;; esac
 	install -m "$([ -x "$f" ] && echo 755 || echo 644)" "$f" "$tmp/"
 done
+install -m 644 "$top/tests/lib/common.sh" "$tmp/common.sh"
 
 {
 	echo "built=$(date -u +%Y-%m-%dT%H:%M:%SZ) on $(. /etc/os-release && echo "$PRETTY_NAME") ($(uname -m))"

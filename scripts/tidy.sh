@@ -1,17 +1,13 @@
 #!/usr/bin/env bash
 # Runs clang-tidy (config: .clang-tidy) over the sources of plugin/ and cli/ and fails on any finding.
-#   scripts/tidy.sh [BUILD_DIR] [files...]     BUILD_DIR default: build-hard, else build
+#   scripts/tidy.sh [BUILD_DIR] [files...]     BUILD_DIR default: build
 # BUILD_DIR must hold compile_commands.json of a configured tree (cmake exports it by default here) and
 # the generated protobuf-c header (build it once, or at least the cuda_criu_core target).
 set -euo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
 cd "$top"
-build=${1:-}
+build=${1:-build}
 [ $# -gt 0 ] && shift
-if [ -z "$build" ]; then
-	build=build-hard
-	[ -f "$build/compile_commands.json" ] || build=build
-fi
 [ -f "$build/compile_commands.json" ] || { echo "no $build/compile_commands.json: configure with cmake first" >&2; exit 2; }
 TIDY=${CLANG_TIDY:-$(command -v clang-tidy-14 || command -v clang-tidy || true)}
 [ -n "$TIDY" ] || { echo "SKIP: no clang-tidy (apt-get install clang-tidy)"; exit 77; }

@@ -9,13 +9,11 @@
 # the fake GPU daemon's directory $FAKEGPU_DIR at the same path as on the host.
 set -euo pipefail
 
-: "${BUILD_DIR:?BUILD_DIR must point at the build tree}"
 CT_SRC=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-CRIU=${CRIU:-$BUILD_DIR/criu/4.2.1/install/sbin/criu}
-PLUGIN_DIR=${PLUGIN_DIR:-$BUILD_DIR/plugin}
-FAKE_LIB=$BUILD_DIR/tests/fakegpu/libcuda.so.1
-FAKE_DAEMON=$BUILD_DIR/tests/fakegpu/fakegpu-daemon
-MEMCHECK=$BUILD_DIR/tests/workloads/cuda_memcheck
+source "$CT_SRC/../tests/lib/common.sh"
+build_tree_paths
+FAIL_LOGS+=('state/*.err' 'work*/*.log')
+HEALTHY_SECS=15
 # The root file system setup.sh builds (CT_OUT: another place for it than the build tree).
 CT_OUT=$(readlink -f "${CT_OUT:-$BUILD_DIR/test-containers}")
 ROOTFS=$CT_OUT/rootfs
@@ -31,25 +29,6 @@ CT_RUN=/run/cuda-criu-ct
 T=""            # this test's temporary directory
 DAEMON_PID=""
 CLEANUPS=()     # commands run (last first) on exit
-
-log() { printf '[%s] %s\n' "${TEST_NAME:-containers}" "$*"; }
-
-skip() {
-	echo "SKIP: $*"
-	exit 77
-}
-
-fail() {
-	log "FAIL: $*"
-	[ -n "$T" ] || exit 1
-	local f
-	for f in "$T"/*.log "$T"/state/*.err "$T"/work*/*.log; do
-		[ -f "$f" ] || continue
-		echo "---- last lines of $f"
-		tail -n 30 "$f"
-	done
-	exit 1
-}
 
 # on_exit CMD...: CMD (one string, evaluated) runs at exit, before those registered earlier.
 on_exit() { CLEANUPS+=("$1"); }
@@ -101,38 +80,7 @@ ct_setup() {
 # The fake GPU daemon, on the host, in $CT_RUN/<test>: the containers reach it through the bind mount.
 start_fake_gpu() {
 	mkdir -p "$CT_RUN"
-	FAKEGPU_DIR=$(mktemp -d "$CT_RUN/XXXXXX")
-	export FAKEGPU_DIR
-	setsid "$FAKE_DAEMON" --dir "$FAKEGPU_DIR" </dev/null >"$T/daemon.log" 2>&1 &
-	DAEMON_PID=$!
-	wait_for "the fake GPU daemon" 10 test -S "$FAKEGPU_DIR/daemon.sock"
-}
-
-# wait_for WHAT SECONDS CMD...: polls CMD every 50 ms.
-wait_for() {
-	local what=$1 secs=$2
-	shift 2
-	local end=$((SECONDS + secs))
-	until "$@" 2>/dev/null; do
-		[ $SECONDS -lt $end ] || fail "timed out after ${secs}s waiting for $what"
-		sleep 0.05
-	done
-}
-
-state_value() { # FILE KEY
-	sed -n "s/^$2=//p" "$1" 2>/dev/null | head -n1
-}
-
-# expect_healthy STATE [SECONDS]: the workload runs on, verifies its data, and counts past its value now.
-expect_healthy() {
-	local state=$1 secs=${2:-15}
-	local start
-	start=$(state_value "$state" iterations)
-	[ -n "$start" ] || fail "$state: no iterations"
-	wait_for "$state to advance past $start" "$secs" sh -c \
-		"[ \"\$(sed -n 's/^iterations=//p' $state)\" -gt $((start + 2)) ]"
-	[ "$(state_value "$state" status)" = ok ] || fail "$state: $(cat "$state")"
-	[ "$(state_value "$state" errors)" = 0 ] || fail "$state: $(cat "$state")"
+	start_fake_gpu_daemon "$(mktemp -d "$CT_RUN/XXXXXX")"
 }
 
 # expect_still STATE: the workload does not advance for a second (checkpointed, paused or gone).
@@ -143,12 +91,6 @@ expect_still() {
 	b=$(state_value "$state" iterations)
 	[ "$a" = "$b" ] || fail "$state advanced from $a to $b while it should stand still"
 }
-
-# expect_log FILE PATTERN WHAT
-expect_log() { grep -qE "$2" "$1" || fail "$3 (no line matching '$2' in $1)"; }
-
-# The plugin's error lines in a CRIU log.
-plugin_errors() { grep -E 'Error \(cuda_plugin\)' "$1" || true; }
 
 # The command line of a workload in a container: cuda_memcheck against the fake GPU, state in /state,
 # its stderr into /state/NAME.err (container stdio is /dev/null: CRIU cannot restore a terminal or a

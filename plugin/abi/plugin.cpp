@@ -1,31 +1,42 @@
 // The C ABI shim: CRIU's plugin descriptor and one short extern "C" function per hook, each running
-// its C++ body through guard(). This is the only file that includes CRIU's header.
+// its C++ body through hook_barrier(). This is the only file that includes CRIU's header.
 #include <dlfcn.h>
 #include <link.h>
+#include <sys/time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
+#include <condition_variable>
 #include <cstring>
 #include <memory>
+#include <mutex>
 #include <new>
 #include <optional>
+#include <string>
 #include <thread>
+#include <utility>
+#include <vector>
 
 extern "C" {
 #include <criu/criu-plugin.h>
 }
 
-#include "abi/criu_host.h"
+#include "abi/criu_symbols.h"
 #include "base/log.h"
+#include "core/criu_errno.h"
+#include "core/dump_session.h"
 #include "core/gpu_plan.h"
 #include "core/mapped_restore.h"
+#include "core/inherited_devices.h"
 #include "core/options.h"
-#include "core/session.h"
+#include "core/restore_session.h"
 #include "driver/libcuda.h"
 #include "driver/nvml.h"
 #include "image/image.h"
 #include "os/host.h"
+#include "os/nvidia_files.h"
 
 namespace cuda_criu {
 namespace {
@@ -34,28 +45,45 @@ namespace {
 // POST_FORKING (12). The descriptor says 12, and a constructor raises it to 13 inside a CRIU whose hook
 // table has room for POST_FORKING (see offer_post_forking).
 constexpr unsigned kMaxHooks = CR_PLUGIN_HOOK__CHECKPOINT_DEVICES + 1;
-static_assert(CR_PLUGIN_HOOK__RESUME_DEVICES_LATE == 9 && CR_PLUGIN_HOOK__PAUSE_DEVICES == 10 &&
+static_assert(CR_PLUGIN_HOOK__DUMP_EXT_FILE == 2 && CR_PLUGIN_HOOK__RESTORE_EXT_FILE == 3 &&
+	      CR_PLUGIN_HOOK__HANDLE_DEVICE_VMA == 7 && CR_PLUGIN_HOOK__UPDATE_VMA_MAP == 8 &&
+	      CR_PLUGIN_HOOK__RESUME_DEVICES_LATE == 9 && CR_PLUGIN_HOOK__PAUSE_DEVICES == 10 &&
 	      CR_PLUGIN_HOOK__CHECKPOINT_DEVICES == 11 && CR_PLUGIN_HOOK__POST_FORKING == 12);
 
+// The driver warm-up of a restore (POST_FORKING), shared with its thread: the thread is never joined, so
+// that a wedged cuInit cannot hold CRIU; RESUME_DEVICES_LATE waits for it with a deadline.
+struct Warmup {
+	std::mutex mu;
+	std::condition_variable cv;
+	bool done = false;
+	bool given_up = false; // a hook waited its full time in vain: later hooks do not wait again
+
+	// true once the loads returned; false when they did not within timeout_ms.
+	bool wait(unsigned timeout_ms)
+	{
+		std::unique_lock<std::mutex> g(mu);
+		if (!given_up && !cv.wait_for(g, std::chrono::milliseconds(timeout_ms), [this] { return done; }))
+			given_up = true;
+		return done;
+	}
+};
+
 struct State {
-	CriuHost criu;
+	CriuSymbols criu;
 	Options options;
 	SystemHost host;
 	std::unique_ptr<DumpSession> dump;
 	std::unique_ptr<RestoreSession> restore;
+	std::unique_ptr<InheritedDevicesDump> inherited_dump;       // device files of forked children
+	std::unique_ptr<InheritedDevicesRestore> inherited_restore;
 	bool inventory_added = false;
 	bool image_written = false;
 	bool maps_image = false; // restore: CRIU was asked to map GPU state from the image
-	std::thread driver_warmup; // restore: loads libcuda while CRIU restores memory
-	~State()
-	{
-		if (driver_warmup.joinable())
-			driver_warmup.join();
-	}
+	std::shared_ptr<Warmup> driver_warmup; // restore: loads libcuda while CRIU restores memory
 };
 State *g_state = nullptr; // one CRIU run: created in init, destroyed in exit
 
-CriuHost g_criu_for_log;
+CriuSymbols g_criu_for_log;
 
 void criu_log_sink(LogLevel level, const char *line)
 {
@@ -64,9 +92,10 @@ void criu_log_sink(LogLevel level, const char *line)
 
 // Runs a hook body; nothing escapes into CRIU's C code.
 template <typename F>
-int guard(const char *hook, F &&body) noexcept
+int hook_barrier(const char *hook, F &&body) noexcept
 {
 	try {
+		log_flush_queued(); // lines of our threads since the last hook
 		return body();
 	} catch (const std::bad_alloc &) {
 		LOG_ERROR("%s: out of memory", hook);
@@ -80,10 +109,24 @@ int guard(const char *hook, F &&body) noexcept
 	}
 }
 
+// Lists the plugin in CRIU's inventory so that the restore loads it (once per dump).
+int add_to_inventory(State &s)
+{
+	if (s.inventory_added || !s.criu.add_inventory_plugin)
+		return 0;
+	if (s.criu.add_inventory_plugin(CR_PLUGIN_DESC.name)) {
+		LOG_ERROR("cannot add %s to CRIU's inventory", CR_PLUGIN_DESC.name);
+		return -ENOMEM;
+	}
+	s.inventory_added = true;
+	return 0;
+}
+
+// Every failure a hook reports goes through here: -ENOTSUP is reserved for "not mine".
 int fail(const Error &e)
 {
 	LOG_ERROR("%s", e.message().c_str());
-	return -(e.errno_value() > 0 ? e.errno_value() : EIO);
+	return -failure_errno(e);
 }
 
 // Abandoned driver calls (timeouts) may still run on our threads after CRIU's dlclose: stay mapped.
@@ -100,8 +143,25 @@ DriverSource driver_source(const Options &o)
 	return [path] { return load_libcuda(path); };
 }
 
+// CRIU calls PAUSE_DEVICES inside its seize alarm, alarm(opts.timeout) in collect_pstree (--timeout,
+// 10 s by default), and its SIGALRM handler BUG()s five seconds after the alarm fired. The timer's
+// remaining time is what every pause left in this dump may still spend, whatever CRIU and earlier
+// pauses (the driver load included) already took. 0: no alarm armed (a CRIU that set none).
+unsigned seize_alarm_left_ms()
+{
+	itimerval it{};
+	if (getitimer(ITIMER_REAL, &it) != 0)
+		return 0;
+	uint64_t ms = static_cast<uint64_t>(it.it_value.tv_sec) * 1000 + static_cast<uint64_t>(it.it_value.tv_usec) / 1000;
+	if (ms == 0 && it.it_value.tv_usec > 0)
+		ms = 1;
+	return static_cast<unsigned>(std::min<uint64_t>(ms, ~0u));
+}
+
 int init_dump(State &s)
 {
+	// Independent of the driver's presence: a child keeps its inherited device files whatever happens.
+	s.inherited_dump = std::make_unique<InheritedDevicesDump>(s.criu.get_image_dir());
 	if (!nvidia_driver_present(s.options.libcuda)) {
 		LOG_INFO("no NVIDIA driver on this machine; CUDA plugin inactive");
 		return 0;
@@ -114,7 +174,8 @@ int init_dump(State &s)
 	std::string libcuda = s.options.libcuda;
 	unsigned timeout_ms = s.options.restore_timeout_ms;
 	s.dump = std::make_unique<DumpSession>(s.options, s.host, driver_source(s.options),
-					       [libcuda, timeout_ms] { return DumpGuard::start(libcuda, timeout_ms); });
+					       [libcuda, timeout_ms] { return DumpGuard::start(libcuda, timeout_ms); },
+					       seize_alarm_left_ms);
 	LOG_INFO("ready to dump CUDA processes (lock timeout %.1f s)", s.options.lock_timeout_ms / 1000.0);
 	return 0;
 }
@@ -147,6 +208,10 @@ int init_restore(State &s)
 		LOG_INFO("the image holds no CUDA process; CUDA plugin inactive");
 		return 0;
 	}
+	// Read now: the restored tasks answer from this copy, forked before their fds are rearranged.
+	s.inherited_restore = std::make_unique<InheritedDevicesRestore>(s.criu.get_image_dir());
+	if (auto st = s.inherited_restore->load(); !st)
+		return fail(st.error());
 	auto image = read_image(s.criu.get_image_dir());
 	if (!image)
 		return fail(std::move(image).error().context("%s", "cannot restore: the CUDA plugin's image is unusable"));
@@ -189,10 +254,12 @@ extern "C" {
 
 static int cuda_plugin_init(int stage)
 {
-	return guard("init", [&] {
-		g_criu_for_log = CriuHost::lookup();
-		if (g_criu_for_log.print_on_level)
+	return hook_barrier("init", [&] {
+		g_criu_for_log = CriuSymbols::lookup();
+		if (g_criu_for_log.print_on_level) {
 			set_log_sink(criu_log_sink);
+			log_only_from_this_thread(); // CRIU's log is not thread-safe
+		}
 		delete g_state;
 		g_state = nullptr;
 		if (stage == CR_PLUGIN_STAGE__PRE_DUMP) {
@@ -217,7 +284,7 @@ static int cuda_plugin_init(int stage)
 
 static void cuda_plugin_fini(int stage, int ret)
 {
-	guard("exit", [&] {
+	hook_barrier("exit", [&] {
 		std::unique_ptr<State> s(std::exchange(g_state, nullptr));
 		if (!s)
 			return 0;
@@ -233,13 +300,14 @@ static void cuda_plugin_fini(int stage, int ret)
 		}
 		if (stage == CR_PLUGIN_STAGE__RESTORE && s->restore)
 			LOG_INFO("%s", s->restore->summary().c_str());
+		log_flush_queued();
 		return 0;
 	});
 }
 
 static int cuda_plugin_pause_devices(int pid)
 {
-	return guard("PAUSE_DEVICES", [&] {
+	return hook_barrier("PAUSE_DEVICES", [&] {
 		if (!g_state || !g_state->dump)
 			return -ENOTSUP;
 		State &s = *g_state;
@@ -248,18 +316,13 @@ static int cuda_plugin_pause_devices(int pid)
 			return fail(r.error());
 		if (!*r)
 			return -ENOTSUP;
-		if (!s.inventory_added && s.criu.add_inventory_plugin) {
-			if (s.criu.add_inventory_plugin(CR_PLUGIN_DESC.name))
-				return fail(make_error(ENOMEM, "cannot add %s to CRIU's inventory", CR_PLUGIN_DESC.name));
-			s.inventory_added = true;
-		}
-		return 0;
+		return add_to_inventory(s);
 	});
 }
 
 static int cuda_plugin_checkpoint_devices(int pid)
 {
-	return guard("CHECKPOINT_DEVICES", [&] {
+	return hook_barrier("CHECKPOINT_DEVICES", [&] {
 		if (!g_state || !g_state->dump)
 			return -ENOTSUP;
 		State &s = *g_state;
@@ -268,6 +331,8 @@ static int cuda_plugin_checkpoint_devices(int pid)
 			return fail(r.error());
 		if (!*r)
 			return -ENOTSUP;
+		if (auto st = check_no_device_mappings(pid); !st)
+			return fail(st.error());
 		if (!s.image_written) {
 			s.image_written = true;
 			if (auto st = write_image(s.criu.get_image_dir(), s.dump->image_record()); !st)
@@ -282,13 +347,18 @@ static int cuda_plugin_checkpoint_devices(int pid)
 // driver now, in parallel with CRIU restoring memory, instead of at the first RESUME_DEVICES_LATE.
 static int cuda_plugin_post_forking()
 {
-	guard("POST_FORKING", [&] {
-		if (g_state && g_state->restore && !g_state->driver_warmup.joinable()) {
+	hook_barrier("POST_FORKING", [&] {
+		if (g_state && g_state->restore && !g_state->driver_warmup) {
+			auto warmup = std::make_shared<Warmup>();
 			std::string path = g_state->options.libcuda;
-			g_state->driver_warmup = std::thread([path] {
+			std::thread([warmup, path] {
 				(void)load_libcuda(path);
 				(void)load_nvml(); // for the free-memory check of the GPU plan
-			});
+				std::lock_guard<std::mutex> g(warmup->mu);
+				warmup->done = true;
+				warmup->cv.notify_all();
+			}).detach();
+			g_state->driver_warmup = std::move(warmup);
 		}
 		return 0;
 	});
@@ -297,17 +367,81 @@ static int cuda_plugin_post_forking()
 
 static int cuda_plugin_resume_devices_late(int pid)
 {
-	return guard("RESUME_DEVICES_LATE", [&] {
+	return hook_barrier("RESUME_DEVICES_LATE", [&] {
 		if (!g_state || !g_state->restore)
 			return -ENOTSUP;
-		if (g_state->driver_warmup.joinable())
-			g_state->driver_warmup.join();
+		if (g_state->driver_warmup && !g_state->driver_warmup->wait(kDriverLoadTimeoutMs))
+			return fail(make_error(ETIMEDOUT,
+					       "restore pid %d: loading the CUDA driver (cuInit, NVML) gave no answer within "
+					       "%u s; check the NVIDIA driver (nvidia-smi)",
+					       pid, kDriverLoadTimeoutMs / 1000));
 		auto r = g_state->restore->resume(pid);
 		if (!r)
 			return fail(r.error());
 		if (*r && g_state->maps_image)
 			warn_if_image_still_mapped(pid);
 		return *r ? 0 : -ENOTSUP;
+	});
+}
+
+// The next four hooks serve processes forked after CUDA started (core/inherited_devices.h). Each
+// answers -ENOTSUP for anything not an NVIDIA device file, so other plugins (amdgpu) still get theirs.
+static int cuda_plugin_dump_ext_file(int fd, int id)
+{
+	return hook_barrier("DUMP_EXT_FILE", [&] {
+		if (!g_state || !g_state->inherited_dump)
+			return -ENOTSUP;
+		auto r = g_state->inherited_dump->claim_file(fd, static_cast<uint32_t>(id));
+		if (!r)
+			return fail(r.error());
+		return *r ? add_to_inventory(*g_state) : -ENOTSUP;
+	});
+}
+
+static int cuda_plugin_restore_ext_file(int id)
+{
+	return hook_barrier("RESTORE_EXT_FILE", [&] {
+		if (!g_state || !g_state->inherited_restore)
+			return -ENOTSUP;
+		auto r = g_state->inherited_restore->file_fd(static_cast<uint32_t>(id));
+		if (!r)
+			return fail(r.error());
+		return *r ? **r : -ENOTSUP; // the fd, now CRIU's
+	});
+}
+
+// fd and st: the mapped file, opened by CRIU (CRIU owns both). Pre-dump has no state: the claim alone
+// (a shared device mapping has no pages to pre-dump) is the answer there.
+static int cuda_plugin_handle_device_vma(int fd, const struct stat *st)
+{
+	return hook_barrier("HANDLE_DEVICE_VMA", [&] {
+		Result<bool> r = g_state && g_state->inherited_dump
+					 ? g_state->inherited_dump->claim_mapping(fd, *st)
+					 : Result<bool>(is_nvidia_device_file(fd, *st));
+		if (!r)
+			return fail(r.error());
+		if (!*r)
+			return -ENOTSUP;
+		return g_state ? add_to_inventory(*g_state) : 0;
+	});
+}
+
+// path: CRIU's, read only. *plugin_fd receives a new fd that CRIU maps instead of opening path.
+static int cuda_plugin_update_vma_map(const char *path, const uint64_t addr, const uint64_t old_pgoff,
+				      uint64_t *new_pgoff, int *plugin_fd)
+{
+	return hook_barrier("UPDATE_VMA_MAP", [&] {
+		if (!g_state || !g_state->inherited_restore)
+			return -ENOTSUP;
+		auto r = g_state->inherited_restore->mapping_fd(path);
+		if (!r)
+			return fail(std::move(r).error().context("mapping at %#llx", static_cast<unsigned long long>(addr)));
+		if (!*r)
+			return -ENOTSUP;
+		(void)old_pgoff;
+		*new_pgoff = 0;
+		*plugin_fd = **r;
+		return 1;
 	});
 }
 
@@ -319,7 +453,15 @@ __attribute__((visibility("default"))) cr_plugin_desc_t CR_PLUGIN_DESC = {
 	CRIU_PLUGIN_VERSION,
 	kMaxHooks,
 	{
-		nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr,
+		nullptr,
+		nullptr,
+		reinterpret_cast<void *>(cuda_plugin_dump_ext_file),    // 2
+		reinterpret_cast<void *>(cuda_plugin_restore_ext_file), // 3
+		nullptr,
+		nullptr,
+		nullptr,
+		reinterpret_cast<void *>(cuda_plugin_handle_device_vma), // 7
+		reinterpret_cast<void *>(cuda_plugin_update_vma_map),    // 8
 		reinterpret_cast<void *>(cuda_plugin_resume_devices_late), // 9
 		reinterpret_cast<void *>(cuda_plugin_pause_devices),       // 10
 		reinterpret_cast<void *>(cuda_plugin_checkpoint_devices),  // 11

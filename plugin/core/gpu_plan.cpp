@@ -1,25 +1,29 @@
 #include "core/gpu_plan.h"
 
 #include <algorithm>
-#include <cstdlib>
+#include <limits>
 #include <map>
-#include <optional>
 #include <set>
+
+#include "base/text.h"
 
 namespace cuda_criu {
 namespace {
 
-std::string gib(uint64_t b)
-{
-	if (b < (1ULL << 30))
-		return format("%.1f MiB", static_cast<double>(b) / (1ULL << 20));
-	return format("%.1f GiB", static_cast<double>(b) / (1ULL << 30));
-}
+const char *const kHint = "set CUDA_CRIU_DEVICE_MAP=OLD=NEW,... (GPU UUIDs or indices) to choose the GPUs";
 
-bool is_index(const std::string &s)
-{
-	return !s.empty() && s.size() < 4 && std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
-}
+// Where each GPU of the dump goes, and why (for the log).
+struct Target {
+	const GpuInfo *gpu = nullptr;
+	std::string how;
+};
+
+// The plan as it is built: the dump's GPUs (held by a process, and the others the dumping machine had)
+// placed onto this machine's GPUs.
+struct Placement {
+	std::map<GpuUuid, Target> targets; // GPU of the dump -> GPU here
+	std::set<GpuUuid> used;            // GPUs here already taken
+};
 
 std::string list_here(const std::vector<GpuInfo> &here)
 {
@@ -27,7 +31,162 @@ std::string list_here(const std::vector<GpuInfo> &here)
 		return "none";
 	std::string out;
 	for (const GpuInfo &g : here)
-		out += format("%s%d: %s %s", out.empty() ? "" : ", ", g.ordinal, g.uuid.str().c_str(), g.name.c_str());
+		out += format("%s%d: %s %s", out.empty() ? "" : ", ", g.ordinal, g.uuid.str().c_str(), printable(g.name).c_str());
+	return out;
+}
+
+const GpuInfo *find_here(const std::vector<GpuInfo> &here, const GpuUuid &uuid)
+{
+	for (const GpuInfo &g : here)
+		if (g.uuid == uuid)
+			return &g;
+	return nullptr;
+}
+
+// The map's pairs: each OLD a GPU of the dump (UUID or its ordinal there), each NEW a GPU here (UUID or
+// ordinal here), no GPU here twice.
+Status place_mapped(const DeviceMap &map, const std::vector<GpuRecord> &held, const std::vector<GpuInfo> &here,
+		    Placement &p)
+{
+	for (const DeviceMap::Entry &e : map.entries) {
+		auto from = std::find_if(held.begin(), held.end(),
+					 [&](const GpuRecord &g) { return e.from.matches(g.uuid, g.ordinal); });
+		if (from == held.end())
+			return make_error(EINVAL, "device map: %s is not a GPU of the image (it has %zu: %s)", e.from.str().c_str(),
+					  held.size(), held.empty() ? "none" : held[0].uuid.str().c_str());
+		auto to = std::find_if(here.begin(), here.end(), [&](const GpuInfo &g) { return e.to.matches(g.uuid, g.ordinal); });
+		if (to == here.end())
+			return make_error(ENODEV, "device map: GPU %s is not on this machine (GPUs here: %s)", e.to.str().c_str(),
+					  list_here(here).c_str());
+		if (p.targets.count(from->uuid))
+			return make_error(EINVAL, "device map: %s is mapped twice", from->uuid.str().c_str());
+		if (!p.used.insert(to->uuid).second)
+			return make_error(EINVAL, "device map: two GPUs of the image are mapped onto %s", to->uuid.str().c_str());
+		p.targets[from->uuid] = {&*to, "device map"};
+	}
+	return {};
+}
+
+// The dump's GPUs the map left out: themselves if present, else (without a map) a free GPU of the same
+// model, both sides in ordinal order.
+Status place_unmapped(const std::vector<GpuRecord> &held, const std::vector<GpuInfo> &here, bool with_map, Placement &p)
+{
+	std::vector<const GpuRecord *> unplaced;
+	for (const GpuRecord &g : held) {
+		if (p.targets.count(g.uuid))
+			continue;
+		const GpuInfo *same = find_here(here, g.uuid);
+		if (same && p.used.insert(g.uuid).second) {
+			p.targets[g.uuid] = {same, ""};
+			continue;
+		}
+		if (with_map)
+			return make_error(ENODEV, "GPU %s (%s) of the image is %s and not in the device map: map it too; %s",
+					  g.uuid.str().c_str(), printable(g.name).c_str(),
+					  same ? "taken by another pair of the map" : "not on this machine", kHint);
+		unplaced.push_back(&g);
+	}
+	std::sort(unplaced.begin(), unplaced.end(), [](const GpuRecord *a, const GpuRecord *b) { return a->ordinal < b->ordinal; });
+	for (const GpuRecord *g : unplaced) {
+		auto pick = std::find_if(here.begin(), here.end(), // `here` is in ordinal order
+					 [&](const GpuInfo &h) { return !p.used.count(h.uuid) && h.name == g->name; });
+		if (pick == here.end()) {
+			size_t needed = std::count_if(held.begin(), held.end(), [&](const GpuRecord &r) { return r.name == g->name; });
+			return make_error(ENODEV,
+					  "the image needs %zu x %s (it ran on %s); this machine has no free GPU of that "
+					  "model (GPUs here: %s): restore on a machine with such GPUs, or %s",
+					  needed, printable(g->name).c_str(), g->uuid.str().c_str(), list_here(here).c_str(), kHint);
+		}
+		p.targets[g->uuid] = {&*pick, "automatic: same model"};
+		p.used.insert(pick->uuid);
+	}
+	return {};
+}
+
+uint64_t add_saturated(uint64_t a, uint64_t b) { return b > std::numeric_limits<uint64_t>::max() - a ? std::numeric_limits<uint64_t>::max() : a + b; }
+
+// Room for the GPU state on each target: a process's state counts evenly over the GPUs it held. Sums
+// saturate, so that an image's sizes cannot wrap around the check.
+Status check_room(const std::vector<ProcessRecord> &processes, const Placement &p)
+{
+	std::map<const GpuInfo *, uint64_t> need;
+	for (const ProcessRecord &proc : processes)
+		for (const GpuUuid &u : proc.gpu_uuids)
+			if (auto t = p.targets.find(u); t != p.targets.end())
+				need[t->second.gpu] = add_saturated(need[t->second.gpu], proc.state_bytes / proc.gpu_uuids.size());
+	for (const auto &[g, bytes] : need) {
+		if (g->memory_bytes && bytes > g->memory_bytes)
+			return make_error(ENOSPC,
+					  "GPU %d (%s, %s) has %s of memory; the processes restored onto it need %s: "
+					  "restore on a larger GPU, or spread them with CUDA_CRIU_DEVICE_MAP",
+					  g->ordinal, g->uuid.str().c_str(), printable(g->name).c_str(),
+					  human_bytes(g->memory_bytes).c_str(), human_bytes(bytes).c_str());
+		if (g->free_bytes && bytes > g->free_bytes)
+			return make_error(ENOSPC,
+					  "GPU %d (%s, %s) has %s free now (of %s); the processes restored onto it need %s: "
+					  "end what uses that GPU's memory, or restore onto another GPU with "
+					  "CUDA_CRIU_DEVICE_MAP",
+					  g->ordinal, g->uuid.str().c_str(), printable(g->name).c_str(),
+					  human_bytes(g->free_bytes).c_str(), human_bytes(g->memory_bytes).c_str(),
+					  human_bytes(bytes).c_str());
+	}
+	return {};
+}
+
+void describe(GpuPlan &plan, const std::string &what)
+{
+	plan.description += (plan.description.empty() ? "" : ", ") + what;
+}
+
+// Once any GPU moves, the driver wants every GPU it knew of paired: the dumping machine's GPUs no
+// process held go to what is left of this machine, themselves first, else the same model.
+void pair_all(const std::vector<GpuRecord> &held, const std::vector<GpuRecord> &others, const std::vector<GpuInfo> &all,
+	      Placement &p, GpuPlan &plan)
+{
+	std::vector<const GpuRecord *> listed;
+	listed.reserve(held.size() + others.size());
+	for (const GpuRecord &g : held)
+		listed.push_back(&g);
+	for (const GpuRecord &g : others) {
+		const GpuInfo *pick = nullptr;
+		for (const GpuInfo &h : all)
+			if (!p.used.count(h.uuid) && (h.uuid == g.uuid || (!pick && h.name == g.name)))
+				pick = &h;
+		if (!pick) {
+			describe(plan, format("GPU %s, held by no process, left unpaired: no GPU of that model left here",
+					      g.uuid.str().c_str()));
+			continue;
+		}
+		p.targets[g.uuid] = {pick, "held by no process"};
+		p.used.insert(pick->uuid);
+		listed.push_back(&g);
+	}
+	for (const GpuRecord *g : listed) {
+		const Target &t = p.targets[g->uuid];
+		plan.pairs.push_back({g->uuid, t.gpu->uuid});
+		if (g->uuid != t.gpu->uuid)
+			describe(plan, format("%s -> %s (%s)", g->uuid.str().c_str(), t.gpu->uuid.str().c_str(), t.how.c_str()));
+	}
+}
+
+Result<GpuPlan> plan(const std::vector<GpuRecord> &held, const std::vector<GpuRecord> &others,
+		     const std::vector<ProcessRecord> &processes, const std::vector<GpuInfo> &here,
+		     const std::vector<GpuInfo> &machine, const DeviceMap &map)
+{
+	Placement p;
+	if (auto st = place_mapped(map, held, here, p); !st)
+		return std::move(st).error();
+	if (auto st = place_unmapped(held, here, !map.empty(), p); !st)
+		return std::move(st).error();
+	if (auto st = check_room(processes, p); !st)
+		return std::move(st).error();
+	GpuPlan out;
+	bool moved = std::any_of(p.targets.begin(), p.targets.end(), [](const auto &kv) { return kv.first != kv.second.gpu->uuid; });
+	if (!moved && map.empty())
+		return out; // an explicit map is always handed to the driver, even onto the same GPUs
+	if (!moved)
+		out.description = "onto the same GPUs (device map)";
+	pair_all(held, others, machine.empty() ? here : machine, p, out);
 	return out;
 }
 
@@ -35,7 +194,7 @@ std::string list_here(const std::vector<GpuInfo> &here)
 
 Status check_driver_version(const ImageRecord &image, const std::string &here)
 {
-	const std::string &then = image.driver_version;
+	const std::string then = printable(image.driver_version);
 	if (here.empty() || then.empty() || then.rfind("CUDA ", 0) == 0 || then == here)
 		return {};
 	return make_error(EPROTO,
@@ -46,160 +205,37 @@ Status check_driver_version(const ImageRecord &image, const std::string &here)
 }
 
 Result<GpuPlan> plan_gpus(const ImageRecord &image, const std::vector<GpuInfo> &here, const std::vector<GpuInfo> &machine,
-			  const std::string &device_map)
+			  const DeviceMap &map)
 {
-	auto find_here = [&](const std::string &uuid) -> const GpuInfo * {
-		for (const GpuInfo &g : here)
-			if (g.uuid.str() == uuid)
-				return &g;
-		return nullptr;
-	};
-	auto image_gpu = [&](const std::string &key) -> const GpuRecord * {
-		for (const GpuRecord &g : image.gpus)
-			if (g.uuid == key || (is_index(key) && g.ordinal == std::atoi(key.c_str())))
-				return &g;
-		return nullptr;
-	};
-	const std::string hint = "set CUDA_CRIU_DEVICE_MAP=OLD=NEW,... (GPU UUIDs or indices) to choose the GPUs";
+	return plan(image.gpus, image.other_gpus, image.processes, here, machine, map);
+}
 
-	std::map<std::string, const GpuInfo *> target; // image GPU uuid -> GPU here
-	std::map<std::string, std::string> how;
-	if (!device_map.empty()) {
-		size_t pos = 0;
-		while (pos <= device_map.size()) {
-			size_t comma = device_map.find(',', pos);
-			std::string item = device_map.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
-			pos = comma == std::string::npos ? device_map.size() + 1 : comma + 1;
-			if (item.empty())
-				continue;
-			size_t eq = item.find('=');
-			if (eq == std::string::npos)
-				return make_error(EINVAL, "device map '%s': '%s' is not OLD=NEW", device_map.c_str(), item.c_str());
-			std::string old_key = item.substr(0, eq), new_key = item.substr(eq + 1);
-			const GpuRecord *from = image_gpu(old_key);
-			if (!from)
-				return make_error(EINVAL, "device map: %s is not a GPU of the image (it has %zu: %s)",
-						  old_key.c_str(), image.gpus.size(),
-						  image.gpus.empty() ? "none" : image.gpus[0].uuid.c_str());
-			const GpuInfo *to = nullptr;
-			if (is_index(new_key)) {
-				int n = std::atoi(new_key.c_str());
-				for (const GpuInfo &g : here)
-					if (g.ordinal == n)
-						to = &g;
-			} else {
-				to = find_here(new_key);
-			}
-			if (!to)
-				return make_error(ENODEV, "device map: GPU %s is not on this machine (GPUs here: %s)",
-						  new_key.c_str(), list_here(here).c_str());
-			target[from->uuid] = to;
-			how[from->uuid] = "device map";
-		}
-	}
-
-	// Image GPUs still unplaced: themselves if present, else a free GPU of the same model.
-	std::set<std::string> used;
-	for (const auto &[uuid, g] : target)
-		if (!used.insert(g->uuid.str()).second)
-			return make_error(EINVAL, "device map: two GPUs of the image are mapped onto %s", g->uuid.str().c_str());
-	std::vector<const GpuRecord *> unplaced;
-	for (const GpuRecord &g : image.gpus) {
-		if (target.count(g.uuid))
-			continue;
-		const GpuInfo *same = find_here(g.uuid);
-		if (same && !used.count(g.uuid)) {
-			target[g.uuid] = same;
-			used.insert(g.uuid);
-			continue;
-		}
-		if (!device_map.empty())
-			return make_error(ENODEV, "GPU %s (%s) of the image is %s and not in the device map: map it too; %s",
-					  g.uuid.c_str(), g.name.c_str(),
-					  same ? "taken by another pair of the map" : "not on this machine", hint.c_str());
-		unplaced.push_back(&g);
-	}
-	std::sort(unplaced.begin(), unplaced.end(),
-		  [](const GpuRecord *a, const GpuRecord *b) { return a->ordinal < b->ordinal; });
-	for (const GpuRecord *g : unplaced) {
-		const GpuInfo *pick = nullptr;
-		for (const GpuInfo &h : here) // `here` is in ordinal order
-			if (!used.count(h.uuid.str()) && h.name == g->name) {
-				pick = &h;
-				break;
-			}
-		if (!pick) {
-			size_t needed = std::count_if(image.gpus.begin(), image.gpus.end(),
-						      [&](const GpuRecord &r) { return r.name == g->name; });
-			return make_error(ENODEV,
-					  "the image needs %zu x %s (it ran on %s); this machine has no free GPU of that "
-					  "model (GPUs here: %s): restore on a machine with such GPUs, or %s",
-					  needed, g->name.c_str(), g->uuid.c_str(), list_here(here).c_str(), hint.c_str());
-		}
-		target[g->uuid] = pick;
-		used.insert(pick->uuid.str());
-		how[g->uuid] = "automatic: same model";
-	}
-
-	// Room for the GPU state: each process's state is spread over the GPUs it used.
-	std::map<std::string, uint64_t> need; // uuid here -> bytes
-	for (const ProcessRecord &p : image.processes)
-		for (const std::string &u : p.gpu_uuids)
-			if (target.count(u))
-				need[target[u]->uuid.str()] += p.state_bytes / p.gpu_uuids.size();
-	for (const auto &[uuid, bytes] : need) {
-		const GpuInfo *g = find_here(uuid);
-		if (g && g->memory_bytes && bytes > g->memory_bytes)
-			return make_error(ENOSPC,
-					  "GPU %d (%s, %s) has %s of memory; the processes restored onto it need %s: "
-					  "restore on a larger GPU, or spread them with CUDA_CRIU_DEVICE_MAP",
-					  g->ordinal, uuid.c_str(), g->name.c_str(), gib(g->memory_bytes).c_str(),
-					  gib(bytes).c_str());
-		if (g && g->free_bytes && bytes > g->free_bytes)
-			return make_error(ENOSPC,
-					  "GPU %d (%s, %s) has %s free now (of %s); the processes restored onto it need %s: "
-					  "end what uses that GPU's memory, or restore onto another GPU with "
-					  "CUDA_CRIU_DEVICE_MAP",
-					  g->ordinal, uuid.c_str(), g->name.c_str(), gib(g->free_bytes).c_str(),
-					  gib(g->memory_bytes).c_str(), gib(bytes).c_str());
-	}
-
-	GpuPlan plan;
-	bool moved = std::any_of(target.begin(), target.end(),
-				 [](const auto &kv) { return kv.first != kv.second->uuid.str(); });
-	if (!moved && device_map.empty())
-		return plan; // an explicit map is always handed to the driver, even onto the same GPUs
-	if (!moved)
-		plan.description = "onto the same GPUs (device map)";
-	// The GPUs no process held: paired with what is left of this machine, themselves first.
+Result<std::vector<GpuPair>> plan_live_device_map(const DeviceMap &map, const std::vector<GpuInfo> &here,
+						  const std::vector<GpuInfo> &machine)
+{
 	const std::vector<GpuInfo> &all = machine.empty() ? here : machine;
-	std::vector<GpuRecord> listed = image.gpus;
-	for (const GpuRecord &g : image.other_gpus) {
-		const GpuInfo *pick = nullptr;
-		for (const GpuInfo &h : all)
-			if (!used.count(h.uuid.str()) && (h.uuid.str() == g.uuid || (!pick && h.name == g.name)))
-				pick = &h;
-		if (!pick) {
-			plan.description += format("%sGPU %s, held by no process, left unpaired: no GPU of that model "
-						   "left here", plan.description.empty() ? "" : ", ", g.uuid.c_str());
-			continue;
-		}
-		target[g.uuid] = pick;
-		used.insert(pick->uuid.str());
-		how[g.uuid] = "held by no process";
-		listed.push_back(g);
+	std::vector<GpuRecord> held, others;
+	auto index_here = [&](const GpuRef &ref) {
+		return ref.uuid || std::any_of(here.begin(), here.end(), [&](const GpuInfo &g) { return g.ordinal == ref.index; });
+	};
+	for (const DeviceMap::Entry &e : map.entries) {
+		for (const GpuRef *ref : {&e.from, &e.to})
+			if (!index_here(*ref))
+				return make_error(ENODEV, "device map '%s': there is no GPU %s here (%zu GPU(s))", map.str().c_str(),
+						  ref->str().c_str(), here.size());
+		auto from = std::find_if(here.begin(), here.end(), [&](const GpuInfo &g) { return e.from.matches(g.uuid, g.ordinal); });
+		GpuUuid uuid = from != here.end() ? from->uuid : *e.from.uuid;
+		const GpuInfo *known = find_here(all, uuid);
+		// Indices here are this machine's CUDA ordinals, which the held GPUs keep.
+		held.push_back({uuid, known ? known->name : std::string(), 0, "", from != here.end() ? from->ordinal : -1});
 	}
-	for (const GpuRecord &g : listed) {
-		auto from = GpuUuid::parse(g.uuid);
-		if (!from)
-			return std::move(from).error().context("%s", "the image's GPU list");
-		const GpuInfo *to = target[g.uuid];
-		plan.pairs.push_back({*from, to->uuid});
-		if (g.uuid != to->uuid.str())
-			plan.description += format("%s%s -> %s (%s)", plan.description.empty() ? "" : ", ", g.uuid.c_str(),
-						   to->uuid.str().c_str(), how[g.uuid].c_str());
-	}
-	return plan;
+	for (const GpuInfo &g : all)
+		if (std::none_of(held.begin(), held.end(), [&](const GpuRecord &h) { return h.uuid == g.uuid; }))
+			others.push_back({g.uuid, g.name, 0, "", -1});
+	auto p = plan(held, others, {}, here, machine, map);
+	if (!p)
+		return std::move(p).error();
+	return std::move(p->pairs);
 }
 
 } // namespace cuda_criu

@@ -1,14 +1,17 @@
 #include "core/guard.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <syslog.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -33,21 +36,74 @@ namespace {
 
 int pidfd_open(pid_t pid) { return static_cast<int>(syscall(SYS_pidfd_open, pid, 0)); }
 
-// Whether the process behind a pidfd has exited (a pidfd polls readable then). Without a pidfd (old
-// kernels), whether /proc has it as a live process.
-bool exited(int pidfd, pid_t pid)
+// A process as a guard knows it: by pidfd, or on kernels without pidfds by pid and start time, so that
+// a later process given the same pid is not taken for it.
+struct ProcRef {
+	pid_t pid = 0;
+	int pidfd = -1;
+	uint64_t start = 0; // 0: unknown
+};
+
+ProcRef ref_of(pid_t pid) { return {pid, pidfd_open(pid), start_time_of(pid)}; }
+
+// Whether the process has exited (a pidfd polls readable then).
+bool exited(const ProcRef &p)
 {
-	if (pidfd < 0) {
-		auto st = read_task_status(pid);
-		return !st || st->state == 'Z' || st->state == 'X';
+	if (p.pidfd < 0) {
+		auto st = read_task_status(p.pid);
+		if (!st || st->state == 'Z' || st->state == 'X')
+			return true;
+		return p.start && start_time_of(p.pid) != p.start; // the pid is another process's now
 	}
-	pollfd p{pidfd, POLLIN, 0};
-	return poll(&p, 1, 0) > 0;
+	pollfd pf{p.pidfd, POLLIN, 0};
+	return poll(&pf, 1, 0) > 0;
 }
 
-// The guard's body, in the grandchild of CRIU: in is the socket the plugin writes to, criu_pidfd CRIU
-// itself (-1 without pidfds).
-using GuardMain = std::function<void(int in, pid_t criu, int criu_pidfd)>;
+// The guard's body, in the grandchild of CRIU: in is the socket the plugin writes to.
+using GuardMain = std::function<void(int in, const ProcRef &criu)>;
+
+// Closes every fd from first up; close_range (Linux 5.9) or, without it, each fd /proc lists.
+void close_from(int first)
+{
+	if (syscall(SYS_close_range, first, ~0U, 0) == 0)
+		return;
+	std::vector<int> open_fds;
+	if (DIR *d = opendir("/proc/self/fd")) {
+		while (dirent *e = readdir(d)) {
+			int fd = std::atoi(e->d_name);
+			if (fd >= first && fd != dirfd(d))
+				open_fds.push_back(fd);
+		}
+		closedir(d);
+	} else {
+		rlimit rl{};
+		int top = getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY ? static_cast<int>(rl.rlim_cur) : 65536;
+		for (int fd = first; fd < top; fd++)
+			open_fds.push_back(fd);
+	}
+	for (int fd : open_fds)
+		close(fd);
+}
+
+// Moves fd out of the way (to 10 or above) before the fds are placed: CRIU may have started with 0, 1 or
+// 2 closed, and then the socket, the pidfd or /dev/null sit where another is to go.
+int lift(int fd) { return fd < 0 ? -1 : fcntl(fd, F_DUPFD_CLOEXEC, 10); }
+
+// In the guard: its socket at 3, CRIU's pidfd at 4 (or nothing there), /dev/null at 0-2, no other fd.
+void place_fds(int sock, int criu_pidfd)
+{
+	sock = lift(sock);
+	criu_pidfd = lift(criu_pidfd);
+	int null = lift(open("/dev/null", O_RDWR | O_CLOEXEC));
+	dup2(sock, 3);
+	if (criu_pidfd >= 0)
+		dup2(criu_pidfd, 4);
+	else
+		close(4); // not CRIU's fd 4 left open in the guard
+	for (int fd = 0; fd < 3; fd++)
+		dup2(null, fd);
+	close_from(5); // nothing of CRIU's (image files, its log, runc's pipes)
+}
 
 // Forks the guard as a grandchild of this process (reparented away from it, so CRIU never waits for it)
 // and returns the socket to talk to it.
@@ -59,6 +115,7 @@ Result<UniqueFd> spawn(const char *what, const GuardMain &body)
 	UniqueFd rd(fds[0]), wr(fds[1]);
 	pid_t criu = getpid();
 	UniqueFd criu_pidfd(pidfd_open(criu));
+	uint64_t criu_start = start_time_of(criu);
 	pid_t child = fork();
 	if (child < 0)
 		return errno_error("fork the %s", what);
@@ -67,13 +124,9 @@ Result<UniqueFd> spawn(const char *what, const GuardMain &body)
 		if (fork() != 0)
 			_exit(0);
 		setsid();
-		int null = open("/dev/null", O_RDWR | O_CLOEXEC);
-		dup2(rd.get(), 3);
-		dup2(criu_pidfd.get(), 4);
-		for (int fd = 0; fd < 3; fd++)
-			dup2(null, fd);
-		syscall(SYS_close_range, 5, ~0U, 0); // nothing of CRIU's (image files, its log, runc's pipes)
-		body(3, criu, criu_pidfd.valid() ? 4 : -1);
+		bool has_pidfd = criu_pidfd.valid();
+		place_fds(rd.get(), criu_pidfd.get());
+		body(3, ProcRef{criu, has_pidfd ? 4 : -1, criu_start});
 		_exit(0);
 	}
 	while (waitpid(child, nullptr, 0) < 0 && errno == EINTR) {
@@ -82,33 +135,36 @@ Result<UniqueFd> spawn(const char *what, const GuardMain &body)
 }
 
 // Waits until CRIU has fully exited (its tracees are let go).
-void wait_for_exit(pid_t criu, int criu_pidfd)
+void wait_for_exit(const ProcRef &criu)
 {
-	if (criu_pidfd >= 0) {
-		pollfd p{criu_pidfd, POLLIN, 0};
+	if (criu.pidfd >= 0) {
+		pollfd p{criu.pidfd, POLLIN, 0};
 		while (poll(&p, 1, -1) < 0 && errno == EINTR) {
 		}
 		return;
 	}
-	while (!exited(-1, criu))
+	while (!exited(criu))
 		usleep(10000);
 }
 
 struct Watched {
 	pid_t pid;
-	int pidfd; // the process itself, not a later one with the same pid
+	ProcRef ref; // the process itself, not a later one with the same pid
 	CudaState found;
 };
 
 // Returns one process to the state it was found in. A driver call that CRIU made for it may still be in
-// progress (CRIU died in the middle of it): the driver refuses another call until that one ends, and the
-// state moves on, so each failed step is tried again, from the state then, for a few seconds.
-Status return_process(Driver &d, const Watched &w, pid_t criu)
+// progress (CRIU died in the middle of it, or gave up on a call that stalled): the driver refuses another
+// call until that one ends, and the state moves on, so each failed step is tried again, from the state
+// then, until the call has ended or timeout_ms (at least a few seconds) has passed.
+Status return_process(Driver &d, const Watched &w, pid_t criu, unsigned timeout_ms)
 {
-	constexpr int kAttempts = 50;
 	constexpr useconds_t kPauseUs = 100000;
+	const int kAttempts = std::max(50, static_cast<int>(timeout_ms / 100));
 	std::optional<CudaState> left;
 	for (int attempt = 1;; attempt++) {
+		if (exited(w.ref))
+			return {}; // gone, or its pid is another process's: nothing to return, nothing to touch
 		auto now = d.state(w.pid);
 		if (!now)
 			return std::move(now).error().context("%s", "read its CUDA state");
@@ -133,7 +189,7 @@ Status return_process(Driver &d, const Watched &w, pid_t criu)
 	return {};
 }
 
-void dump_guard_main(int in, pid_t criu, int criu_pidfd, const std::string &libcuda, unsigned timeout_ms)
+void dump_guard_main(int in, const ProcRef &criu_ref, const std::string &libcuda, unsigned timeout_ms)
 {
 	std::vector<Watched> watched;
 	FILE *f = fdopen(in, "r");
@@ -141,16 +197,17 @@ void dump_guard_main(int in, pid_t criu, int criu_pidfd, const std::string &libc
 	while (f && std::fgets(line, sizeof(line), f)) {
 		int pid = 0, state = 0;
 		if (std::sscanf(line, "W %d %d", &pid, &state) == 2)
-			watched.push_back({pid, pidfd_open(pid), static_cast<CudaState>(state)});
+			watched.push_back({pid, ref_of(pid), static_cast<CudaState>(state)});
 	}
 	// The plugin is done with CRIU's run (or CRIU died). Once CRIU has fully exited, every watched process
 	// still alive must be in the state it was found in. It is after a normal dump (killed), after
 	// --leave-running or a failed dump (the plugin returned it); it is not when CRIU died mid-dump, or let
 	// the tasks go after a successful dump (a post-dump script said so).
-	wait_for_exit(criu, criu_pidfd);
+	wait_for_exit(criu_ref);
+	pid_t criu = criu_ref.pid;
 	bool any_alive = false;
 	for (const Watched &w : watched)
-		any_alive |= !exited(w.pidfd, w.pid);
+		any_alive |= !exited(w.ref);
 	if (!any_alive)
 		return;
 	openlog("cuda_plugin-guard", LOG_PID, LOG_DAEMON);
@@ -158,7 +215,7 @@ void dump_guard_main(int in, pid_t criu, int criu_pidfd, const std::string &libc
 	std::vector<Job> jobs;
 	std::vector<pid_t> pids;
 	for (const Watched &w : watched) {
-		if (exited(w.pidfd, w.pid))
+		if (exited(w.ref))
 			continue;
 		if (!driver) {
 			syslog(LOG_ERR, "CRIU (pid %d) has exited; pid %d may be left locked: %s; run: cuda-criu resume %d",
@@ -168,7 +225,7 @@ void dump_guard_main(int in, pid_t criu, int criu_pidfd, const std::string &libc
 		Driver *d = *driver;
 		pids.push_back(w.pid);
 		jobs.push_back({format("CRIU (pid %d) has exited; return pid %d to %s", criu, w.pid, to_string(w.found)),
-				[d, w, criu] { return return_process(*d, w, criu); }});
+				[d, w, criu, timeout_ms] { return return_process(*d, w, criu, timeout_ms); }});
 	}
 	// A driver call that does not return is abandoned (it dies with this process): the guard never hangs.
 	std::vector<Status> results = run_jobs(std::move(jobs), 0, timeout_ms);
@@ -179,13 +236,15 @@ void dump_guard_main(int in, pid_t criu, int criu_pidfd, const std::string &libc
 
 // Reads "R pid" (being restored) and "D pid" (restored) lines until the plugin closes the socket or CRIU
 // exits, then kills every process being restored that is not restored.
-void restore_guard_main(int in, pid_t criu, int criu_pidfd)
+void restore_guard_main(int in, const ProcRef &criu_ref)
 {
 	struct Restoring {
 		pid_t pid;
-		int pidfd;
+		ProcRef ref;
 		bool done;
 	};
+	pid_t criu = criu_ref.pid;
+	int criu_pidfd = criu_ref.pidfd;
 	std::vector<Restoring> procs;
 	std::string pending;
 	bool criu_gone = false;
@@ -194,7 +253,7 @@ void restore_guard_main(int in, pid_t criu, int criu_pidfd)
 		if (poll(p, criu_pidfd >= 0 ? 2 : 1, criu_pidfd >= 0 ? -1 : 100) < 0 && errno != EINTR)
 			break;
 		// A helper forked by CRIU may still hold the socket: CRIU's exit ends the run too.
-		criu_gone = criu_gone || exited(criu_pidfd, criu);
+		criu_gone = criu_gone || exited(criu_ref);
 		char chunk[512];
 		ssize_t n = recv(in, chunk, sizeof(chunk), MSG_DONTWAIT);
 		if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR) || (n < 0 && criu_gone))
@@ -208,7 +267,7 @@ void restore_guard_main(int in, pid_t criu, int criu_pidfd)
 			int pid = 0;
 			if (std::sscanf(pending.c_str(), "%c %d", &kind, &pid) == 2) {
 				if (kind == 'R')
-					procs.push_back({pid, pidfd_open(pid), false});
+					procs.push_back({pid, ref_of(pid), false});
 				else if (kind == 'D')
 					for (Restoring &r : procs)
 						r.done |= r.pid == pid;
@@ -220,9 +279,9 @@ void restore_guard_main(int in, pid_t criu, int criu_pidfd)
 	// a restored process must not run a moment longer without its GPU state.
 	std::string killed, failed;
 	for (const Restoring &r : procs) {
-		if (r.done || exited(r.pidfd, r.pid))
+		if (r.done || exited(r.ref))
 			continue;
-		bool ok = (r.pidfd >= 0 ? syscall(SYS_pidfd_send_signal, r.pidfd, SIGKILL, nullptr, 0)
+		bool ok = (r.ref.pidfd >= 0 ? syscall(SYS_pidfd_send_signal, r.ref.pidfd, SIGKILL, nullptr, 0)
 					: kill(r.pid, SIGKILL)) == 0;
 		(ok ? killed : failed) += format("%s%d", (ok ? killed : failed).empty() ? "" : ", ", r.pid);
 	}
@@ -246,8 +305,8 @@ void restore_guard_main(int in, pid_t criu, int criu_pidfd)
 
 Result<DumpGuard> DumpGuard::start(const std::string &libcuda, unsigned timeout_ms)
 {
-	auto fd = spawn("dump guard", [&libcuda, timeout_ms](int in, pid_t criu, int criu_pidfd) {
-		dump_guard_main(in, criu, criu_pidfd, libcuda, timeout_ms);
+	auto fd = spawn("dump guard", [&libcuda, timeout_ms](int in, const ProcRef &criu) {
+		dump_guard_main(in, criu, libcuda, timeout_ms);
 	});
 	if (!fd)
 		return std::move(fd).error();

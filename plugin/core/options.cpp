@@ -1,10 +1,14 @@
 #include "core/options.h"
 
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
+#include <unistd.h>
+
 #include <cmath>
 #include <cstdlib>
-#include <fstream>
+#include <sstream>
 
-extern char **environ;
+#include "base/text.h"
 
 namespace cuda_criu {
 namespace {
@@ -13,15 +17,6 @@ struct Key {
 	const char *name; // in the config file; the variable is CUDA_CRIU_ + upper case, '-' -> '_'
 	Status (*apply)(Options &, const std::string &);
 };
-
-Result<unsigned> parse_seconds(const std::string &value)
-{
-	char *end = nullptr;
-	double s = std::strtod(value.c_str(), &end);
-	if (value.empty() || *end != '\0' || !std::isfinite(s) || s < 0 || s > 86400)
-		return make_error(EINVAL, "'%s' is not a number of seconds (0 to 86400)", value.c_str());
-	return static_cast<unsigned>(std::lround(s * 1000));
-}
 
 Status set_ms(unsigned &slot, const std::string &value)
 {
@@ -36,6 +31,19 @@ const Key kKeys[] = {
 	{"lock-timeout", [](Options &o, const std::string &v) { return set_ms(o.lock_timeout_ms, v); }},
 	{"checkpoint-timeout", [](Options &o, const std::string &v) { return set_ms(o.checkpoint_timeout_ms, v); }},
 	{"restore-timeout", [](Options &o, const std::string &v) { return set_ms(o.restore_timeout_ms, v); }},
+	{"stall-timeout", [](Options &o, const std::string &v) { return set_ms(o.stall_timeout_ms, v); }},
+	{"memory-check",
+	 [](Options &o, const std::string &v) -> Status {
+		 if (v == "error")
+			 o.memory_check = MemoryCheck::Refuse;
+		 else if (v == "warn")
+			 o.memory_check = MemoryCheck::Warn;
+		 else if (v == "off")
+			 o.memory_check = MemoryCheck::Off;
+		 else
+			 return make_error(EINVAL, "'%s' is not one of error, warn, off", v.c_str());
+		 return {};
+	 }},
 	{"parallel",
 	 [](Options &o, const std::string &v) -> Status {
 		 char *end = nullptr;
@@ -47,12 +55,21 @@ const Key kKeys[] = {
 	 }},
 	{"libcuda",
 	 [](Options &o, const std::string &v) -> Status {
+		 // The plugin runs as root inside CRIU: a relative name would be looked up from whatever
+		 // directory CRIU runs in.
+		 if (!v.empty() && v[0] != '/')
+			 return make_error(EINVAL, "'%s' is not an absolute path: name libcuda.so.1 by its full path "
+					   "(e.g. /usr/lib/x86_64-linux-gnu/libcuda.so.1), or leave it unset for the "
+					   "loader's search", v.c_str());
 		 o.libcuda = v;
 		 return {};
 	 }},
 	{"device-map",
 	 [](Options &o, const std::string &v) -> Status {
-		 o.device_map = v;
+		 auto map = DeviceMap::parse(v);
+		 if (!map)
+			 return std::move(map).error();
+		 o.device_map = std::move(*map);
 		 return {};
 	 }},
 	{"map-image",
@@ -89,6 +106,29 @@ std::string trim(const std::string &s)
 	return b == std::string::npos ? std::string() : s.substr(b, e - b + 1);
 }
 
+// The config file tells root's CRIU which library to load: only root or the caller may be able to
+// change it. /dev/null stands for "no file".
+Status check_config_file(const std::string &path, const struct stat &st)
+{
+	if (S_ISCHR(st.st_mode) && st.st_rdev == makedev(1, 3))
+		return {};
+	if (!S_ISREG(st.st_mode))
+		return make_error(EINVAL, "config file %s is not a regular file", path.c_str());
+	uid_t me = geteuid();
+	if (st.st_uid != 0 && st.st_uid != me)
+		return make_error(EPERM,
+				  "config file %s is owned by uid %u, neither root nor the caller (uid %u): it could "
+				  "make CRIU load any library; run chown root %s",
+				  path.c_str(), static_cast<unsigned>(st.st_uid), static_cast<unsigned>(me), path.c_str());
+	if (st.st_mode & (S_IWGRP | S_IWOTH))
+		return make_error(EPERM,
+				  "config file %s has mode %04o: writable by %s, it could make CRIU load any library; "
+				  "run chmod go-w %s",
+				  path.c_str(), static_cast<unsigned>(st.st_mode & 07777),
+				  st.st_mode & S_IWOTH ? "anyone" : "its group", path.c_str());
+	return {};
+}
+
 } // namespace
 
 Result<Options> load_options(const std::map<std::string, std::string> &env)
@@ -96,9 +136,13 @@ Result<Options> load_options(const std::map<std::string, std::string> &env)
 	Options o;
 	auto it = env.find("CUDA_CRIU_CONFIG");
 	std::string path = it != env.end() ? it->second : kDefaultConfigFile;
-	std::ifstream f(path);
-	if (f) {
+	struct stat st {};
+	auto text = read_small_file(path, 1 << 16, &st);
+	if (text) {
+		if (auto ok = check_config_file(path, st); !ok)
+			return std::move(ok).error();
 		o.config_file = path;
+		std::istringstream f(*text);
 		std::string line;
 		for (int n = 1; std::getline(f, line); n++) {
 			line = trim(line.substr(0, line.find('#')));
@@ -114,7 +158,7 @@ Result<Options> load_options(const std::map<std::string, std::string> &env)
 				return std::move(st).error();
 		}
 	} else if (it != env.end()) {
-		return make_error(ENOENT, "cannot read CUDA_CRIU_CONFIG=%s", path.c_str());
+		return std::move(text).error().context("cannot read the config file (CUDA_CRIU_CONFIG=%s)", path.c_str());
 	}
 	for (const Key &k : kKeys) {
 		auto e = env.find(env_name(k.name));

@@ -1,24 +1,35 @@
 // The plugin's options: environment variables CUDA_CRIU_*, over a config file (podman passes no
-// environment to CRIU), over the defaults. See docs/options.md.
+// environment to CRIU), over the defaults. README.md (Options) lists them.
 #pragma once
 
 #include <map>
 #include <string>
 
 #include "base/result.h"
+#include "core/device_map.h"
 
 namespace cuda_criu {
+
+// What the dump does when a checkpoint would not fit in host memory (core/memory_check.h).
+enum class MemoryCheck { Refuse, Warn, Off };
 
 struct Options {
 	unsigned lock_timeout_ms = 10000;        // lock-timeout: wait for in-flight CUDA work (CRIU's default)
 	unsigned checkpoint_timeout_ms = 600000; // checkpoint-timeout: per process
 	unsigned restore_timeout_ms = 600000;    // restore-timeout: per process (restore and unlock)
+	unsigned stall_timeout_ms = 30000;       // stall-timeout: a copy without progress this long is hung
+	MemoryCheck memory_check = MemoryCheck::Refuse; // memory-check: the dump's host memory preflight
 	unsigned parallel = 0;                   // parallel: processes handled at once, 0 = all
-	std::string libcuda;                     // libcuda: path of libcuda.so.1 (default: loader's search)
-	std::string device_map;                  // device-map: OLD=NEW,... GPU remapping on restore
+	std::string libcuda;                     // libcuda: absolute path of libcuda.so.1 (default: loader's search)
+	DeviceMap device_map;                    // device-map: OLD=NEW,... GPU remapping on restore
 	bool map_image = true;                   // map-image: auto (true) or off; see core/mapped_restore.h
 	std::string config_file;                 // the file that was read, if any
 };
+
+// How long past its own timeout (lock-timeout and the others) a driver call may take before the plugin
+// or cuda-criu stops waiting for it: the driver honours its timeouts itself, this only guards against a
+// driver that does not return at all.
+inline constexpr unsigned kDriverGraceMs = 5000;
 
 // Default config file; CUDA_CRIU_CONFIG names another.
 inline constexpr const char *kDefaultConfigFile = "/etc/criu/cuda_plugin.conf";

@@ -1,13 +1,13 @@
 #include "core/parallel.h"
 
-#include <sched.h>
-
 #include <chrono>
 #include <condition_variable>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <thread>
+
+#include "os/fs_context.h"
 
 namespace cuda_criu {
 namespace {
@@ -23,7 +23,8 @@ struct Shared {
 
 } // namespace
 
-std::vector<Status> run_jobs(std::vector<Job> jobs, unsigned max_parallel, unsigned timeout_ms)
+std::vector<Status> run_jobs(std::vector<Job> jobs, unsigned max_parallel, unsigned timeout_ms,
+			     const JobWatch &watch, unsigned watch_every_ms)
 {
 	const size_t n = jobs.size();
 	if (max_parallel == 0 || max_parallel > n)
@@ -35,6 +36,7 @@ std::vector<Status> run_jobs(std::vector<Job> jobs, unsigned max_parallel, unsig
 	std::vector<Status> out(n);
 	std::vector<bool> finished(n, false);
 	size_t next = 0, running = 0, done = 0;
+	auto next_watch = Clock::now() + std::chrono::milliseconds(watch_every_ms);
 
 	std::unique_lock<std::mutex> lock(shared->mu);
 	while (done < n) {
@@ -43,7 +45,7 @@ std::vector<Status> run_jobs(std::vector<Job> jobs, unsigned max_parallel, unsig
 			started[i] = Clock::now();
 			running++;
 			std::thread([shared, i, job = std::move(jobs[i].run)] {
-				unshare(CLONE_FS); // see load_once() in driver/libcuda.cpp: keep CRIU's fs_struct its own
+				use_own_fs_context();
 				Status st = job();
 				std::lock_guard<std::mutex> g(shared->mu);
 				shared->results[i] = std::move(st);
@@ -77,6 +79,24 @@ std::vector<Status> run_jobs(std::vector<Job> jobs, unsigned max_parallel, unsig
 		}
 		if (done == n || (running < max_parallel && next < n))
 			continue;
+		if (watch && now >= next_watch) {
+			// Unlocked: the watch reads /proc and may ask the driver; workers must not wait on it.
+			lock.unlock();
+			auto give_up = watch(finished);
+			lock.lock();
+			next_watch = Clock::now() + std::chrono::milliseconds(watch_every_ms);
+			for (auto &[i, err] : give_up) {
+				if (i >= n || finished[i] || !started[i] || shared->results[i])
+					continue;
+				out[i] = std::move(err).context("%s", jobs[i].what.c_str());
+				finished[i] = true;
+				running--;
+				done++;
+			}
+			continue;
+		}
+		if (watch && (!earliest || next_watch < *earliest))
+			earliest = next_watch;
 		auto any_result = [&] {
 			for (size_t i = 0; i < n; i++)
 				if (!finished[i] && started[i] && shared->results[i])

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <functional>
+#include <utility>
 #include <vector>
 
 #include "base/result.h"
@@ -16,6 +17,10 @@ struct Job {
 	std::string what;
 	std::function<Status()> run;
 };
-std::vector<Status> run_jobs(std::vector<Job> jobs, unsigned max_parallel, unsigned timeout_ms);
+// Watches the jobs while they run: called on the waiting thread every watch_every_ms with, for each job,
+// whether it has ended; it returns the jobs to give up now (index and error), e.g. a copy that stalled.
+using JobWatch = std::function<std::vector<std::pair<size_t, Error>>(const std::vector<bool> &ended)>;
+std::vector<Status> run_jobs(std::vector<Job> jobs, unsigned max_parallel, unsigned timeout_ms,
+			     const JobWatch &watch = {}, unsigned watch_every_ms = 500);
 
 } // namespace cuda_criu

@@ -41,6 +41,10 @@ public:
 	std::string version() const override { return inner_.version(); }
 	Result<std::vector<GpuInfo>> gpus() override { return timed([&] { return inner_.gpus(); }); }
 	uint64_t free_bytes(const GpuUuid &uuid) override { return timed([&] { return inner_.free_bytes(uuid); }); }
+	std::optional<std::map<pid_t, uint64_t>> gpu_bytes_by_process() override
+	{
+		return timed([&] { return inner_.gpu_bytes_by_process(); });
+	}
 
 private:
 	Driver &inner_;

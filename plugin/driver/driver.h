@@ -4,41 +4,16 @@
 
 #include <sys/types.h>
 
-#include <array>
 #include <cstdint>
+#include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "base/gpu.h"
 #include "base/result.h"
 
 namespace cuda_criu {
-
-// Mirrors CUprocessState.
-enum class CudaState { Running, Locked, Checkpointed, Failed };
-const char *to_string(CudaState state);
-
-struct GpuUuid {
-	std::array<uint8_t, 16> bytes{};
-
-	// "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx", as nvidia-smi prints it.
-	std::string str() const;
-	static Result<GpuUuid> parse(const std::string &text);
-	bool operator==(const GpuUuid &) const = default;
-};
-
-struct GpuPair {
-	GpuUuid from; // GPU the process was checkpointed on
-	GpuUuid to;   // GPU to restore it onto
-};
-
-struct GpuInfo {
-	int ordinal = 0;
-	GpuUuid uuid;
-	std::string name;
-	uint64_t memory_bytes = 0;
-	uint64_t free_bytes = 0;  // free memory when the restore plans its GPUs; 0 = unknown
-	std::string pci_bus_id; // "0000:19:00.0", lower case
-};
 
 class Driver {
 public:
@@ -57,6 +32,8 @@ public:
 	virtual Result<std::vector<GpuInfo>> gpus() = 0;
 	// Free memory of a GPU now, in bytes; 0 when unknown.
 	virtual uint64_t free_bytes(const GpuUuid &uuid) = 0;
+	// GPU memory each process uses now (over all GPUs), by pid; nullopt when the driver cannot tell.
+	virtual std::optional<std::map<pid_t, uint64_t>> gpu_bytes_by_process() { return std::nullopt; }
 };
 
 } // namespace cuda_criu

@@ -1,44 +1,21 @@
 #include "driver/libcuda.h"
 
-#include <cuda.h>
-#include <dirent.h>
 #include <dlfcn.h>
-#include <sched.h>
-#include <sys/stat.h>
+#include <link.h>
 
-#include <fstream>
+#include <climits>
+#include <cstdlib>
 #include <mutex>
-#include <thread>
 
 #include "base/log.h"
+#include "driver/cuda_api.h"
 #include "driver/nvml.h"
+#include "os/fs_context.h"
 
 namespace cuda_criu {
 namespace {
 
-#define CUDA_SYMBOL_NAME_(name) #name
-#define CUDA_SYMBOL_NAME(name) CUDA_SYMBOL_NAME_(name) // expands cuda.h's renames (cuDeviceTotalMem_v2)
-
-// The typed table. Members are typed from the real header so that a signature change breaks the build.
-struct Api {
-	decltype(&::cuInit) init = nullptr;
-	decltype(&::cuDriverGetVersion) driver_get_version = nullptr;
-	decltype(&::cuGetErrorName) get_error_name = nullptr;
-	decltype(&::cuGetErrorString) get_error_string = nullptr;
-	decltype(&::cuCheckpointProcessGetRestoreThreadId) get_restore_thread_id = nullptr;
-	decltype(&::cuCheckpointProcessGetState) get_state = nullptr;
-	decltype(&::cuCheckpointProcessLock) lock = nullptr;
-	decltype(&::cuCheckpointProcessCheckpoint) checkpoint = nullptr;
-	decltype(&::cuCheckpointProcessRestore) restore = nullptr;
-	decltype(&::cuCheckpointProcessUnlock) unlock = nullptr;
-	// Optional: only used to describe GPUs.
-	decltype(&::cuDeviceGetCount) device_get_count = nullptr;
-	decltype(&::cuDeviceGet) device_get = nullptr;
-	decltype(&::cuDeviceGetName) device_get_name = nullptr;
-	decltype(&::cuDeviceGetUuid) device_get_uuid = nullptr;
-	decltype(&::cuDeviceTotalMem) device_total_mem = nullptr;
-	decltype(&::cuDeviceGetPCIBusId) device_get_pci_bus_id = nullptr;
-};
+using Api = CudaApi;
 
 class LibCuda final : public Driver {
 public:
@@ -80,7 +57,16 @@ public:
 	Status checkpoint(pid_t pid) override
 	{
 		CUcheckpointCheckpointArgs args{};
-		return check(api_.checkpoint(pid, &args), "cuCheckpointProcessCheckpoint");
+		CUresult res = api_.checkpoint(pid, &args);
+		Status st = check(res, "cuCheckpointProcessCheckpoint");
+		if (res == CUDA_ERROR_NOT_SUPPORTED)
+			return make_error(EIO,
+					  "the NVIDIA driver cannot checkpoint this process: it uses CUDA managed memory "
+					  "(cudaMallocManaged / cuMemAllocManaged), or another feature the driver's checkpoint "
+					  "does not support (CUDA IPC memory shared with another process, an MPS client); "
+					  "free that memory before the dump, or leave the process out (%s)",
+					  st.error().message().c_str());
+		return st;
 	}
 
 	Status restore(pid_t pid, const std::vector<GpuPair> &pairs) override
@@ -115,11 +101,13 @@ public:
 	std::string version() const override { return version_; }
 
 	uint64_t free_bytes(const GpuUuid &uuid) override { return nvml_free_bytes(uuid); }
+	std::optional<std::map<pid_t, uint64_t>> gpu_bytes_by_process() override { return nvml_gpu_bytes_by_process(); }
 
 	Result<std::vector<GpuInfo>> gpus() override
 	{
 		if (!api_.device_get_count || !api_.device_get || !api_.device_get_uuid)
-			return make_error(ENOTSUP, "the driver library lacks the device query functions");
+			// Not ENOTSUP: CRIU reads that as "not my process" and would go on without us.
+			return make_error(ENOSYS, "the driver library lacks the device query functions");
 		int count = 0;
 		if (auto st = check(api_.device_get_count(&count), "cuDeviceGetCount"); !st)
 			return std::move(st).error();
@@ -171,60 +159,24 @@ private:
 	std::string version_;
 };
 
-template <typename T>
-bool resolve(void *lib, T &slot, const char *name)
-{
-	slot = reinterpret_cast<T>(dlsym(lib, name));
-	return slot != nullptr;
-}
-
 Result<Driver *> load_once(const std::string &path)
 {
-	const char *file = path.empty() ? "libcuda.so.1" : path.c_str();
-	// RTLD_NODELETE: the library starts threads in cuInit; it must never be unmapped under them.
-	void *lib = dlopen(file, RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE);
+	auto lib = open_libcuda(path);
 	if (!lib)
-		return make_error(ENOENT,
-				  "cannot load the NVIDIA driver library %s: %s (install the NVIDIA driver, or set "
-				  "CUDA_CRIU_LIBCUDA to the path of libcuda.so.1)",
-				  file, dlerror());
-
+		return make_error(ENOENT, "%s (install the NVIDIA driver, or set CUDA_CRIU_LIBCUDA to the path of libcuda.so.1)",
+				  lib.error().message().c_str());
+	const char *file = lib->file.c_str();
 	Api api;
-	std::string missing;
-	auto need = [&](auto &slot, const char *name) {
-		if (!resolve(lib, slot, name))
-			missing += missing.empty() ? name : std::string(", ") + name;
-	};
-	need(api.init, CUDA_SYMBOL_NAME(cuInit));
-	need(api.driver_get_version, CUDA_SYMBOL_NAME(cuDriverGetVersion));
-	need(api.get_error_name, CUDA_SYMBOL_NAME(cuGetErrorName));
-	need(api.get_error_string, CUDA_SYMBOL_NAME(cuGetErrorString));
-	std::string basic_missing = missing;
-	need(api.get_restore_thread_id, CUDA_SYMBOL_NAME(cuCheckpointProcessGetRestoreThreadId));
-	need(api.get_state, CUDA_SYMBOL_NAME(cuCheckpointProcessGetState));
-	need(api.lock, CUDA_SYMBOL_NAME(cuCheckpointProcessLock));
-	need(api.checkpoint, CUDA_SYMBOL_NAME(cuCheckpointProcessCheckpoint));
-	need(api.restore, CUDA_SYMBOL_NAME(cuCheckpointProcessRestore));
-	need(api.unlock, CUDA_SYMBOL_NAME(cuCheckpointProcessUnlock));
-	resolve(lib, api.device_get_count, CUDA_SYMBOL_NAME(cuDeviceGetCount));
-	resolve(lib, api.device_get, CUDA_SYMBOL_NAME(cuDeviceGet));
-	resolve(lib, api.device_get_name, CUDA_SYMBOL_NAME(cuDeviceGetName));
-	resolve(lib, api.device_get_uuid, CUDA_SYMBOL_NAME(cuDeviceGetUuid));
-	resolve(lib, api.device_total_mem, CUDA_SYMBOL_NAME(cuDeviceTotalMem));
-	resolve(lib, api.device_get_pci_bus_id, CUDA_SYMBOL_NAME(cuDeviceGetPCIBusId));
-
-	if (!basic_missing.empty())
-		return make_error(ENOTSUP, "%s is not a usable CUDA driver library: missing %s", file,
-				  basic_missing.c_str());
-
-	int cuda_version = 0;
-	api.driver_get_version(&cuda_version);
+	// A library without an entry point fails with ENOSYS, never ENOTSUP: CRIU reads -ENOTSUP from a hook
+	// as "not my process" and would dump the CUDA process without its GPU state.
+	if (std::string missing = resolve_cuda_api(lib->handle, api, EntryKind::Basic); !missing.empty())
+		return make_error(ENOSYS, "%s is not a usable CUDA driver library: missing %s", file, missing.c_str());
 	std::string version = kernel_driver_version();
-	std::string cuda = format("%d.%d", cuda_version / 1000, (cuda_version % 1000) / 10);
+	const std::string &cuda = lib->cuda_version;
 	if (version.empty())
 		version = "CUDA " + cuda;
-	if (!missing.empty())
-		return make_error(ENOTSUP,
+	if (std::string missing = resolve_cuda_api(lib->handle, api, EntryKind::Checkpoint); !missing.empty())
+		return make_error(ENOSYS,
 				  "NVIDIA driver %s (CUDA %s, %s) has no checkpoint API (missing %s): CUDA "
 				  "checkpoint/restore needs driver r570 or newer; upgrade the driver",
 				  version.c_str(), cuda.c_str(), file, missing.c_str());
@@ -252,48 +204,31 @@ Result<Driver *> load_libcuda(const std::string &path)
 	return loaded;
 }
 
-bool nvidia_driver_present(const std::string &path)
+Result<LibcudaFile> open_libcuda(const std::string &path)
 {
-	if (!path.empty()) {
-		struct stat st;
-		return stat(path.c_str(), &st) == 0;
+	const char *file = path.empty() ? "libcuda.so.1" : path.c_str();
+	// RTLD_NODELETE: the library starts threads in cuInit; it must never be unmapped under them.
+	void *lib = dlopen(file, RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE);
+	if (!lib) {
+		const char *why = dlerror();
+		return make_error(ENOENT, "cannot load %s: %s", file, why ? why : "unknown error");
 	}
-	DIR *dir = opendir("/proc/driver/nvidia/gpus");
-	if (!dir)
-		return false;
-	bool any = false;
-	while (dirent *de = readdir(dir)) {
-		if (de->d_name[0] != '.') {
-			any = true;
-			break;
-		}
+	LibcudaFile out;
+	out.handle = lib;
+	out.file = file;
+	link_map *lm = nullptr;
+	if (dlinfo(lib, RTLD_DI_LINKMAP, &lm) == 0 && lm && lm->l_name && *lm->l_name) {
+		char real[PATH_MAX];
+		out.file = realpath(lm->l_name, real) ? real : lm->l_name;
 	}
-	closedir(dir);
-	return any;
+	auto get_version = reinterpret_cast<decltype(&::cuDriverGetVersion)>(
+		dlsym(lib, CUDA_CRIU_SYMBOL_NAME(cuDriverGetVersion)));
+	int v = 0;
+	if (get_version && get_version(&v) == CUDA_SUCCESS)
+		out.cuda_version = cuda_version_text(v);
+	return out;
 }
 
-void run_with_own_fs(const std::function<void()> &fn)
-{
-	std::thread([&] {
-		unshare(CLONE_FS);
-		fn();
-	}).join();
-}
-
-std::string kernel_driver_version()
-{
-	std::string v;
-	if (std::ifstream("/sys/module/nvidia/version") >> v)
-		return v;
-	// "NVRM version: NVIDIA UNIX x86_64 Kernel Module  580.159.04  Thu ..."
-	std::ifstream f("/proc/driver/nvidia/version");
-	std::string word, prev;
-	while (f >> word) {
-		if (prev == "Module")
-			return word;
-		prev = word;
-	}
-	return {};
-}
+std::string cuda_version_text(int version) { return format("%d.%d", version / 1000, (version % 1000) / 10); }
 
 } // namespace cuda_criu

@@ -2,11 +2,10 @@
 // machines without NVIDIA drivers), its symbols resolved once into a typed table, cuInit called once.
 #pragma once
 
-#include <functional>
-#include <memory>
 #include <string>
 
 #include "driver/driver.h"
+#include "os/nvidia.h" // nvidia_driver_present, kernel_driver_version: what the kernel says without a dlopen
 
 namespace cuda_criu {
 
@@ -15,18 +14,16 @@ namespace cuda_criu {
 // dynamic loader's search path.
 Result<Driver *> load_libcuda(const std::string &path);
 
-// True when this machine looks like it has an NVIDIA driver (/proc/driver/nvidia/gpus has entries), or
-// path names a library file. Costs a directory read, no dlopen.
-bool nvidia_driver_present(const std::string &path);
+// The driver library opened (dlopen RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE: kept for the process's life) but
+// not initialised: for cuda-criu check, which reports on a library that may lack the checkpoint API.
+struct LibcudaFile {
+	void *handle = nullptr;
+	std::string file;         // the file the loader picked, symbolic links resolved when possible
+	std::string cuda_version; // "13.0" (cuDriverGetVersion), "" when unknown
+};
+Result<LibcudaFile> open_libcuda(const std::string &path);
 
-// The kernel driver version from /sys/module/nvidia/version or /proc/driver/nvidia/version, or "".
-std::string kernel_driver_version();
-
-// Runs fn on a new thread with a file-system context (fs_struct) of its own, and waits for it. A driver
-// library's initialisation (cuInit, nvmlInit) starts threads in the calling process (CRIU); threads share
-// the fs_struct of the thread that created them, and CRIU's setns() into a container's mount namespace
-// (needed to dump its over-mounted /dev tmpfs) fails with EINVAL while its fs_struct is shared. Started
-// from here, the library's threads share that thread's fs_struct, not CRIU's.
-void run_with_own_fs(const std::function<void()> &fn);
+// 13000 -> "13.0", as cuDriverGetVersion reports it.
+std::string cuda_version_text(int version);
 
 } // namespace cuda_criu

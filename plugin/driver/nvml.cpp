@@ -2,10 +2,12 @@
 
 #include <dlfcn.h>
 
+#include <map>
 #include <mutex>
+#include <vector>
 
 #include "base/log.h"
-#include "driver/libcuda.h"
+#include "os/fs_context.h"
 
 namespace cuda_criu {
 namespace {
@@ -17,8 +19,17 @@ struct NvmlMemory {
 	unsigned long long total, free, used; // nvmlMemory_t
 };
 
+struct NvmlProcessInfo {
+	unsigned pid;
+	unsigned long long used_gpu_memory; // nvmlProcessInfo_t (v2 and v3)
+	unsigned gpu_instance_id, compute_instance_id;
+};
+
 struct Nvml {
 	NvmlReturn (*init)() = nullptr;
+	NvmlReturn (*count)(unsigned *) = nullptr;
+	NvmlReturn (*by_index)(unsigned, NvmlDevice *) = nullptr;
+	NvmlReturn (*processes)(NvmlDevice, unsigned *, NvmlProcessInfo *) = nullptr; // optional
 	NvmlReturn (*by_uuid)(const char *, NvmlDevice *) = nullptr;
 	NvmlReturn (*memory)(NvmlDevice, NvmlMemory *) = nullptr;
 	NvmlReturn (*persistence)(NvmlDevice, int *) = nullptr; // nvmlEnableState_t: 1 = enabled
@@ -36,6 +47,10 @@ const Nvml *load_once()
 	api.by_uuid = reinterpret_cast<decltype(api.by_uuid)>(dlsym(lib, "nvmlDeviceGetHandleByUUID"));
 	api.memory = reinterpret_cast<decltype(api.memory)>(dlsym(lib, "nvmlDeviceGetMemoryInfo"));
 	api.persistence = reinterpret_cast<decltype(api.persistence)>(dlsym(lib, "nvmlDeviceGetPersistenceMode"));
+	api.count = reinterpret_cast<decltype(api.count)>(dlsym(lib, "nvmlDeviceGetCount_v2"));
+	api.by_index = reinterpret_cast<decltype(api.by_index)>(dlsym(lib, "nvmlDeviceGetHandleByIndex_v2"));
+	api.processes =
+		reinterpret_cast<decltype(api.processes)>(dlsym(lib, "nvmlDeviceGetComputeRunningProcesses_v3"));
 	if (!api.init || !api.by_uuid || !api.memory) {
 		LOG_DEBUG("%s", "libnvidia-ml.so.1 lacks the functions used: free GPU memory is not checked");
 		return nullptr;
@@ -85,6 +100,36 @@ std::optional<bool> nvml_persistence_mode(const GpuUuid &uuid)
 	if (!dev || !api->persistence || api->persistence(dev, &mode) != 0)
 		return std::nullopt;
 	return mode == 1;
+}
+
+std::optional<std::map<pid_t, uint64_t>> nvml_gpu_bytes_by_process()
+{
+	const Nvml *api = nvml();
+	unsigned devices = 0;
+	if (!api || !api->count || !api->by_index || !api->processes || api->count(&devices) != 0)
+		return std::nullopt;
+	std::map<pid_t, uint64_t> out;
+	for (unsigned d = 0; d < devices; d++) {
+		NvmlDevice dev = nullptr;
+		if (api->by_index(d, &dev) != 0)
+			return std::nullopt;
+		std::vector<NvmlProcessInfo> infos(64);
+		unsigned n = static_cast<unsigned>(infos.size());
+		NvmlReturn r = api->processes(dev, &n, infos.data());
+		if (r == 7) { // NVML_ERROR_INSUFFICIENT_SIZE: n says how many
+			infos.resize(n + 16);
+			n = static_cast<unsigned>(infos.size());
+			r = api->processes(dev, &n, infos.data());
+		}
+		if (r != 0)
+			return std::nullopt;
+		for (unsigned i = 0; i < n && i < infos.size(); i++) {
+			if (infos[i].used_gpu_memory == ~0ULL) // NVML_VALUE_NOT_AVAILABLE (e.g. no permission)
+				return std::nullopt;
+			out[static_cast<pid_t>(infos[i].pid)] += infos[i].used_gpu_memory;
+		}
+	}
+	return out;
 }
 
 } // namespace cuda_criu

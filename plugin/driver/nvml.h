@@ -1,9 +1,13 @@
 // What the CUDA driver API cannot tell without creating a context on each GPU, from NVML
-// (libnvidia-ml.so.1, loaded at run time): a GPU's free memory (for a restore's GPU plan) and its
-// persistence mode (for cuda-criu check).
+// (libnvidia-ml.so.1, loaded at run time): a GPU's free memory (for a restore's GPU plan), its
+// persistence mode (for cuda-criu check), and the GPU memory of each process (for a dump's memory
+// preflight and its progress).
 #pragma once
 
+#include <sys/types.h>
+
 #include <cstdint>
+#include <map>
 #include <optional>
 
 #include "driver/driver.h"
@@ -18,5 +22,9 @@ uint64_t nvml_free_bytes(const GpuUuid &uuid);
 
 // Whether the GPU's persistence mode is on; nullopt when unknown.
 std::optional<bool> nvml_persistence_mode(const GpuUuid &uuid);
+
+// GPU memory each process uses now, over all GPUs, by pid (as this process's pid namespace sees it);
+// nullopt when NVML cannot tell. What a checkpoint will copy into the process's memory.
+std::optional<std::map<pid_t, uint64_t>> nvml_gpu_bytes_by_process();
 
 } // namespace cuda_criu

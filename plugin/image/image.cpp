@@ -5,9 +5,11 @@
 #include <unistd.h>
 
 #include <cinttypes>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 
+#include "base/text.h"
 #include "cuda_plugin.pb-c.h"
 #include "os/unique_fd.h"
 
@@ -30,6 +32,61 @@ struct PackedStrings {
 
 std::string str_or_empty(const char *s) { return s ? s : ""; }
 
+// The protobuf decoder's allocations, counted: a hostile image that would make it allocate more than
+// kImageDecodeBudget fails to parse instead.
+struct DecodeBudget {
+	size_t used = 0;
+	bool exhausted = false;
+	static void *alloc(void *data, size_t size)
+	{
+		auto *b = static_cast<DecodeBudget *>(data);
+		if (size > kImageDecodeBudget - b->used) {
+			b->exhausted = true;
+			return nullptr;
+		}
+		b->used += size;
+		return std::malloc(size);
+	}
+	static void release(void *, void *p) { std::free(p); }
+};
+
+// What a machine can have: counts and lengths over these are corruption, refused before they cost.
+Status check_limits(const CudaPluginImage &img)
+{
+	auto string_ok = [](const char *s) { return !s || std::strlen(s) <= kImageMaxStringBytes; };
+	if (img.n_processes > kImageMaxProcesses)
+		return make_error(EINVAL, "corrupt image: %zu processes (at most %zu)", img.n_processes, kImageMaxProcesses);
+	if (img.n_gpus > kImageMaxGpus || img.n_other_gpus > kImageMaxGpus)
+		return make_error(EINVAL, "corrupt image: %zu + %zu GPUs (at most %zu each)", img.n_gpus, img.n_other_gpus,
+				  kImageMaxGpus);
+	if (!string_ok(img.driver_version) || !string_ok(img.plugin_version) || !string_ok(img.hostname))
+		return make_error(EINVAL, "corrupt image: a version or host name longer than %zu bytes", kImageMaxStringBytes);
+	for (size_t i = 0; i < img.n_gpus + img.n_other_gpus; i++) {
+		const CudaGpu *g = i < img.n_gpus ? img.gpus[i] : img.other_gpus[i - img.n_gpus];
+		if (!string_ok(g->uuid) || !string_ok(g->name) || !string_ok(g->pci_bus_id))
+			return make_error(EINVAL, "corrupt image: GPU %zu has a text longer than %zu bytes", i,
+					  kImageMaxStringBytes);
+	}
+	for (size_t i = 0; i < img.n_processes; i++) {
+		const CudaProcess *p = img.processes[i];
+		if (p->n_gpu_uuids > kImageMaxGpus)
+			return make_error(EINVAL, "corrupt image: process %zu names %zu GPUs (at most %zu)", i,
+					  p->n_gpu_uuids, kImageMaxGpus);
+		if (!string_ok(p->initial_state))
+			return make_error(EINVAL, "corrupt image: process %zu has a state longer than %zu bytes", i,
+					  kImageMaxStringBytes);
+	}
+	return {};
+}
+
+Result<GpuUuid> decode_uuid(const char *text, const char *what, size_t index)
+{
+	auto u = GpuUuid::parse(str_or_empty(text));
+	if (!u)
+		return std::move(u).error().context("corrupt image: %s %zu", what, index);
+	return u;
+}
+
 // A GPU list as messages (`gpus` holds them, `ptrs` points at them, as protobuf-c wants).
 void encode_gpus(const std::vector<GpuRecord> &list, PackedStrings &keep, std::vector<CudaGpu> &gpus,
 		 std::vector<CudaGpu *> &ptrs)
@@ -39,7 +96,7 @@ void encode_gpus(const std::vector<GpuRecord> &list, PackedStrings &keep, std::v
 		const GpuRecord &g = list[i];
 		CudaGpu &m = gpus[i];
 		cuda_gpu__init(&m);
-		m.uuid = keep.keep(g.uuid);
+		m.uuid = keep.keep(g.uuid.str());
 		m.name = keep.keep(g.name);
 		m.has_memory_bytes = true;
 		m.memory_bytes = g.memory_bytes;
@@ -50,12 +107,16 @@ void encode_gpus(const std::vector<GpuRecord> &list, PackedStrings &keep, std::v
 	}
 }
 
-std::vector<GpuRecord> decode_gpus(CudaGpu *const *gpus, size_t n)
+Result<std::vector<GpuRecord>> decode_gpus(CudaGpu *const *gpus, size_t n)
 {
 	std::vector<GpuRecord> out;
-	for (size_t i = 0; i < n; i++)
-		out.push_back({str_or_empty(gpus[i]->uuid), str_or_empty(gpus[i]->name), gpus[i]->memory_bytes,
-			       str_or_empty(gpus[i]->pci_bus_id), gpus[i]->has_ordinal ? gpus[i]->ordinal : -1});
+	for (size_t i = 0; i < n; i++) {
+		auto uuid = decode_uuid(gpus[i]->uuid, "GPU", i);
+		if (!uuid)
+			return std::move(uuid).error();
+		out.push_back({*uuid, str_or_empty(gpus[i]->name), gpus[i]->memory_bytes, str_or_empty(gpus[i]->pci_bus_id),
+			       gpus[i]->has_ordinal ? gpus[i]->ordinal : -1});
+	}
 	return out;
 }
 
@@ -80,9 +141,9 @@ std::vector<uint8_t> encode_image(const ImageRecord &record)
 		m.pid = p.pid;
 		m.has_ns_pid = true;
 		m.ns_pid = p.ns_pid;
-		m.initial_state = keep.keep(p.initial_state);
+		m.initial_state = p.initial_state ? keep.keep(to_string(*p.initial_state)) : nullptr;
 		for (const auto &u : p.gpu_uuids)
-			uuid_lists[i].push_back(keep.keep(u));
+			uuid_lists[i].push_back(keep.keep(u.str()));
 		m.n_gpu_uuids = uuid_lists[i].size();
 		m.gpu_uuids = uuid_lists[i].data();
 		m.has_state_bytes = m.has_lock_us = m.has_checkpoint_us = true;
@@ -137,24 +198,36 @@ Result<ImageRecord> decode_image(const uint8_t *data, size_t size)
 	if (len != size - kHeader)
 		return make_error(EINVAL, "truncated or padded image: header says %u bytes of data, file has %zu", len,
 				  size - kHeader);
-	std::unique_ptr<CudaPluginImage, void (*)(CudaPluginImage *)> img(
-		cuda_plugin_image__unpack(nullptr, len, data + kHeader),
-		[](CudaPluginImage *p) { cuda_plugin_image__free_unpacked(p, nullptr); });
+	DecodeBudget budget;
+	ProtobufCAllocator allocator = {DecodeBudget::alloc, DecodeBudget::release, &budget};
+	auto free_image = [&allocator](CudaPluginImage *p) { cuda_plugin_image__free_unpacked(p, &allocator); };
+	std::unique_ptr<CudaPluginImage, decltype(free_image)> img(cuda_plugin_image__unpack(&allocator, len, data + kHeader),
+								  free_image);
 	if (!img)
-		return make_error(EINVAL, "corrupt image: its data does not parse");
+		return make_error(EINVAL, "corrupt image: its data does not parse%s",
+				  budget.exhausted ? " within the memory any real image needs" : "");
 	if (img->version > kImageVersion)
 		return make_error(EPROTO,
 				  "image format version %u was written by a newer cuda_plugin (%s); this plugin reads "
 				  "versions up to %u: restore with that plugin version or newer",
-				  img->version, str_or_empty(img->plugin_version).c_str(), kImageVersion);
+				  img->version, printable(str_or_empty(img->plugin_version).substr(0, kImageMaxStringBytes)).c_str(),
+				  kImageVersion);
 	if (img->version == 0)
 		return make_error(EINVAL, "corrupt image: version 0");
+	if (auto st = check_limits(*img); !st)
+		return std::move(st).error();
 	ImageRecord r;
 	r.version = img->version;
 	r.driver_version = str_or_empty(img->driver_version);
 	r.plugin_version = str_or_empty(img->plugin_version);
-	r.gpus = decode_gpus(img->gpus, img->n_gpus);
-	r.other_gpus = decode_gpus(img->other_gpus, img->n_other_gpus);
+	auto gpus = decode_gpus(img->gpus, img->n_gpus);
+	if (!gpus)
+		return std::move(gpus).error();
+	r.gpus = std::move(*gpus);
+	auto others = decode_gpus(img->other_gpus, img->n_other_gpus);
+	if (!others)
+		return std::move(others).error();
+	r.other_gpus = std::move(*others);
 	for (size_t i = 0; i < img->n_processes; i++) {
 		const CudaProcess *p = img->processes[i];
 		if (p->pid <= 0)
@@ -162,9 +235,18 @@ Result<ImageRecord> decode_image(const uint8_t *data, size_t size)
 		ProcessRecord pr;
 		pr.pid = p->pid;
 		pr.ns_pid = p->has_ns_pid && p->ns_pid > 0 ? p->ns_pid : p->pid;
-		pr.initial_state = str_or_empty(p->initial_state);
-		for (size_t j = 0; j < p->n_gpu_uuids; j++)
-			pr.gpu_uuids.push_back(str_or_empty(p->gpu_uuids[j]));
+		if (p->initial_state) {
+			auto state = parse_cuda_state(p->initial_state);
+			if (!state)
+				return std::move(state).error().context("corrupt image: process %d", p->pid);
+			pr.initial_state = *state;
+		}
+		for (size_t j = 0; j < p->n_gpu_uuids; j++) {
+			auto uuid = decode_uuid(p->gpu_uuids[j], "process GPU", j);
+			if (!uuid)
+				return std::move(uuid).error().context("process %d", p->pid);
+			pr.gpu_uuids.push_back(*uuid);
+		}
 		pr.state_bytes = p->state_bytes;
 		pr.lock_us = p->lock_us;
 		pr.checkpoint_us = p->checkpoint_us;

@@ -14,6 +14,14 @@ inline constexpr const char *kImageFileName = "cuda-plugin.img";
 inline constexpr uint32_t kImageVersion = 1;
 inline constexpr size_t kImageMaxBytes = 4 << 20; // far above any real image; bounds what a hostile one costs
 
+// What one machine can hold, so that an image costs memory and log lines in proportion to a real dump,
+// not to what its bytes can name. A CUDA process holds a context of a few hundred MiB of GPU memory:
+// 64 GPUs of 141 GiB hold fewer than 40,000 of them.
+inline constexpr size_t kImageMaxProcesses = 65536;
+inline constexpr size_t kImageMaxGpus = 64;          // per GPU list, and per process
+inline constexpr size_t kImageMaxStringBytes = 256;  // names, versions, UUIDs, host name
+inline constexpr size_t kImageDecodeBudget = 32 << 20; // what the protobuf decoder may allocate
+
 // Bytes of a complete image file for record (version is set to kImageVersion).
 std::vector<uint8_t> encode_image(const ImageRecord &record);
 // Parses a complete image file; every malformed input is an error that says what is wrong.

@@ -1,14 +1,18 @@
-// What our image holds, as plain C++ data. image.h converts it to and from the file.
+// What our image holds, as plain C++ data, typed: image.h converts it to and from the file (where GPUs
+// and states are text) and refuses what does not convert.
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
+
+#include "base/gpu.h"
 
 namespace cuda_criu {
 
 struct GpuRecord {
-	std::string uuid; // "GPU-..."
+	GpuUuid uuid; // on disk: "GPU-..." text
 	std::string name;
 	uint64_t memory_bytes = 0;
 	std::string pci_bus_id;
@@ -25,8 +29,9 @@ struct MemoryRange {
 struct ProcessRecord {
 	int pid = 0;
 	int ns_pid = 0;
-	std::string initial_state; // "running", "locked", "checkpointed"
-	std::vector<std::string> gpu_uuids;
+	// On disk "running", "locked" or "checkpointed"; absent where the writer left it out.
+	std::optional<CudaState> initial_state;
+	std::vector<GpuUuid> gpu_uuids;
 	uint64_t state_bytes = 0;
 	uint64_t lock_us = 0;
 	uint64_t checkpoint_us = 0;

@@ -2,6 +2,7 @@
 // tests substitute a fake.
 #pragma once
 
+#include <sys/stat.h>
 #include <sys/types.h>
 
 #include <cstdint>
@@ -9,7 +10,7 @@
 #include <vector>
 
 #include "base/result.h"
-#include "driver/driver.h"
+#include "base/gpu.h"
 #include "os/maps.h"
 
 namespace cuda_criu {
@@ -24,7 +25,7 @@ public:
 struct TaskInfo {
 	pid_t ns_pid = 0;                     // pid inside the task's own pid namespace
 	uint64_t rss_bytes = 0;               // resident memory
-	std::vector<unsigned> nvidia_minors;  // /dev/nvidiaN devices it holds open
+	std::vector<unsigned> nvidia_minors;  // minors of the NVIDIA GPU device nodes it holds open
 };
 
 class Host {
@@ -41,8 +42,7 @@ public:
 	virtual void kill(pid_t pid) = 0;
 	// Whether the process still exists (and is not a zombie).
 	virtual bool alive(pid_t pid) = 0;
-	// Every GPU the kernel driver has (/proc/driver/nvidia/gpus), whatever CUDA_VISIBLE_DEVICES says:
-	// ordinal = device minor, name = model, no memory size; in minor order. Empty without that directory.
+	// Every GPU the kernel driver has, whatever CUDA_VISIBLE_DEVICES says: see kernel_gpus() in os/nvidia.h.
 	virtual std::vector<GpuInfo> machine_gpus() = 0;
 	// The task's memory mappings (/proc/PID/maps); empty when they cannot be read (then no memory is
 	// mapped from the image at restore).
@@ -52,6 +52,10 @@ public:
 		return {};
 	}
 };
+
+// Whether st (of an open file) is an NVIDIA GPU's device node: a character device of the NVIDIA major
+// (195), minor below nvidiactl's 255 (the minor is the GPU's device minor).
+bool is_nvidia_gpu_node(const struct stat &st);
 
 class SystemHost final : public Host {
 public:

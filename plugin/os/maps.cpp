@@ -2,8 +2,9 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <fstream>
 #include <sstream>
+
+#include "base/text.h"
 
 namespace cuda_criu {
 
@@ -40,12 +41,10 @@ std::vector<Mapping> parse_maps(std::string_view text)
 Result<std::vector<Mapping>> read_maps(pid_t pid)
 {
 	std::string path = "/proc/" + std::to_string(pid) + "/maps";
-	std::ifstream f(path);
-	if (!f)
-		return errno_error("read %s", path.c_str());
-	std::stringstream text;
-	text << f.rdbuf();
-	return parse_maps(text.str());
+	auto text = read_small_file(path, 64 << 20); // a large process has tens of thousands of mappings
+	if (!text)
+		return std::move(text).error();
+	return parse_maps(*text);
 }
 
 namespace {

@@ -5,9 +5,11 @@
 #include <sys/stat.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
-#include <fstream>
 #include <sstream>
+
+#include "base/text.h"
 
 namespace cuda_criu {
 
@@ -32,9 +34,10 @@ Result<TaskStatus> read_task_status(pid_t tid)
 {
 	char path[64];
 	std::snprintf(path, sizeof(path), "/proc/%d/status", tid);
-	std::ifstream f(path);
-	if (!f)
-		return errno_error("read %s", path);
+	auto text = read_small_file(path);
+	if (!text)
+		return std::move(text).error();
+	std::istringstream f(*text);
 	TaskStatus st;
 	std::string line;
 	while (std::getline(f, line)) {
@@ -73,7 +76,8 @@ std::vector<pid_t> children_of(pid_t pid)
 	while (dirent *de = readdir(dir)) {
 		if (de->d_name[0] == '.')
 			continue;
-		std::ifstream f(std::string(path) + "/" + de->d_name + "/children");
+		auto text = read_small_file(std::string(path) + "/" + de->d_name + "/children");
+		std::istringstream f(text ? *text : std::string());
 		pid_t child = 0;
 		while (f >> child)
 			out.push_back(child);
@@ -86,12 +90,51 @@ pid_t parent_of(pid_t pid)
 {
 	char path[64];
 	std::snprintf(path, sizeof(path), "/proc/%d/status", pid);
-	std::ifstream f(path);
+	auto text = read_small_file(path);
+	std::istringstream f(text ? *text : std::string());
 	std::string line;
 	while (std::getline(f, line))
 		if (line.compare(0, 5, "PPid:") == 0)
 			return std::atoi(line.c_str() + 5);
 	return 0;
+}
+
+uint64_t start_time_of(pid_t pid)
+{
+	char path[64];
+	std::snprintf(path, sizeof(path), "/proc/%d/stat", pid);
+	auto text = read_small_file(path);
+	if (!text)
+		return 0;
+	std::string stat = text->substr(0, text->find('\n'));
+	// The command name may hold spaces and parentheses: the fields start after its last ')'.
+	size_t end = stat.rfind(')');
+	if (end == std::string::npos)
+		return 0;
+	std::istringstream rest(stat.substr(end + 1));
+	std::string field;
+	for (int i = 3; i <= 22 && rest >> field; i++)
+		if (i == 22)
+			return std::strtoull(field.c_str(), nullptr, 10);
+	return 0;
+}
+
+uint64_t thread_cpu_ticks(pid_t pid, pid_t tid)
+{
+	auto text = read_small_file("/proc/" + std::to_string(pid) + "/task/" + std::to_string(tid) + "/stat");
+	if (!text)
+		return 0;
+	// The command name may hold spaces and parentheses: the fields start after its last ')'.
+	size_t end = text->rfind(')');
+	if (end == std::string::npos)
+		return 0;
+	std::istringstream rest(text->substr(end + 1));
+	std::string field;
+	uint64_t ticks = 0;
+	for (int i = 3; i <= 15 && rest >> field; i++)
+		if (i >= 14) // utime, stime
+			ticks += std::strtoull(field.c_str(), nullptr, 10);
+	return ticks;
 }
 
 bool process_exists(pid_t pid)

@@ -31,6 +31,13 @@ std::vector<pid_t> children_of(pid_t pid);
 // Parent pid (PPid), or 0.
 pid_t parent_of(pid_t pid);
 
+// When pid started (starttime of /proc/PID/stat, in clock ticks since boot), or 0 when it does not
+// exist. A pid reused by a later process has another start time.
+uint64_t start_time_of(pid_t pid);
+
+// CPU time (user + system, in clock ticks) a thread of pid has used; 0 when it cannot be read.
+uint64_t thread_cpu_ticks(pid_t pid, pid_t tid);
+
 // Whether /proc/PID exists.
 bool process_exists(pid_t pid);
 

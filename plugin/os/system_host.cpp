@@ -7,10 +7,9 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cstring>
-#include <fstream>
 #include <set>
 
+#include "os/nvidia.h"
 #include "os/proc.h"
 #include "os/thread_run.h"
 
@@ -29,21 +28,12 @@ private:
 	ThreadRun run_;
 };
 
-// "nvidia3" -> 3; anything else -> -1. Matches device nodes seen through a link target's name.
-int nvidia_index(const char *name)
-{
-	if (std::strncmp(name, "nvidia", 6) != 0 || !name[6])
-		return -1;
-	int n = 0;
-	for (const char *p = name + 6; *p; p++) {
-		if (*p < '0' || *p > '9')
-			return -1;
-		n = n * 10 + (*p - '0');
-	}
-	return n;
-}
-
 } // namespace
+
+bool is_nvidia_gpu_node(const struct stat &st)
+{
+	return S_ISCHR(st.st_mode) && major(st.st_rdev) == kNvidiaMajor && minor(st.st_rdev) < kNvidiaCtlMinor;
+}
 
 bool SystemHost::uses_libcuda(pid_t pid) { return maps_libcuda(pid); }
 
@@ -62,25 +52,11 @@ TaskInfo SystemHost::task_info(pid_t pid)
 	while (dirent *de = readdir(d)) {
 		if (de->d_name[0] == '.')
 			continue;
-		std::string fd = dir + "/" + de->d_name;
+		// Only a character device of the NVIDIA major is a GPU: a file that is merely named like one
+		// (/tmp/nvidia0) says nothing about the GPUs a process uses.
 		struct stat st;
-		if (stat(fd.c_str(), &st) != 0)
-			continue;
-		if (S_ISCHR(st.st_mode)) {
-			if (major(st.st_rdev) == kNvidiaMajor && minor(st.st_rdev) < kNvidiaCtlMinor)
-				minors.insert(minor(st.st_rdev));
-			continue;
-		}
-		// Not a device node: a stand-in named like one (e.g. a test double's .../dev/nvidia0).
-		char target[512];
-		ssize_t n = readlink(fd.c_str(), target, sizeof(target) - 1);
-		if (n <= 0)
-			continue;
-		target[n] = '\0';
-		const char *base = std::strrchr(target, '/');
-		int idx = nvidia_index(base ? base + 1 : target);
-		if (idx >= 0 && static_cast<unsigned>(idx) < kNvidiaCtlMinor)
-			minors.insert(static_cast<unsigned>(idx));
+		if (fstatat(dirfd(d), de->d_name, &st, 0) == 0 && is_nvidia_gpu_node(st))
+			minors.insert(minor(st.st_rdev));
 	}
 	closedir(d);
 	info.nvidia_minors.assign(minors.begin(), minors.end());
@@ -133,41 +109,6 @@ std::vector<Mapping> SystemHost::memory_map(pid_t pid)
 	return maps ? std::move(*maps) : std::vector<Mapping>();
 }
 
-std::vector<GpuInfo> SystemHost::machine_gpus()
-{
-	std::vector<GpuInfo> out;
-	DIR *d = opendir("/proc/driver/nvidia/gpus");
-	if (!d)
-		return out;
-	auto value = [](const std::string &line) {
-		size_t v = line.find_first_not_of(" \t", line.find(':') + 1);
-		return v == std::string::npos ? std::string() : line.substr(v);
-	};
-	while (dirent *de = readdir(d)) {
-		if (de->d_name[0] == '.')
-			continue;
-		std::ifstream f(std::string("/proc/driver/nvidia/gpus/") + de->d_name + "/information");
-		std::string line;
-		GpuInfo g;
-		g.ordinal = -1;
-		bool has_uuid = false;
-		while (std::getline(f, line)) {
-			if (line.rfind("Model:", 0) == 0)
-				g.name = value(line);
-			else if (line.rfind("Device Minor:", 0) == 0)
-				g.ordinal = std::atoi(value(line).c_str());
-			else if (line.rfind("Bus Location:", 0) == 0)
-				g.pci_bus_id = value(line);
-			else if (line.rfind("GPU UUID:", 0) == 0)
-				if (auto u = GpuUuid::parse(value(line)))
-					g.uuid = *u, has_uuid = true;
-		}
-		if (has_uuid && g.ordinal >= 0)
-			out.push_back(g);
-	}
-	closedir(d);
-	std::sort(out.begin(), out.end(), [](const GpuInfo &a, const GpuInfo &b) { return a.ordinal < b.ordinal; });
-	return out;
-}
+std::vector<GpuInfo> SystemHost::machine_gpus() { return kernel_gpus(); }
 
 } // namespace cuda_criu

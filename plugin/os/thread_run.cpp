@@ -34,8 +34,8 @@ Result<ThreadRun> ThreadRun::start(pid_t tid)
 	if (ptrace(PTRACE_SETOPTIONS, tid, nullptr, 0) != 0 || ptrace(PTRACE_CONT, tid, nullptr, 0) != 0) {
 		Error err = errno_error("resume restore thread %d", tid);
 		run.running_ = false; // not resumed: only the mask and options need putting back
-		ptrace(PTRACE_SETOPTIONS, tid, nullptr, options);
 		ptrace(PTRACE_SETSIGMASK, tid, sizeof(mask), &mask);
+		ptrace(PTRACE_SETOPTIONS, tid, nullptr, options);
 		return err;
 	}
 	return run;
@@ -81,11 +81,14 @@ Status ThreadRun::stop()
 		if (ptrace(PTRACE_CONT, tid_, nullptr, WSTOPSIG(status)) != 0)
 			return errno_error("continue restore thread %d after signal %d", tid_, WSTOPSIG(status));
 	}
+	// The mask first: a thread left with every signal blocked is worse than one with CRIU's ptrace
+	// options lost, and a failure of one must not skip the other.
+	Status mask;
+	if (ptrace(PTRACE_SETSIGMASK, tid_, sizeof(saved_mask_), &saved_mask_) != 0)
+		mask = errno_error("put back the signal mask of restore thread %d", tid_);
 	if (ptrace(PTRACE_SETOPTIONS, tid_, nullptr, saved_options_) != 0)
 		return errno_error("put back ptrace options of restore thread %d", tid_);
-	if (ptrace(PTRACE_SETSIGMASK, tid_, sizeof(saved_mask_), &saved_mask_) != 0)
-		return errno_error("put back the signal mask of restore thread %d", tid_);
-	return {};
+	return mask;
 }
 
 } // namespace cuda_criu

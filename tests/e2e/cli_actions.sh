@@ -2,22 +2,9 @@
 # cuda-criu ps, status, lock, checkpoint, restore, unlock, suspend, resume on fake-GPU workloads: the
 # states they reach, the data afterwards, several processes at once, timeouts, device maps, errors.
 source "$(dirname "$0")/lib.sh"
-e2e_setup
-# A command that fails outside a check says which (functions, the cleanup among them, do not inherit this).
-trap 'fail "line $LINENO: \"$BASH_COMMAND\" failed"' ERR
-# Options from this test only, never from a machine-wide /etc/criu/cuda_plugin.conf.
-: >"$T/cuda_plugin.conf"
-export CUDA_CRIU_CONFIG=$T/cuda_plugin.conf
+e2e_strict_setup
 start_fake_gpu --gpus 2
 
-py() { python3 -c "import json,sys; d=json.load(sys.stdin); $1"; }
-# expect_rc RC CMD...: CMD exits with RC; its stdout and stderr are in $T/out and $T/err.
-expect_rc() {
-	local want=$1 rc=0
-	shift
-	"$@" >"$T/out" 2>"$T/err" || rc=$?
-	[ $rc -eq "$want" ] || fail "'$*' exited $rc, expected $want; stderr: $(cat "$T/err")"
-}
 states() { local p s=""; for p in "$@"; do s+="$(cuda_state "$p") "; done; echo "${s% }"; }
 
 start_memcheck a 32

@@ -2,15 +2,9 @@
 # cuda-criu check: the lines and the JSON, on a machine without a GPU (no driver), with the fake GPU,
 # with patched and stock CRIU, with our plugin, CRIU's own plugin and none, and a broken option file.
 source "$(dirname "$0")/lib.sh"
-e2e_setup
-# A command that fails outside a check says which (functions, the cleanup among them, do not inherit this).
-trap 'fail "line $LINENO: \"$BASH_COMMAND\" failed"' ERR
-# Options from this test only, never from a machine-wide /etc/criu/cuda_plugin.conf.
-: >"$T/cuda_plugin.conf"
-export CUDA_CRIU_CONFIG=$T/cuda_plugin.conf
+e2e_strict_setup
 
 # py CODE < JSON: runs CODE with the parsed document in d (and fails on a document that does not parse).
-py() { python3 -c "import json,sys; d=json.load(sys.stdin); $1"; }
 status_of() { py "print([c['status'] for c in d['checks'] if c['name'] == '$1'][0])" <"$2"; }
 CHECK=("$CUDA_CRIU" check --criu "$CRIU" --libdir "$PLUGIN_DIR")
 CRIU_ROOT=$(cd "$(dirname "$CRIU")/.." && pwd) # install prefix of CRIU: lib/criu-intree has CRIU's own plugin

@@ -3,23 +3,12 @@
 # output and exit codes, then CRIU's own CUDA plugin (lib/criu-intree/cuda_plugin.so) dumping and
 # restoring a fake-GPU workload through it: the in-tree baseline the benchmarks compare against.
 source "$(dirname "$0")/lib.sh"
-e2e_setup
-# A command that fails outside a check says which (functions, the cleanup among them, do not inherit this).
-trap 'fail "line $LINENO: \"$BASH_COMMAND\" failed"' ERR
-# Options from this test only, never from a machine-wide /etc/criu/cuda_plugin.conf.
-: >"$T/cuda_plugin.conf"
-export CUDA_CRIU_CONFIG=$T/cuda_plugin.conf
+e2e_strict_setup
 start_fake_gpu --gpus 2
 
 CKPT=$BUILD_DIR/bin/cuda-checkpoint
 [ -L "$CKPT" ] && [ "$(readlink "$CKPT")" = cuda-criu ] || fail "no bin/cuda-checkpoint link to cuda-criu"
 ck() { LD_LIBRARY_PATH=$(dirname "$FAKE_LIB") "$CKPT" "$@"; }
-expect_rc() {
-	local want=$1 rc=0
-	shift
-	"$@" >"$T/out" 2>"$T/err" || rc=$?
-	[ $rc -eq "$want" ] || fail "'$*' exited $rc, expected $want; stderr: $(cat "$T/err")"
-}
 # expect_state PID STATE: --get-state prints exactly STATE and a newline.
 expect_state() {
 	ck --get-state --pid "$1" >"$T/state" 2>"$T/state.err" || fail "--get-state --pid $1 failed: $(cat "$T/state.err")"

@@ -2,12 +2,7 @@
 # cuda-criu's manual: the overview lists every command; each command's page has every section, is the
 # same through `help COMMAND` and `COMMAND --help`, and mentions each option the command accepts.
 source "$(dirname "$0")/lib.sh"
-e2e_setup
-# A command that fails outside a check says which (functions, the cleanup among them, do not inherit this).
-trap 'fail "line $LINENO: \"$BASH_COMMAND\" failed"' ERR
-# Options from this test only, never from a machine-wide /etc/criu/cuda_plugin.conf.
-: >"$T/cuda_plugin.conf"
-export CUDA_CRIU_CONFIG=$T/cuda_plugin.conf
+e2e_strict_setup
 
 "$CUDA_CRIU" --help >"$T/overview" || fail "--help failed"
 "$CUDA_CRIU" help >"$T/help" || fail "help failed"

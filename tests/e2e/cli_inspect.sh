@@ -2,15 +2,9 @@
 # cuda-criu inspect: a real image (text and JSON), a directory without our file, and image files that
 # are truncated, corrupt, of another kind, from a newer plugin, or a symbolic link.
 source "$(dirname "$0")/lib.sh"
-e2e_setup
-# A command that fails outside a check says which (functions, the cleanup among them, do not inherit this).
-trap 'fail "line $LINENO: \"$BASH_COMMAND\" failed"' ERR
-# Options from this test only, never from a machine-wide /etc/criu/cuda_plugin.conf.
-: >"$T/cuda_plugin.conf"
-export CUDA_CRIU_CONFIG=$T/cuda_plugin.conf
+e2e_strict_setup
 start_fake_gpu
 
-py() { python3 -c "import json,sys; d=json.load(sys.stdin); $1"; }
 
 # 1. A real image: one 48 MiB process.
 start_memcheck one 48

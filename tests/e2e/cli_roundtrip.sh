@@ -1,15 +1,10 @@
 #!/usr/bin/env bash
 # cuda-criu roundtrip against the fake GPU with real CRIU, the cases that pass: one cycle of the
 # cuda_memcheck workload with a health command, its JSON and JUnit reports; --repeat 3; --leave-running;
-# --device-map with --keep-images; readiness by output line and by TCP port. Each run leaves no process
-# and no file behind.
+# --device-map with --keep-images; readiness by output line and by TCP port; ended processes reaped each
+# cycle. Each run leaves no process and no file behind.
 source "$(dirname "$0")/lib.sh"
-e2e_setup
-# A command that fails outside a check says which (functions, the cleanup among them, do not inherit this).
-trap 'fail "line $LINENO: \"$BASH_COMMAND\" failed"' ERR
-# Options from this test only, never from a machine-wide /etc/criu/cuda_plugin.conf.
-: >"$T/cuda_plugin.conf"
-export CUDA_CRIU_CONFIG=$T/cuda_plugin.conf
+e2e_strict_setup
 start_fake_gpu --gpus 2
 # The round trip's own temporary directories go here, to be looked for afterwards.
 export TMPDIR=$T/tmp
@@ -141,4 +136,19 @@ while True:
 grep -qE "^ +2  health +ok .*127\.0\.0\.1:$port accepts connections" "$T/port.txt" || fail "health line: $(cat "$T/port.txt")"
 expect_clean "--ready-port" "s.bind..'127.0.0.1', $port"
 log "--ready-log and --ready-port: ok"
+# 6. What ends during a cycle (the plugin's guard processes, reparented to the round trip) is reaped in
+# that cycle: at the health check of the last cycle, no zombie of an earlier cycle is left (a long
+# --repeat must not pile up zombies). The health command counts the round trip's zombie children.
+rc=0
+"${RT[@]}" --repeat 4 --ready-file "$T/reap.state" \
+	--health-cmd "echo \$ROUNDTRIP_CYCLE \$(ps --ppid \$PPID -o stat= | grep -c '^Z') >>$T/zombies.txt; $(health "$T/reap.state")" \
+	-- "${WORKLOAD[@]}" --state "$T/reap.state" >"$T/reap.txt" 2>&1 || rc=$?
+[ $rc -eq 0 ] || fail "--repeat 4 exited $rc: $(cat "$T/reap.txt")"
+# Cycle 1 has the zombies of its own guards (the test sees them, or it would show nothing); cycle 4 no more.
+first=$(awk '$1 == 1 {print $2}' "$T/zombies.txt")
+last=$(awk '$1 == 4 {print $2}' "$T/zombies.txt")
+[ "${first:-0}" -ge 1 ] || fail "no zombie seen in cycle 1 (are the plugin's guards still reparented here?): $(cat "$T/zombies.txt")"
+[ "${last:-99}" -le "$first" ] || fail "zombies pile up over the cycles: $(cat "$T/zombies.txt")"
+expect_clean "zombies" "$T/reap.state"
+log "ended processes reaped each cycle: ok"
 log PASS

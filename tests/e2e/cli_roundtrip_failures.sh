@@ -3,14 +3,10 @@
 # holding a TCP connection to a peer outside its tree (CRIU refuses it: exit 1, CRIU's error and a hint
 # shown); a program that crashes after the restore (the health step fails and says how it ended); a
 # failing GPU checkpoint (the plugin's error shown); SIGTERM to the round trip itself mid-cycle and
-# mid-start (nothing left running, nothing left on disk); setup failures (exit 3) and bad usage (exit 2).
+# mid-start (nothing left running, nothing left on disk); setup failures (exit 3: a --dir others can
+# write to among them) and bad usage (exit 2).
 source "$(dirname "$0")/lib.sh"
-e2e_setup
-# A command that fails outside a check says which (functions, the cleanup among them, do not inherit this).
-trap 'fail "line $LINENO: \"$BASH_COMMAND\" failed"' ERR
-# Options from this test only, never from a machine-wide /etc/criu/cuda_plugin.conf.
-: >"$T/cuda_plugin.conf"
-export CUDA_CRIU_CONFIG=$T/cuda_plugin.conf
+e2e_strict_setup
 start_fake_gpu
 export TMPDIR=$T/tmp
 mkdir -p "$TMPDIR"
@@ -151,6 +147,21 @@ rc=0
 "${RT[@]}" --ready-file "$T/none" --start-timeout 0.5 -- sleep 5.25 >"$T/slow.txt" 2>&1 || rc=$?
 [ $rc -eq 3 ] && expect_fail "$T/slow.txt" - start "the program was not ready within 0.5 s: $T/none did not appear" ||
 	fail "a program not ready in time: exit $rc: $(cat "$T/slow.txt")"
+# A --dir another user could write to is refused, and left as it was: its owner could plant links or
+# swap the images between the dump and the restore.
+mkdir -m 0777 "$T/open"
+mkdir -m 0700 "$T/theirs" "$T/mine"
+chown nobody "$T/theirs"
+ln -s "$T/mine" "$T/link"
+for d in open theirs link; do
+	rc=0
+	"${RT[@]}" --dir "$T/$d" --ready-delay 1 -- sleep 5.25 >"$T/dir-$d.txt" 2>&1 || rc=$?
+	[ $rc -eq 3 ] || fail "--dir $d: exit $rc, not 3: $(cat "$T/dir-$d.txt")"
+	[ -z "$(ls -A "$T/$d/")" ] || fail "--dir $d: files made in it: $(ls -A "$T/$d/")"
+done
+expect_fail "$T/dir-open.txt" - setup "--dir $T/open is writable by others \(mode 0777\): .*mkdir -m 700"
+expect_fail "$T/dir-theirs.txt" - setup "--dir $T/theirs is owned by uid [0-9]+, not by you: "
+expect_fail "$T/dir-link.txt" - setup "--dir $T/link is a symbolic link"
 expect_clean "setup failures" "sleep 5.25"
 usage() { # EXPECTED-MESSAGE ARGS...
 	local want=$1 rc=0

@@ -3,12 +3,7 @@
 # path, or named with --libcuda), and fails clearly (step, reason, log kept, workload gone) when the
 # checkpoint fails or the plugin directory holds CRIU's own plugin.
 source "$(dirname "$0")/lib.sh"
-e2e_setup
-# A command that fails outside a check says which (functions, the cleanup among them, do not inherit this).
-trap 'fail "line $LINENO: \"$BASH_COMMAND\" failed"' ERR
-# Options from this test only, never from a machine-wide /etc/criu/cuda_plugin.conf.
-: >"$T/cuda_plugin.conf"
-export CUDA_CRIU_CONFIG=$T/cuda_plugin.conf
+e2e_strict_setup
 start_fake_gpu
 
 SELFTEST=("$CUDA_CRIU" selftest --criu "$CRIU" --libdir "$PLUGIN_DIR" --mb 32 --dir "$T")

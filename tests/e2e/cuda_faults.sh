@@ -7,7 +7,8 @@ e2e_setup
 start_fake_gpu
 
 # dump_must_fail CASE EXPECTED_LOG_PATTERN [env assignments...]: dumps a fresh workload with the given
-# environment for CRIU; the dump must fail, say why, and leave the workload running as it was.
+# environment for CRIU (and $DUMP_ARGS on its command line); the dump must fail, say why, and leave the
+# workload running as it was. CRIU itself must not crash (its seize alarm's BUG()).
 dump_must_fail() {
 	local name=$1 pattern=$2
 	shift 2
@@ -16,11 +17,13 @@ dump_must_fail() {
 	wait_for "child of $name" 10 test -f "$child_state"
 	local t0=$SECONDS
 	mkdir -p "$T/img-$name"
-	if env "$@" "$CRIU" dump -t "$pid" -D "$T/img-$name" -L "$PLUGIN_DIR" -v4 -o dump.log 2>/dev/null; then
+	# shellcheck disable=SC2086 # DUMP_ARGS: words for CRIU's command line
+	if env "$@" "$CRIU" dump ${DUMP_ARGS:-} -t "$pid" -D "$T/img-$name" -L "$PLUGIN_DIR" -v4 -o dump.log 2>/dev/null; then
 		fail "$name: dump succeeded despite the fault"
 	fi
 	cp "$T/img-$name/dump.log" "$T/dump.log"
 	grep -qE "$pattern" "$T/dump.log" || fail "$name: no line matching '$pattern'"
+	! grep -q "Unable to interrupt the current operation" "$T/dump.log" || fail "$name: CRIU's seize alarm crashed it"
 	alive "$pid" || fail "$name: the workload died"
 	local s
 	for p in "$pid" $(ps -o pid= --ppid "$pid"); do
@@ -75,6 +78,10 @@ dump_must_fail hang-lock "lock pid [0-9]+: no answer from the driver" FAKEGPU_HA
 	CUDA_CRIU_LOCK_TIMEOUT=0.5
 dump_must_fail hang-checkpoint "checkpoint pid [0-9]+: no answer from the driver after 1000 ms" FAKEGPU_HANG=checkpoint \
 	FAKEGPU_HANG_MS=600000 CUDA_CRIU_CHECKPOINT_TIMEOUT=1
+# A lock hanging past CRIU's seize timeout (its alarm, --timeout 3, is shorter than the lock timeout of
+# 10 s): the pause gives up before the alarm and says which timeout to raise.
+DUMP_ARGS="--timeout 3" dump_must_fail hang-lock-past-criu-timeout "pause ran into CRIU's seize timeout \(raise criu dump --timeout" \
+	FAKEGPU_HANG=lock FAKEGPU_HANG_MS=600000
 # CRIU failing after the GPU state was checkpointed (CRIU's own fault injection).
 dump_must_fail criu-fails-on-pages "returning [0-9]+ CUDA process" CRIU_FAULT=3
 

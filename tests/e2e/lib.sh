@@ -3,30 +3,14 @@
 # is killed and its temporary directory removed on exit.
 set -euo pipefail
 
-: "${BUILD_DIR:?BUILD_DIR must point at the build tree}"
-CRIU=${CRIU:-$BUILD_DIR/criu/4.2.1/install/sbin/criu}
-PLUGIN_DIR=${PLUGIN_DIR:-$BUILD_DIR/plugin}
-FAKE_LIB=$BUILD_DIR/tests/fakegpu/libcuda.so.1
+source "$(dirname "${BASH_SOURCE[0]}")/../lib/common.sh"
+build_tree_paths
 FAKE_NVML_DIR=$BUILD_DIR/tests/fakegpu/nvml # a fake libnvidia-ml.so.1 (FAKENVML_FREE, FAKENVML_PERSISTENCE)
-FAKE_DAEMON=$BUILD_DIR/tests/fakegpu/fakegpu-daemon
-MEMCHECK=$BUILD_DIR/tests/workloads/cuda_memcheck
 COUNTER_TREE=$BUILD_DIR/tests/e2e/counter_tree
 
 T=""          # this test's temporary directory
 PIDS=()       # processes to kill at the end
 DAEMON_PID=""
-
-log() { printf '[%s] %s\n' "${TEST_NAME:-e2e}" "$*"; }
-
-fail() {
-	log "FAIL: $*"
-	for f in "$T"/*.log; do
-		[ -f "$f" ] || continue
-		echo "---- last lines of $f"
-		tail -n 25 "$f"
-	done
-	exit 1
-}
 
 cleanup() {
 	set +e
@@ -41,33 +25,30 @@ cleanup() {
 
 e2e_setup() {
 	TEST_NAME=${TEST_NAME:-$(basename "$0" .sh)}
-	[ "$(id -u)" -eq 0 ] || { echo "SKIP: end-to-end tests need root (CRIU)"; exit 77; }
+	[ "$(id -u)" -eq 0 ] || skip "end-to-end tests need root (CRIU)"
 	[ -x "$CRIU" ] || fail "no CRIU at $CRIU: run scripts/build-criu.sh"
 	T=$(mktemp -d /tmp/cuda-criu-e2e.XXXXXX)
 	trap cleanup EXIT
 	[ -z "${KEEP_TMP:-}" ] || log "temporary files kept in $T"
 }
 
-# Starts the fake GPU daemon and points the fake libcuda (in workloads and in CRIU) at it.
-start_fake_gpu() {
-	export FAKEGPU_DIR=$T/fakegpu
-	mkdir -p "$FAKEGPU_DIR"
-	setsid "$FAKE_DAEMON" --dir "$FAKEGPU_DIR" "$@" </dev/null >"$T/daemon.log" 2>&1 &
-	DAEMON_PID=$!
-	wait_for "fake GPU daemon" 10 test -S "$FAKEGPU_DIR/daemon.sock"
-	# CRIU loads the fake through the plugin's libcuda option: "a driver is present".
-	export CUDA_CRIU_LIBCUDA=$FAKE_LIB
+# e2e_strict_setup: e2e_setup for the tests that check command after command (the cuda-criu tests): a
+# command that fails outside a check fails the test and says which (functions, the cleanup among them,
+# do not inherit this), and the plugin's options come from this test only, never from a machine-wide
+# /etc/criu/cuda_plugin.conf.
+e2e_strict_setup() {
+	e2e_setup
+	trap 'fail "line $LINENO: \"$BASH_COMMAND\" failed"' ERR
+	: >"$T/cuda_plugin.conf"
+	export CUDA_CRIU_CONFIG=$T/cuda_plugin.conf
 }
 
-# wait_for WHAT SECONDS CMD...: polls CMD every 50 ms.
-wait_for() {
-	local what=$1 secs=$2
-	shift 2
-	local end=$((SECONDS + secs))
-	until "$@" 2>/dev/null; do
-		[ $SECONDS -lt $end ] || fail "timed out after ${secs}s waiting for $what"
-		sleep 0.05
-	done
+# start_fake_gpu [fakegpu-daemon options...]: the fake GPU daemon in $T/fakegpu; the fake libcuda (in
+# workloads and in CRIU) finds it there.
+start_fake_gpu() {
+	start_fake_gpu_daemon "$T/fakegpu" "$@"
+	# CRIU loads the fake through the plugin's libcuda option: "a driver is present".
+	export CUDA_CRIU_LIBCUDA=$FAKE_LIB
 }
 
 # start NAME CMD...: runs CMD in its own session with stdio on files; sets $LAST_PID.
@@ -85,10 +66,6 @@ start_cuda() {
 	local name=$1
 	shift
 	LD_LIBRARY_PATH=$(dirname "$FAKE_LIB") start "$name" "$@"
-}
-
-state_value() { # FILE KEY
-	sed -n "s/^$2=//p" "$1" 2>/dev/null | head -n1
 }
 
 dump() { # PID DIR [criu options...]
@@ -130,9 +107,6 @@ dump_one() {
 	wait_gone "$pid" $kids
 }
 
-# The plugin's error lines in a CRIU log.
-plugin_errors() { grep -E 'Error \(cuda_plugin\)' "$1" || true; }
-
 CUDA_CRIU=$BUILD_DIR/bin/cuda-criu
 
 # start_memcheck NAME MB [more cuda_memcheck options]: a fake-GPU workload; sets $LAST_PID and $STATE.
@@ -144,18 +118,19 @@ start_memcheck() {
 	wait_for "$name to fill its device memory" 20 test -f "$STATE"
 }
 
-# expect_healthy STATE [SECONDS]: the workload runs on, verifies its data, and counts past its value now.
-expect_healthy() {
-	local state=$1 secs=${2:-10}
-	local start; start=$(state_value "$state" iterations)
-	wait_for "$state to advance past $start" "$secs" sh -c \
-		"[ \"\$(sed -n 's/^iterations=//p' $state)\" -gt $((start + 2)) ]"
-	[ "$(state_value "$state" status)" = ok ] || fail "$state: $(cat "$state")"
-}
-
 cuda_state() { LD_LIBRARY_PATH=$(dirname "$FAKE_LIB") CUDA_CRIU_LIBCUDA=$FAKE_LIB "$CUDA_CRIU" status "$1" | awk '{print $2}'; }
 is_running() { [ "$(cuda_state "$1")" = running ]; }
+
+# py CODE: runs python CODE with the JSON document on stdin in d.
+py() { python3 -c "import json,sys; d=json.load(sys.stdin); $1"; }
+
+# expect_rc RC CMD...: CMD exits with RC; its stdout and stderr are in $T/out and $T/err.
+expect_rc() {
+	local want=$1 rc=0
+	shift
+	"$@" >"$T/out" 2>"$T/err" || rc=$?
+	[ $rc -eq "$want" ] || fail "'$*' exited $rc, expected $want; stderr: $(cat "$T/err")"
+}
+
 cuda_criu() { LD_LIBRARY_PATH=$(dirname "$FAKE_LIB") CUDA_CRIU_LIBCUDA=$FAKE_LIB "$CUDA_CRIU" "$@"; }
 
-# expect_log FILE PATTERN WHAT
-expect_log() { grep -qE "$2" "$1" || fail "$3 (no line matching '$2' in $(basename "$1"))"; }

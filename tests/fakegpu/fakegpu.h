@@ -23,8 +23,12 @@
  *   $FAKEGPU_DIR/daemon.pid       the daemon's pid
  *   $FAKEGPU_DIR/clients/<id>     one FIFO per client, created by the daemon
  *   $FAKEGPU_DIR/dev/nvidiactl, dev/nvidia-uvm, dev/nvidia<N>
- *                                 regular files standing in for the device
- *                                 nodes. A client holds nvidiactl and
+ *                                 the device nodes: nvidiactl and nvidia<N>
+ *                                 character devices 195:255 and 195:N
+ *                                 (regular files when the daemon may not
+ *                                 mknod), held O_PATH so that no driver is
+ *                                 needed; nvidia-uvm a regular file. A
+ *                                 client holds nvidiactl and
  *                                 nvidia-uvm open from cuInit on, and
  *                                 nvidia<N> once it has a context on GPU N
  *                                 (daemon index = device ordinal of a fresh
@@ -78,7 +82,11 @@
  *   restore     open a new main connection (FG_REATTACH), push every buffer
  *               back (onto the remapped GPU when GPU pairs were given), unmap
  *               the host copies;
- *   unlock      open the API gate.
+ *   unlock      open the API gate;
+ *   ping        nothing: cuCheckpointProcessGetState rings it first, because
+ *               the real driver answers a state query through the restore
+ *               thread (measured on r580: with that thread ptrace-stopped,
+ *               GetState and Unlock block, GetRestoreThreadId answers).
  *
  * Wire format: every message is a struct fg_msg followed by msg.len payload
  * bytes, over SOCK_STREAM unix sockets, host byte order.
@@ -130,6 +138,13 @@ enum fg_op {
 	/* checkpoint side */
 	FG_CK_QUERY = 64,  /* a0=id -> a0=state a1=tid a2=pid (namespace of the client) */
 	FG_CK_ACTION,      /* a0=id a1=action a2=call timeout ms a3=lock timeout ms a4=crash, payload pairs */
+	/* the fake NVML */
+	FG_USAGE = 96,     /* -> a0=count, payload fg_usage[]: device memory per live client */
+};
+
+struct fg_usage {
+	int64_t pid; /* as the client sees it */
+	uint64_t bytes;
 };
 
 /* Actions of FG_CK_ACTION / jobs of the service thread. */
@@ -138,6 +153,7 @@ enum fg_action {
 	FG_ACT_CHECKPOINT,
 	FG_ACT_RESTORE,
 	FG_ACT_UNLOCK,
+	FG_ACT_PING, /* GetState: the real driver asks the restore thread, which must be running */
 };
 
 /* Special status of the FG_SVC_HELLO reply: the doorbell is stale. */

@@ -26,6 +26,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -114,6 +115,7 @@ static const char *action_name(int a)
 	case FG_ACT_CHECKPOINT: return "checkpoint";
 	case FG_ACT_RESTORE: return "restore";
 	case FG_ACT_UNLOCK: return "unlock";
+	case FG_ACT_PING: return "state query";
 	}
 	return "?";
 }
@@ -582,13 +584,19 @@ static int handle_ck_action(struct conn *c, struct fg_msg *m)
 		[FG_ACT_RESTORE] = CU_PROCESS_STATE_CHECKPOINTED,
 		[FG_ACT_UNLOCK] = CU_PROCESS_STATE_LOCKED,
 	};
+	if (cl && action == FG_ACT_PING && cl->job_phase != JOB_NONE && cl->job_phase != JOB_DONE) {
+		/* the restore thread is at work on another call: it is running, nothing to ask */
+		pthread_mutex_unlock(&g_lock);
+		free(pairs);
+		return reply(c, CUDA_SUCCESS, 0, 0, 0, NULL, 0);
+	}
 	if (!cl)
 		r = CUDA_ERROR_NOT_FOUND;
-	else if (action < FG_ACT_LOCK || action > FG_ACT_UNLOCK)
+	else if (action < FG_ACT_LOCK || action > FG_ACT_PING)
 		r = CUDA_ERROR_INVALID_VALUE;
 	else if (cl->job_phase != JOB_NONE && cl->job_phase != JOB_DONE)
 		r = CUDA_ERROR_ILLEGAL_STATE; /* another call on this process is in progress */
-	else if (cl->state != need[action])
+	else if (action != FG_ACT_PING && cl->state != need[action])
 		r = CUDA_ERROR_ILLEGAL_STATE;
 	if (r == CUDA_SUCCESS && action == FG_ACT_RESTORE && npairs) {
 		/* every checkpointed GPU must be listed (with --pairs-of all: every GPU, onto distinct GPUs) */
@@ -720,6 +728,30 @@ static int handle_ck_query(struct conn *c, struct fg_msg *m)
 	return reply(c, r, st, tid, pid, NULL, 0);
 }
 
+/* Device memory each live client holds, for the fake NVML's per-process query. */
+static int handle_usage(struct conn *c)
+{
+	struct fg_usage u[256];
+	struct client *live[256];
+	uint64_t n = 0, k = 0;
+	/* client records are never freed; mem_lock is taken before g_lock elsewhere, so not under it */
+	pthread_mutex_lock(&g_lock);
+	for (struct client *cl = g_clients; cl && k < 256; cl = cl->next)
+		if (!cl->dead)
+			live[k++] = cl;
+	pthread_mutex_unlock(&g_lock);
+	for (uint64_t i = 0; i < k; i++) {
+		uint64_t bytes = 0;
+		pthread_mutex_lock(&live[i]->mem_lock);
+		for (struct alloc *a = live[i]->allocs; a; a = a->next)
+			bytes += a->size;
+		pthread_mutex_unlock(&live[i]->mem_lock);
+		if (bytes)
+			u[n++] = (struct fg_usage){ .pid = live[i]->pid, .bytes = bytes };
+	}
+	return reply(c, CUDA_SUCCESS, n, 0, 0, u, n * sizeof(u[0]));
+}
+
 /* ---- connections ---- */
 
 static void *conn_thread(void *arg)
@@ -736,6 +768,7 @@ static void *conn_thread(void *arg)
 			case FG_SVC_HELLO: rc = handle_svc_hello(c, &m); break;
 			case FG_CK_QUERY: rc = handle_ck_query(c, &m); break;
 			case FG_CK_ACTION: rc = handle_ck_action(c, &m); break;
+			case FG_USAGE: rc = handle_usage(c); break;
 			default:
 				logmsg("unexpected op %u", m.op);
 				rc = -1;
@@ -869,7 +902,11 @@ int main(int argc, char **argv)
 	}
 	chmod(path, 0777);
 
-	/* stand-ins of the NVIDIA device nodes (regular files) */
+	/* Stand-ins of the NVIDIA device nodes. nvidiactl and nvidia<N> are character
+	 * devices of the NVIDIA major (195) and the real minors, as the plugin counts
+	 * only those as GPUs; the fake libcuda opens them O_PATH, so no driver is
+	 * needed behind them. Without the right to mknod (not root), regular files:
+	 * the workloads still run, but a dump does not see which GPUs they hold. */
 	snprintf(path, sizeof(path), "%s/dev", g_dir);
 	if (mkdir(path, 0777) && errno != EEXIST) {
 		logmsg("mkdir %s: %s", path, strerror(errno));
@@ -882,6 +919,15 @@ int main(int argc, char **argv)
 			snprintf(path, sizeof(path), "%s/dev/nvidia-uvm", g_dir);
 		else
 			snprintf(path, sizeof(path), "%s/dev/nvidia%d", g_dir, i);
+		if (i != -1) {
+			unlink(path);
+			if (mknod(path, S_IFCHR | 0666, makedev(195, i == -2 ? 255 : (unsigned)i)) == 0) {
+				chmod(path, 0666);
+				continue;
+			}
+			logmsg("cannot make the character device %s (%s): a regular file instead", path,
+			       strerror(errno));
+		}
 		int fd = open(path, O_WRONLY | O_CREAT | O_CLOEXEC, 0666);
 		if (fd < 0) {
 			logmsg("cannot create %s: %s", path, strerror(errno));

@@ -9,10 +9,21 @@
  * Environment:
  *   FAKEGPU_DIR               directory of the daemon (all processes)
  *   FAKEGPU_DRIVER_VERSION    value reported by cuDriverGetVersion
+ *   FAKEGPU_KEEP_DEVICE_MAPPING=1  the device mappings (dev/nvidia-mappable, see
+ *                             map_device) stay mapped after a checkpoint
  * Read by the checkpoint half, in the calling process, on every call:
  *   FAKEGPU_CALL_TIMEOUT_MS   how long the restore thread gets to take a
  *                             request (default 60000)
  *   FAKEGPU_FAIL=op[:pid][,...]   op returns CUDA_ERROR_UNKNOWN
+ *   FAKEGPU_COPY_MBPS=N       the restore thread copies device memory at N MB/s
+ *                             (checkpoint and restore), so that progress shows
+ *   FAKEGPU_STALL_AFTER_MB=N  the restore thread stops making progress after
+ *                             N MB of a checkpoint or restore: a driver that
+ *                             hangs mid-copy, for FAKEGPU_STALL_MS (default:
+ *                             until the process dies), then goes on
+ * Managed memory (cuMemAllocManaged) is host memory here, usable through its
+ * pointer; like the r580 driver, a checkpoint of a process that holds some is
+ * refused with CUDA_ERROR_NOT_SUPPORTED (the process stays locked).
  *   FAKEGPU_HANG=op[:pid][,...]   op sleeps FAKEGPU_HANG_MS (default 3600000) first
  *   FAKEGPU_CRASH_TARGET=op[:pid][,...]  the target's restore thread SIGKILLs
  *                             its process when it receives op
@@ -156,11 +167,56 @@ static int g_record_maps, g_keep_copies;
 static void *svc_main(void *arg);
 #endif
 
+/* The driver's device mappings: when $FAKEGPU_DIR/dev/nvidia-mappable exists (a block device node the
+ * fork tests make over a loop device: CRIU cannot dump a mapping of it by itself, like one of
+ * /dev/nvidiactl), the process maps it while it holds its nodes, in two places (read-write and
+ * read-only, like the real driver's bookkeeping mappings), and unmaps it at checkpoint. A child forked
+ * after cuInit inherits the fd and the mappings and never uses them: see child_after_fork. */
+#define FG_MAP_RW_BYTES (2 * 4096)
+#define FG_MAP_RO_BYTES 4096
+static int g_map_fd = -1;
+static void *g_map_rw, *g_map_ro;
+
+static void map_device(void)
+{
+	char path[PATH_MAX];
+	if (g_map_fd >= 0)
+		return;
+	snprintf(path, sizeof(path), "%s/dev/nvidia-mappable", g_dir);
+	g_map_fd = open(path, O_RDWR | O_CLOEXEC);
+	if (g_map_fd < 0)
+		return; /* not asked for */
+	g_map_rw = mmap(NULL, FG_MAP_RW_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED, g_map_fd, 0);
+	g_map_ro = mmap(NULL, FG_MAP_RO_BYTES, PROT_READ, MAP_SHARED, g_map_fd, FG_MAP_RW_BYTES);
+	if (g_map_rw == MAP_FAILED || g_map_ro == MAP_FAILED)
+		fg_err("cannot map %s: %s", path, strerror(errno));
+	if (g_map_rw == MAP_FAILED)
+		g_map_rw = NULL;
+	if (g_map_ro == MAP_FAILED)
+		g_map_ro = NULL;
+}
+
+static void unmap_device(void)
+{
+	if (g_map_rw)
+		munmap(g_map_rw, FG_MAP_RW_BYTES);
+	if (g_map_ro)
+		munmap(g_map_ro, FG_MAP_RO_BYTES);
+	if (g_map_fd >= 0)
+		close(g_map_fd);
+	g_map_rw = g_map_ro = NULL;
+	g_map_fd = -1;
+}
+
 static int open_node(const char *name)
 {
 	char path[PATH_MAX];
 	snprintf(path, sizeof(path), "%s/dev/%s", g_dir, name);
-	int fd = open(path, O_RDWR | O_CLOEXEC);
+	/* The daemon's device nodes have no driver behind them: held O_PATH, which
+	 * never calls into a driver, yet shows in /proc/PID/fd like the real ones. */
+	struct stat st;
+	int flags = stat(path, &st) == 0 && S_ISCHR(st.st_mode) ? O_PATH : O_RDWR;
+	int fd = open(path, flags | O_CLOEXEC);
 	if (fd < 0)
 		fg_err("cannot open %s: %s", path, strerror(errno));
 	return fd;
@@ -177,6 +233,7 @@ static void open_gpu_node(uint32_t gpu)
 
 static void close_nodes(void)
 {
+	unmap_device();
 	if (g_ctl_fd >= 0)
 		close(g_ctl_fd);
 	if (g_uvm_fd >= 0)
@@ -199,6 +256,7 @@ static int open_nodes(void)
 	for (uint32_t g = 0; g < FG_MAX_GPUS; g++)
 		if (g_gpu_mask & (1u << g))
 			open_gpu_node(g);
+	map_device();
 	return g_ctl_fd >= 0 && g_uvm_fd >= 0 ? 0 : -1;
 }
 
@@ -212,6 +270,9 @@ static void child_after_fork(void)
 	if (g_fifo_fd >= 0)
 		close(g_fifo_fd);
 	g_main_fd = g_fifo_fd = -1;
+	/* Like the real driver's: the device mappings and their fd stay in the child, unused. */
+	g_map_fd = -1;
+	g_map_rw = g_map_ro = NULL;
 	close_nodes();
 	g_gpu_mask = 0;
 	pthread_mutex_init(&g_node_lock, NULL);
@@ -637,6 +698,22 @@ CUresult CUDAAPI cuMemAlloc(CUdeviceptr *dptr, size_t bytesize)
 	LEAVE(r);
 }
 
+static size_t g_managed_bytes; /* held by cuMemAllocManaged; never freed */
+
+CUresult CUDAAPI cuMemAllocManaged(CUdeviceptr *dptr, size_t bytesize, unsigned int flags)
+{
+	(void)flags;
+	if (!dptr || !bytesize)
+		return CUDA_ERROR_INVALID_VALUE;
+	ENTER();
+	void *p = mmap(NULL, bytesize, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (p == MAP_FAILED)
+		LEAVE(CUDA_ERROR_OUT_OF_MEMORY);
+	__atomic_add_fetch(&g_managed_bytes, bytesize, __ATOMIC_RELAXED);
+	*dptr = (CUdeviceptr)(uintptr_t)p;
+	LEAVE(CUDA_SUCCESS);
+}
+
 CUresult CUDAAPI cuMemFree(CUdeviceptr dptr)
 {
 	ENTER();
@@ -802,8 +879,58 @@ static void detach_main(int fd)
 	close(fd);
 }
 
+static uint64_t env_u64(const char *var, uint64_t def);
+
+/* Bytes the restore thread has copied in the current checkpoint or restore. */
+static uint64_t g_copied;
+
+/* Before copying len more bytes: honours FAKEGPU_STALL_AFTER_MB (blocks for
+ * good) and FAKEGPU_COPY_MBPS (sleeps so that the copy runs at that rate). */
+static void pace(uint64_t len)
+{
+	uint64_t stall_mb = env_u64("FAKEGPU_STALL_AFTER_MB", 0);
+	if (stall_mb && g_copied <= (stall_mb << 20) && g_copied + len > (stall_mb << 20)) {
+		uint64_t ms = env_u64("FAKEGPU_STALL_MS", 0);
+		fg_err("FAKEGPU_STALL_AFTER_MB: restore thread of %d stops after %llu MiB%s", (int)getpid(),
+		       (unsigned long long)(g_copied >> 20), ms ? " for a while" : "");
+		if (!ms)
+			for (;;)
+				pause();
+		struct timespec ts = { .tv_sec = (time_t)(ms / 1000), .tv_nsec = (long)(ms % 1000) * 1000000 };
+		while (nanosleep(&ts, &ts) && errno == EINTR)
+			;
+	}
+	g_copied += len;
+	uint64_t mbps = env_u64("FAKEGPU_COPY_MBPS", 0);
+	if (!mbps)
+		return;
+	uint64_t us = len * 1000000 / (mbps * 1000000);
+	struct timespec ts = { .tv_sec = (time_t)(us / 1000000), .tv_nsec = (long)(us % 1000000) * 1000 };
+	while (nanosleep(&ts, &ts) && errno == EINTR)
+		;
+}
+
+/* Reads len bytes of a pulled buffer into data, in pieces, paced. */
+static int pull_paced(int sfd, char *data, uint64_t len)
+{
+	const uint64_t piece = 4u << 20;
+	for (uint64_t off = 0; off < len; off += piece) {
+		uint64_t n = len - off < piece ? len - off : piece;
+		pace(n);
+		if (fg_read_full(sfd, data + off, (size_t)n))
+			return -1;
+	}
+	return 0;
+}
+
 static CUresult svc_checkpoint(int sfd)
 {
+	g_copied = 0;
+	if (g_managed_bytes) {
+		fg_err("checkpoint of %d refused: it holds %zu bytes of managed memory", (int)getpid(),
+		       g_managed_bytes);
+		return CUDA_ERROR_NOT_SUPPORTED;
+	}
 	struct fg_msg m;
 	if (svc_call(sfd, FG_SVC_LIST, 0, 0, 0, NULL, 0, &m) || m.status)
 		return CUDA_ERROR_OPERATING_SYSTEM;
@@ -835,7 +962,7 @@ static CUresult svc_checkpoint(int sfd)
 		copies[i].data = data;
 		g_ncopies = i + 1;
 		if (svc_call(sfd, FG_SVC_PULL, 0, bufs[i].dptr, 0, NULL, 0, &m) || m.status ||
-		    m.len != bufs[i].size || fg_read_full(sfd, data, m.len))
+		    m.len != bufs[i].size || pull_paced(sfd, data, m.len))
 			r = CUDA_ERROR_OPERATING_SYSTEM;
 	}
 	munmap(bufs, bytes);
@@ -850,6 +977,13 @@ static CUresult svc_checkpoint(int sfd)
 	pthread_mutex_unlock(&g_rpc_lock);
 	if (mfd >= 0)
 		detach_main(mfd);
+	/* FAKEGPU_KEEP_DEVICE_MAPPING=1: a driver that forgets to release its device mapping at
+	 * checkpoint (the plugin must refuse to dump such a process). */
+	const char *keep = getenv("FAKEGPU_KEEP_DEVICE_MAPPING");
+	if (keep && !strcmp(keep, "1")) {
+		g_map_fd = -1;
+		g_map_rw = g_map_ro = NULL;
+	}
 	close_nodes();
 	return CUDA_SUCCESS;
 }
@@ -893,9 +1027,11 @@ static CUresult svc_restore(int sfd, const uint32_t *map)
 		return CUDA_ERROR_OPERATING_SYSTEM;
 	}
 	CUresult r = CUDA_SUCCESS;
+	g_copied = 0;
 	for (size_t i = 0; i < g_ncopies && r == CUDA_SUCCESS; i++) {
 		struct host_copy *c = &g_copies[i];
 		uint32_t gpu = c->gpu < FG_MAX_GPUS ? map[c->gpu] : c->gpu;
+		pace(c->size);
 		if (svc_call(sfd, FG_SVC_PUSH, 0, c->dptr, gpu, c->data, c->size, &m))
 			r = CUDA_ERROR_OPERATING_SYSTEM;
 		else
@@ -952,6 +1088,7 @@ static void svc_job(uint64_t seq)
 	case FG_ACT_CHECKPOINT: r = svc_checkpoint(sfd); break;
 	case FG_ACT_RESTORE: r = svc_restore(sfd, map); break;
 	case FG_ACT_UNLOCK: svc_unlock(); r = CUDA_SUCCESS; break;
+	case FG_ACT_PING: r = CUDA_SUCCESS; break;
 	default: r = CUDA_ERROR_INVALID_VALUE;
 	}
 	svc_call(sfd, FG_SVC_DONE, (int32_t)r, 0, 0, NULL, 0, &m);
@@ -1257,6 +1394,8 @@ CUresult CUDAAPI cuCheckpointProcessGetState(int pid, CUprocessState *state)
 	if (!state)
 		return CUDA_ERROR_INVALID_VALUE;
 	CUresult r = ck_begin(OP_GETSTATE, pid, &id);
+	if (r == CUDA_SUCCESS)
+		r = ck_action(OP_GETSTATE, pid, id, FG_ACT_PING, 0, NULL, 0);
 	if (r == CUDA_SUCCESS)
 		r = ck_query(id, &m);
 	if (r == CUDA_SUCCESS)

@@ -1,13 +1,18 @@
 /*
- * A fake libnvidia-ml.so.1 (NVML) with the few functions the plugin and cuda-criu use. It knows nothing of
- * the fake GPU daemon: what it reports comes from the environment of the process that loads it.
+ * A fake libnvidia-ml.so.1 (NVML) with the few functions the plugin and cuda-criu use. What it reports
+ * comes from the environment of the process that loads it, except the device memory each process uses,
+ * which the fake GPU daemon of $FAKEGPU_DIR tells (as the real NVML asks the kernel driver).
  *
  *   FAKENVML_FREE=BYTES        every GPU has this much free memory (unset: the query is not supported)
  *   FAKENVML_PERSISTENCE=0|1   every GPU's persistence mode (unset: not supported)
  *
+ * It shows one device, which stands for every GPU of the daemon.
+ *
  * Built into tests/fakegpu/nvml/; a test puts that directory in LD_LIBRARY_PATH to use it.
  */
 #include <stdlib.h>
+
+#include "fakegpu.h"
 
 #define NVML_SUCCESS 0
 #define NVML_ERROR_INVALID_ARGUMENT 2
@@ -51,5 +56,59 @@ EXPORT int nvmlDeviceGetPersistenceMode(void *device, int *mode)
 	if (!p)
 		return NVML_ERROR_NOT_SUPPORTED;
 	*mode = atoi(p) == 1;
+	return NVML_SUCCESS;
+}
+
+EXPORT int nvmlDeviceGetCount_v2(unsigned *count)
+{
+	if (!count)
+		return NVML_ERROR_INVALID_ARGUMENT;
+	*count = 1;
+	return NVML_SUCCESS;
+}
+
+EXPORT int nvmlDeviceGetHandleByIndex_v2(unsigned index, void **device)
+{
+	if (index != 0 || !device)
+		return NVML_ERROR_INVALID_ARGUMENT;
+	*device = &g_device;
+	return NVML_SUCCESS;
+}
+
+typedef struct {
+	unsigned pid;
+	unsigned long long usedGpuMemory;
+	unsigned gpuInstanceId, computeInstanceId;
+} nvmlProcessInfo_t;
+
+#define NVML_ERROR_INSUFFICIENT_SIZE 7
+#define NVML_ERROR_UNKNOWN 999
+
+/* Device memory per process, from the daemon. */
+EXPORT int nvmlDeviceGetComputeRunningProcesses_v3(void *device, unsigned *count, nvmlProcessInfo_t *infos)
+{
+	const char *dir = getenv("FAKEGPU_DIR");
+	if (!device || !count)
+		return NVML_ERROR_INVALID_ARGUMENT;
+	if (!dir)
+		return NVML_ERROR_NOT_SUPPORTED;
+	int fd = fg_connect(dir);
+	if (fd < 0)
+		return NVML_ERROR_UNKNOWN;
+	struct fg_msg m;
+	struct fg_usage u[256];
+	int bad = fg_send(fd, FG_USAGE, 0, NULL, 0, NULL, 0) || fg_recv(fd, &m) || m.a[0] > 256 ||
+		  m.len != m.a[0] * sizeof(u[0]) || (m.len && fg_read_full(fd, u, m.len));
+	close(fd);
+	if (bad)
+		return NVML_ERROR_UNKNOWN;
+	unsigned n = (unsigned)m.a[0];
+	if (*count < n || (n && !infos)) {
+		*count = n;
+		return NVML_ERROR_INSUFFICIENT_SIZE;
+	}
+	for (unsigned i = 0; i < n; i++)
+		infos[i] = (nvmlProcessInfo_t){ (unsigned)u[i].pid, u[i].bytes, 0xffffffffu, 0xffffffffu };
+	*count = n;
 	return NVML_SUCCESS;
 }

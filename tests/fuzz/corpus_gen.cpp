@@ -11,7 +11,11 @@
 
 namespace {
 
+using cuda_criu::CudaState;
+using cuda_criu::GpuUuid;
 using cuda_criu::ImageRecord;
+
+GpuUuid uuid(const char *text) { return *GpuUuid::parse(text); }
 using Bytes = std::vector<uint8_t>;
 
 constexpr size_t kHeader = 12; // "CUDACRIU" + little-endian uint32 length
@@ -21,8 +25,8 @@ ImageRecord one_process()
 	ImageRecord r;
 	r.driver_version = "580.159.04";
 	r.plugin_version = "0.1.0";
-	r.gpus.push_back({"GPU-01234567-89ab-cdef-0123-456789abcdef", "NVIDIA H200", 150000000000ULL, "0000:19:00.0", 0});
-	r.processes.push_back({4242, 1, "running", {"GPU-01234567-89ab-cdef-0123-456789abcdef"}, 64ULL << 20, 900, 41000});
+	r.gpus.push_back({uuid("GPU-01234567-89ab-cdef-0123-456789abcdef"), "NVIDIA H200", 150000000000ULL, "0000:19:00.0", 0});
+	r.processes.push_back({4242, 1, CudaState::Running, {uuid("GPU-01234567-89ab-cdef-0123-456789abcdef")}, 64ULL << 20, 900, 41000});
 	r.device_phase_us = 41000;
 	r.created_unix = 1764460800;
 	r.hostname = "node1";
@@ -32,9 +36,9 @@ ImageRecord one_process()
 ImageRecord tree()
 {
 	ImageRecord r = one_process();
-	r.gpus.push_back({"GPU-fedcba98-7654-3210-fedc-ba9876543210", "NVIDIA H200", 150000000000ULL, "0000:2a:00.0", 1});
-	r.processes.push_back({4243, 2, "locked", {"GPU-fedcba98-7654-3210-fedc-ba9876543210"}, 0, 0, 0});
-	r.processes.push_back({4244, 3, "checkpointed", {}, 32ULL << 20, 0, 0});
+	r.gpus.push_back({uuid("GPU-fedcba98-7654-3210-fedc-ba9876543210"), "NVIDIA H200", 150000000000ULL, "0000:2a:00.0", 1});
+	r.processes.push_back({4243, 2, CudaState::Locked, {uuid("GPU-fedcba98-7654-3210-fedc-ba9876543210")}, 0, 0, 0});
+	r.processes.push_back({4244, 3, CudaState::Checkpointed, {}, 32ULL << 20, 0, 0});
 	return r;
 }
 

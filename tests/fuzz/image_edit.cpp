@@ -45,11 +45,16 @@ int main(int argc, char **argv)
 				rec.gpus[0].name = val;
 				continue;
 			}
+			auto uuid = cuda_criu::GpuUuid::parse(val);
+			if (!uuid) {
+				std::fprintf(stderr, "--gpu-uuid: %s\n", uuid.error().message().c_str());
+				return 2;
+			}
 			for (auto &p : rec.processes)
 				for (auto &u : p.gpu_uuids)
 					if (u == rec.gpus[0].uuid)
-						u = val;
-			rec.gpus[0].uuid = val;
+						u = *uuid;
+			rec.gpus[0].uuid = *uuid;
 		} else {
 			std::fprintf(stderr, "unknown option %s (or no GPU in the image)\n", opt.c_str());
 			return 2;

@@ -1,6 +1,7 @@
 // libFuzzer target for the image parser: decode_image() must turn every input into either a record or a
 // clear error, without crashing, leaking, hanging or allocating out of proportion to the input.
 // Built with clang by run_fuzzer.sh; replay_main.cpp runs the same target over the corpus under g++.
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
@@ -27,6 +28,13 @@ void check_one(const uint8_t *data, size_t size)
 	for (size_t i = 0; i < r->processes.size(); i++)
 		if (again->processes[i].pid != r->processes[i].pid || r->processes[i].pid <= 0)
 			std::abort();
+	// Nothing past what one machine can hold is accepted (image.h's limits).
+	if (r->processes.size() > cuda_criu::kImageMaxProcesses || r->gpus.size() > cuda_criu::kImageMaxGpus ||
+	    r->other_gpus.size() > cuda_criu::kImageMaxGpus || r->hostname.size() > cuda_criu::kImageMaxStringBytes)
+		std::abort();
+	for (const auto &p : r->processes)
+		if (p.gpu_uuids.size() > cuda_criu::kImageMaxGpus)
+			std::abort();
 }
 
 } // namespace
@@ -36,12 +44,25 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	check_one(data, size);
 	// The same bytes as the payload of a well-formed header, so that mutations reach the protobuf
 	// decoder instead of stopping at the magic or the length check.
-	if (size > 0 && size < (1u << 20)) {
+	if (size > 0 && size <= cuda_criu::kImageMaxBytes) {
 		std::vector<uint8_t> framed = {'C', 'U', 'D', 'A', 'C', 'R', 'I', 'U', 0, 0, 0, 0};
 		for (int i = 0; i < 4; i++)
 			framed[8 + i] = static_cast<uint8_t>(size >> (8 * i));
 		framed.insert(framed.end(), data, data + size);
 		check_one(framed.data(), framed.size());
+	}
+	// A small input standing for a large image: after a first byte 0xff, the second says how large
+	// ((n + 1) x 16 KiB, up to the 4 MiB read_image() takes) and the rest is repeated to that size, so
+	// that mutations reach images naming hundreds of thousands of processes or GPUs (libFuzzer's own
+	// length limit grows too slowly to get there).
+	if (size > 2 && size < 4096 && data[0] == 0xff) {
+		size_t target = std::min<size_t>(cuda_criu::kImageMaxBytes, (static_cast<size_t>(data[1]) + 1) << 14);
+		std::vector<uint8_t> big = {'C', 'U', 'D', 'A', 'C', 'R', 'I', 'U', 0, 0, 0, 0};
+		while (big.size() - 12 + size - 2 <= target)
+			big.insert(big.end(), data + 2, data + size);
+		for (int i = 0; i < 4; i++)
+			big[8 + i] = static_cast<uint8_t>((big.size() - 12) >> (8 * i));
+		check_one(big.data(), big.size());
 	}
 	return 0;
 }

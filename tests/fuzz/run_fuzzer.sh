@@ -35,7 +35,7 @@ protoc-c --proto_path="$top/include/cuda_criu" --c_out="$out/gen" "$top/include/
 inc=(-I"$top/plugin" -I"$out/gen" "${pbc_flags[@]}")
 "$CLANG" "${san[@]}" "${inc[@]}" -c "$out/gen/cuda_plugin.pb-c.c" -o "$out/obj/pb.o"
 objs=("$out/obj/pb.o")
-for src in plugin/image/image.cpp plugin/base/format.cpp tests/fuzz/image_fuzzer.cpp; do
+for src in plugin/image/image.cpp plugin/base/format.cpp plugin/base/gpu.cpp plugin/base/text.cpp tests/fuzz/image_fuzzer.cpp; do
 	o=$out/obj/$(basename "$src" .cpp).o
 	"$CLANGXX" -std=c++20 "${san[@]}" "${inc[@]}" -c "$top/$src" -o "$o"
 	objs+=("$o")
@@ -49,7 +49,10 @@ echo "fuzzing decode_image for ${seconds}s (seeds: $here/corpus)"
 rc=0
 # A small ASan quarantine keeps the RSS of a long run well under -rss_limit_mb.
 export ASAN_OPTIONS=${ASAN_OPTIONS:-quarantine_size_mb=32:detect_leaks=1}
+# -max_len: inputs as large as the largest image read_image() accepts (kImageMaxBytes, 4 MiB, plus the
+# 12-byte header), so that mutations reach the images that cost most to decode.
 "$out/image_fuzzer" -max_total_time="$seconds" -rss_limit_mb=512 -malloc_limit_mb=64 -timeout=5 \
+	-max_len=$((4 * 1024 * 1024 + 12)) \
 	-print_final_stats=1 -artifact_prefix="$out/artifacts/" "$@" "$out/work" "$here/corpus" || rc=$?
 if [ $rc -ne 0 ]; then
 	echo "FAIL: the fuzzer found a problem (exit $rc); reproducers:" >&2

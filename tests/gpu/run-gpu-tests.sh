@@ -3,8 +3,9 @@
 # builds (CRIU, its libraries, the plugin, the workloads):
 #
 #   bash build/gpu-bundle/run-gpu-tests.sh [TEST...]      (as root; default: all tests)
+#   bash build/gpu-bundle/run-gpu-tests.sh --list | --help  (the test names | this text; touch nothing)
 #
-# Tests: all_tests below (those for 2 GPUs skip on one). Each prints one line, "PASS name (figures)", "FAIL name: why"
+# Tests: --list names them (those for 2 GPUs skip on one). Each prints one line, "PASS name (figures)", "FAIL name: why"
 # or "SKIP name: why"; the exit status is 1 when any test failed. Only criu runs with the bundle's lib/ in
 # LD_LIBRARY_PATH: the workloads use the machine's own libraries and its libcuda.so.1.
 #
@@ -15,18 +16,30 @@
 #   GPU_TESTS_CRIU_TIMEOUT  seconds a criu dump or restore may take before it is killed (default 120)
 #   MEMCHECK_MB, TORCH_GB, TREE_MB, LEAVE_MB   workload sizes (4096, 4, 1024, 1024); the test names stay
 #   LOAD_PROCS, LOAD_ROUNDS, LOAD_MB   the load test (16 processes, 20 rounds, 64 MiB each)
+#   FORK_STEPS       training steps of torch-dataloader and torch-forkpool (400)
 set -uo pipefail
 
 bundle=$(cd "$(dirname "$0")" && pwd)
+# The helpers shared with the other shell tests: next to this script in the bundle, in tests/lib/ in the
+# source tree.
+for common in "$bundle/common.sh" "$bundle/../lib/common.sh" ""; do [ -f "$common" ] && break; done
+[ -n "$common" ] || { echo "no common.sh next to $0 nor in $bundle/../lib: rebuild the bundle (scripts/gpu-bundle.sh)" >&2; exit 2; }
+source "$common"
 work=${GPU_TESTS_WORK:-/var/tmp/cuda-criu-gpu-tests}
 python=${GPU_TESTS_PYTHON:-python3}
-all_tests=(memcheck-4g torch tree leave-running remap-self refuse-map remap-gpu1 tree-2gpu torch-2gpu auto-remap
-	remap-visible refuse-free refuse-driver cli-steps roundtrip-torch runc load)
+all_tests=(memcheck-4g torch tree leave-running managed-refused progress-16g cgroup-limit remap-self refuse-map
+	remap-gpu1 tree-2gpu torch-2gpu auto-remap remap-visible refuse-free refuse-driver cli-steps roundtrip-torch runc load
+	torch-dataloader torch-forkpool)
 memcheck_mb=${MEMCHECK_MB:-4096}
 torch_gb=${TORCH_GB:-4}
 tree_mb=${TREE_MB:-1024}
 leave_mb=${LEAVE_MB:-1024}
 criu_timeout=${GPU_TESTS_CRIU_TIMEOUT:-120}
+
+case "${1:-}" in
+-h | --help) sed -n '2,/^set -uo pipefail/{/^set/d;s/^# \{0,1\}//;p}' "$0"; exit 0 ;;
+--list) printf '%s\n' "${all_tests[@]}"; exit 0 ;;
+esac
 
 # Everything printed also goes to $work/results.txt (and $OUT/results.txt, as it happens, so that a run cut
 # short still leaves its lines there): run again behind tee.
@@ -56,20 +69,17 @@ now() { echo "$EPOCHREALTIME"; }
 since() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.2f", b - a }'; }
 gib() { awk -v b="$1" 'BEGIN { printf "%.2f", b / 1073741824 }'; }
 
-pass() { echo "PASS $1 ($2)"; }
-fail() { echo "FAIL $1: $2"; failures=$((failures + 1)); }
-skip() { echo "SKIP $1: $2"; }
-
-# state FILE KEY: one value from a workload's state file (empty when absent).
-state() { sed -n "s/^$2=//p" "$1" 2>/dev/null | head -n1; }
+passed() { echo "PASS $1 ($2)"; }
+failed() { echo "FAIL $1: $2"; failures=$((failures + 1)); }
+skipped() { echo "SKIP $1: $2"; }
 
 # wait_state FILE TIMEOUT_S MIN_ITERATIONS: until the workload has done MIN_ITERATIONS verified passes.
 # Sets why on failure.
 wait_state() {
 	local file=$1 deadline=$(($(date +%s) + $2)) min=$3 st it
 	while [ "$(date +%s)" -lt "$deadline" ]; do
-		st=$(state "$file" status)
-		it=$(state "$file" iterations)
+		st=$(state_value "$file" status)
+		it=$(state_value "$file" iterations)
 		case "$st" in
 		ok) [ "${it:-0}" -ge "$min" ] && return 0 ;;
 		"") ;;
@@ -92,8 +102,8 @@ advance() {
 	while :; do
 		done_all=1
 		for i in "${!files[@]}"; do
-			st=$(state "${files[$i]}" status)
-			it=$(state "${files[$i]}" iterations)
+			st=$(state_value "${files[$i]}" status)
+			it=$(state_value "${files[$i]}" iterations)
 			if [ -n "$st" ] && [ "$st" != ok ]; then
 				why="$(basename "${files[$i]}") says status=$st"; return 1
 			fi
@@ -103,7 +113,7 @@ advance() {
 		if [ "$(date +%s)" -ge "$deadline" ]; then
 			why="iterations did not advance within $t s:"
 			for i in "${!files[@]}"; do
-				why+=" $(basename "${files[$i]}") ${base[$i]}->$(state "${files[$i]}" iterations)"
+				why+=" $(basename "${files[$i]}") ${base[$i]}->$(state_value "${files[$i]}" iterations)"
 			done
 			return 1
 		fi
@@ -111,9 +121,9 @@ advance() {
 	done
 	sleep 3
 	for i in "${!files[@]}"; do
-		st=$(state "${files[$i]}" status)
+		st=$(state_value "${files[$i]}" status)
 		[ "$st" = ok ] || { why="$(basename "${files[$i]}") says status=$st"; return 1; }
-		after+="${after:+, }${base[$i]}->$(state "${files[$i]}" iterations)"
+		after+="${after:+, }${base[$i]}->$(state_value "${files[$i]}" iterations)"
 	done
 }
 
@@ -193,7 +203,7 @@ test_remap_self() {
 	CUDA_CRIU_DEVICE_MAP=0=0 dump_restore_test remap-self "$dir" 120 "$dir/state"
 	local line; line=$(grep -o 'cuda_plugin: restoring with GPU pairs:.*' "$dir/restore.log" | tail -n1)
 	if [ -z "$line" ]; then
-		fail remap-self "the plugin did not restore with GPU pairs"
+		failed remap-self "the plugin did not restore with GPU pairs"
 	else
 		echo "  $line"
 	fi
@@ -209,13 +219,13 @@ gpu_uuid() { nvidia-smi --query-gpu=uuid --format=csv,noheader -i "$1" 2>/dev/nu
 ngpus() { nvidia-smi -L 2>/dev/null | grep -c '^GPU'; }
 
 # with_two_gpus NAME: skips unless the machine has two GPUs.
-with_two_gpus() { [ "$(ngpus)" -ge 2 ] || { skip "$1" "needs 2 GPUs, this machine has $(ngpus)"; return 1; }; }
+with_two_gpus() { [ "$(ngpus)" -ge 2 ] || { skipped "$1" "needs 2 GPUs, this machine has $(ngpus)"; return 1; }; }
 
 # expect_on NAME PID GPU_INDEX: the process holds memory on that GPU only.
 expect_on() {
 	local got want; got=$(gpus_of "$2"); want=$(gpu_uuid "$3")
 	if [ "$got" != "$want" ]; then
-		fail "$1" "pid $2 is on '$got' after the restore, expected GPU $3 ($want)"
+		failed "$1" "pid $2 is on '$got' after the restore, expected GPU $3 ($want)"
 		return 1
 	fi
 	echo "  pid $2 runs on GPU $3 ($want) after the restore"
@@ -227,8 +237,8 @@ test_remap_gpu1() {
 	with_two_gpus remap-gpu1 || return
 	local dir=$work/remap-gpu1 pid
 	start "$dir" "$bundle/bin/cuda_memcheck" --mb 2048 --device 0 --state "$dir/state" --interval-ms 100
-	wait_state "$dir/state" 120 1 || { fail remap-gpu1 "before the dump: $why"; return; }
-	pid=$(state "$dir/state" pid)
+	wait_state "$dir/state" 120 1 || { failed remap-gpu1 "before the dump: $why"; return; }
+	pid=$(state_value "$dir/state" pid)
 	RESTORE_ENV=CUDA_CRIU_DEVICE_MAP=0=1,1=0 KEEP_RUNNING=1 dump_restore_test remap-gpu1 "$dir" 120 "$dir/state"
 	alive "$pid" && expect_on remap-gpu1 "$pid" 1
 	kill_pids "$pid"
@@ -239,8 +249,8 @@ test_tree_2gpu() {
 	with_two_gpus tree-2gpu || return
 	local dir=$work/tree-2gpu root child
 	start "$dir" "$bundle/bin/cuda_memcheck" --mb 1024 --device 0 --children 1 --child-device 1 --state "$dir/state"
-	wait_state "$dir/state.0" 120 1 || { fail tree-2gpu "before the dump: $why"; return; }
-	root=$(state "$dir/state" pid); child=$(state "$dir/state.0" pid)
+	wait_state "$dir/state.0" 120 1 || { failed tree-2gpu "before the dump: $why"; return; }
+	root=$(state_value "$dir/state" pid); child=$(state_value "$dir/state.0" pid)
 	RESTORE_ENV=CUDA_CRIU_DEVICE_MAP=0=1,1=0 KEEP_RUNNING=1 dump_restore_test tree-2gpu "$dir" 120 "$dir/state" "$dir/state.0"
 	alive "$root" "$child" && expect_on tree-2gpu "$root" 1 && expect_on tree-2gpu "$child" 0
 	kill_pids "$child" "$root"
@@ -259,12 +269,12 @@ test_torch_2gpu() {
 dumped() {
 	local name=$1 dir=$2 mb=$3
 	start "$dir" "$bundle/bin/cuda_memcheck" --mb "$mb" --state "$dir/state" --interval-ms 100
-	wait_state "$dir/state" 120 1 || { fail "$name" "before the dump: $why"; return 1; }
-	pid=$(state "$dir/state" pid)
+	wait_state "$dir/state" 120 1 || { failed "$name" "before the dump: $why"; return 1; }
+	pid=$(state_value "$dir/state" pid)
 	started+=("$pid")
-	dump "$dir" "$pid" || { fail "$name" "$why"; show_log "$dir/dump.log"; return 1; }
-	wait_gone 30 "$pid" || { fail "$name" "pid $pid still exists after the dump"; return 1; }
-	base=$(state "$dir/state" iterations)
+	dump "$dir" "$pid" || { failed "$name" "$why"; show_log "$dir/dump.log"; return 1; }
+	wait_gone 30 "$pid" || { failed "$name" "pid $pid still exists after the dump"; return 1; }
+	base=$(state_value "$dir/state" iterations)
 }
 
 # A device map naming a GPU this machine lacks: the restore fails before any process runs, says why.
@@ -272,15 +282,15 @@ test_refuse_map() {
 	local name=refuse-map dir=$work/refuse-map pid line base
 	dumped $name "$dir" 256 || return
 	if CUDA_CRIU_DEVICE_MAP=0=7 restore "$dir"; then
-		fail $name "criu restore succeeded with a map onto a missing GPU"; kill_pids "$pid"; return
+		failed $name "criu restore succeeded with a map onto a missing GPU"; kill_pids "$pid"; return
 	fi
 	sleep 1
 	if alive "$pid" && ! grep -q '^State:.*Z' "/proc/$pid/status" 2>/dev/null; then
-		fail $name "pid $pid runs after the refused restore"; kill_pids "$pid"; return
+		failed $name "pid $pid runs after the refused restore"; kill_pids "$pid"; return
 	fi
 	line=$(grep -o 'Error (cuda_plugin):.*' "$dir/restore.log" | head -n1)
-	[ -n "$line" ] || { fail $name "no 'Error (cuda_plugin)' line in restore.log"; show_log "$dir/restore.log"; return; }
-	pass $name "restore refused, nothing left running"
+	[ -n "$line" ] || { failed $name "no 'Error (cuda_plugin)' line in restore.log"; show_log "$dir/restore.log"; return; }
+	passed $name "restore refused, nothing left running"
 	echo "  $line"
 }
 
@@ -290,14 +300,14 @@ test_auto_remap() {
 	with_two_gpus auto-remap || return
 	local dir=$work/auto-remap pid nodes line
 	start "$dir" env CUDA_VISIBLE_DEVICES=0 "$bundle/bin/cuda_memcheck" --mb 1024 --state "$dir/state" --interval-ms 100
-	wait_state "$dir/state" 120 1 || { fail auto-remap "before the dump: $why"; return; }
-	pid=$(state "$dir/state" pid)
+	wait_state "$dir/state" 120 1 || { failed auto-remap "before the dump: $why"; return; }
+	pid=$(state_value "$dir/state" pid)
 	nodes=$(ls -l "/proc/$pid/fd" 2>/dev/null | grep -o '/dev/nvidia[0-9]*$' | sort -u | xargs)
 	echo "  auto-remap: pid $pid holds the GPU device nodes: ${nodes:-none}"
 	RESTORE_ENV=CUDA_VISIBLE_DEVICES=1 KEEP_RUNNING=1 dump_restore_test auto-remap "$dir" 120 "$dir/state"
 	line=$(grep -o 'cuda_plugin: restoring with GPU pairs:.*' "$dir/restore.log" | tail -n1)
 	echo "  ${line:-no 'restoring with GPU pairs' line in restore.log}"
-	case "$line" in *"automatic: same model"*) ;; *) fail auto-remap "the plugin did not pair the GPUs automatically" ;; esac
+	case "$line" in *"automatic: same model"*) ;; *) failed auto-remap "the plugin did not pair the GPUs automatically" ;; esac
 	alive "$pid" && expect_on auto-remap "$pid" 1
 	kill_pids "$pid"
 }
@@ -317,8 +327,8 @@ test_remap_visible() {
 		else
 			start "$dir" env CUDA_VISIBLE_DEVICES="$v" "$bundle/bin/cuda_memcheck" --mb 256 --state "$dir/state" --interval-ms 100
 		fi
-		wait_state "$dir/state" 60 1 || { fail $name "CUDA_VISIBLE_DEVICES=$v: $why"; continue; }
-		pid=$(state "$dir/state" pid)
+		wait_state "$dir/state" 60 1 || { failed $name "CUDA_VISIBLE_DEVICES=$v: $why"; continue; }
+		pid=$(state_value "$dir/state" pid)
 		started+=("$pid")
 		echo "  CUDA_VISIBLE_DEVICES=$v: pid $pid holds $(ls -l "/proc/$pid/fd" | grep -o '/dev/nvidia[0-9]*$' | sort -u | xargs)"
 		if ! out=$(cli suspend "$pid" 2>&1 && cli resume --device-map 0=1 "$pid" 2>&1); then
@@ -326,22 +336,22 @@ test_remap_visible() {
 			cli resume "$pid" >/dev/null 2>&1
 		fi
 		why=""
-		if advance 30 "$dir/state" "$(state "$dir/state" iterations)" && [ "$(gpus_of "$pid")" = "$u1" ]; then
+		if advance 30 "$dir/state" "$(state_value "$dir/state" iterations)" && [ "$(gpus_of "$pid")" = "$u1" ]; then
 			echo "    on GPU 1 now, data intact (iterations $after)"
 		else
 			bad=1; echo "    not running on GPU 1 with its data: ${why:-on $(gpus_of "$pid")}"
 		fi
 		kill_pids "$pid"
 	done
-	[ "$bad" = 0 ] && pass $name "each process moved to GPU 1 by 'resume --device-map 0=1', data intact"
-	[ "$bad" = 0 ] || fail $name "a process did not reach GPU 1 with its data (see above)"
+	[ "$bad" = 0 ] && passed $name "each process moved to GPU 1 by 'resume --device-map 0=1', data intact"
+	[ "$bad" = 0 ] || failed $name "a process did not reach GPU 1 with its data (see above)"
 }
 
 # A GPU without enough free memory: the restore is refused before any process runs, with a message that
 # says how much is free; once the memory is free again, the same image restores with its data.
 test_refuse_free() {
 	local name=refuse-free dir=$work/refuse-free pid hog line base
-	if ! "$python" -c 'import torch' 2>/dev/null; then skip $name "$python has no PyTorch (the memory hog)"; return; fi
+	if ! "$python" -c 'import torch' 2>/dev/null; then skipped $name "$python has no PyTorch (the memory hog)"; return; fi
 	dumped $name "$dir" 2048 || return
 	start "$dir/hog" env -u LD_LIBRARY_PATH "$python" -c '
 import time, torch
@@ -354,20 +364,20 @@ time.sleep(600)'
 	started+=($hog)
 	echo "  $name: memory hog pid ${hog:-?} leaves $(nvidia-smi --query-gpu=memory.free --format=csv,noheader -i 0) free on GPU 0"
 	if restore "$dir"; then
-		fail $name "criu restore succeeded onto a GPU without room"; kill_pids "$pid" $hog; return
+		failed $name "criu restore succeeded onto a GPU without room"; kill_pids "$pid" $hog; return
 	fi
 	line=$(grep -o 'Error (cuda_plugin):.*' "$dir/restore.log" | head -n1)
 	echo "  $line"
-	case "$line" in *"free now"*) ;; *) fail $name "no free-memory refusal from the plugin"; show_log "$dir/restore.log"; kill_pids "$pid" $hog; return ;; esac
+	case "$line" in *"free now"*) ;; *) failed $name "no free-memory refusal from the plugin"; show_log "$dir/restore.log"; kill_pids "$pid" $hog; return ;; esac
 	sleep 1
 	if alive "$pid" && ! grep -q '^State:.*Z' "/proc/$pid/status" 2>/dev/null; then
-		fail $name "pid $pid runs after the refused restore"; kill_pids "$pid" $hog; return
+		failed $name "pid $pid runs after the refused restore"; kill_pids "$pid" $hog; return
 	fi
 	kill_pids $hog
-	wait_gone 30 "$pid" || { fail $name "pid $pid not free after the refused restore"; return; }
-	restore "$dir" || { fail $name "restore after freeing the memory: $why"; show_log "$dir/restore.log"; return; }
-	advance 60 "$dir/state" "$base" || { fail $name "after the second restore: $why"; kill_pids "$pid"; return; }
-	pass $name "refused while 1 GiB was free, restored once freed (iterations $after)"
+	wait_gone 30 "$pid" || { failed $name "pid $pid not free after the refused restore"; return; }
+	restore "$dir" || { failed $name "restore after freeing the memory: $why"; show_log "$dir/restore.log"; return; }
+	advance 60 "$dir/state" "$base" || { failed $name "after the second restore: $why"; kill_pids "$pid"; return; }
+	passed $name "refused while 1 GiB was free, restored once freed (iterations $after)"
 	kill_pids "$pid"
 }
 
@@ -378,7 +388,7 @@ test_refuse_driver() {
 	local name=refuse-driver dir=$work/refuse-driver pid line base refused_s
 	dumped $name "$dir" 256 || return
 	cp "$dir/img/cuda-plugin.img" "$dir/cuda-plugin.img.orig"
-	python3 - "$dir/img/cuda-plugin.img" <<'PY' || { fail $name "could not rewrite the driver version"; return; }
+	python3 - "$dir/img/cuda-plugin.img" <<'PY' || { failed $name "could not rewrite the driver version"; return; }
 import sys
 v = open("/sys/module/nvidia/version").read().strip().encode()
 other = bytes([v[0] - 1]) + v[1:]  # 580.x -> 480.x, same length: the protobuf stays valid
@@ -388,17 +398,17 @@ open(sys.argv[1], "wb").write(data.replace(v, other))
 print("  image now says driver %s, this machine runs %s" % (other.decode(), v.decode()))
 PY
 	if restore "$dir"; then
-		fail $name "criu restore succeeded with an image of another driver version"; kill_pids "$pid"; return
+		failed $name "criu restore succeeded with an image of another driver version"; kill_pids "$pid"; return
 	fi
 	refused_s=$restore_s
 	line=$(grep -o 'Error (cuda_plugin):.*' "$dir/restore.log" | head -n1)
 	echo "  $line (after $refused_s s)"
-	case "$line" in *"dumped under NVIDIA driver"*) ;; *) fail $name "no driver version refusal"; show_log "$dir/restore.log"; return ;; esac
-	alive "$pid" && { fail $name "pid $pid exists after the refused restore"; kill_pids "$pid"; return; }
+	case "$line" in *"dumped under NVIDIA driver"*) ;; *) failed $name "no driver version refusal"; show_log "$dir/restore.log"; return ;; esac
+	alive "$pid" && { failed $name "pid $pid exists after the refused restore"; kill_pids "$pid"; return; }
 	cp "$dir/cuda-plugin.img.orig" "$dir/img/cuda-plugin.img"
-	restore "$dir" || { fail $name "restore of the untouched image: $why"; show_log "$dir/restore.log"; return; }
-	advance 60 "$dir/state" "$base" || { fail $name "after the restore: $why"; kill_pids "$pid"; return; }
-	pass $name "refused in $refused_s s naming both versions; the untouched image restored (iterations $after)"
+	restore "$dir" || { failed $name "restore of the untouched image: $why"; show_log "$dir/restore.log"; return; }
+	advance 60 "$dir/state" "$base" || { failed $name "after the restore: $why"; kill_pids "$pid"; return; }
+	passed $name "refused in $refused_s s naming both versions; the untouched image restored (iterations $after)"
 	kill_pids "$pid"
 }
 
@@ -411,21 +421,21 @@ test_load() {
 	declare -A base
 	for ((k = 0; k < procs - 1; k++)); do files+=("$dir/state.$k"); done
 	start "$dir" "$bundle/bin/cuda_memcheck" --mb "$mb" --children $((procs - 1)) --state "$dir/state" --interval-ms 100
-	for f in "${files[@]}"; do wait_state "$f" 180 1 || { fail $name "before the first dump: $why"; return; }; done
-	for f in "${files[@]}"; do pids+=("$(state "$f" pid)"); done
+	for f in "${files[@]}"; do wait_state "$f" 180 1 || { failed $name "before the first dump: $why"; return; }; done
+	for f in "${files[@]}"; do pids+=("$(state_value "$f" pid)"); done
 	started+=("${pids[@]}")
 	counts() { echo "$(ls "/proc/$1/fd" | wc -l) fds, $(ls "/proc/$1/task" | wc -l) threads"; }
 	gpu0=$(gpu_gib "${pids[@]}")
 	echo "  $name: $procs processes x $mb MiB, $gpu0 GiB on the GPU; root $(counts "${pids[0]}") before the first dump"
 	for ((round = 1; round <= rounds; round++)); do
-		dump "$dir" "${pids[0]}" || { fail $name "round $round: $why"; show_log "$dir/dump.log"; kill_pids "${pids[@]}"; return; }
+		dump "$dir" "${pids[0]}" || { failed $name "round $round: $why"; show_log "$dir/dump.log"; kill_pids "${pids[@]}"; return; }
 		dumps+=("$dump_s")
-		wait_gone 60 "${pids[@]}" || { fail $name "round $round: pids still there after the dump"; kill_pids "${pids[@]}"; return; }
+		wait_gone 60 "${pids[@]}" || { failed $name "round $round: pids still there after the dump"; kill_pids "${pids[@]}"; return; }
 		args=()
-		for f in "${files[@]}"; do args+=("$f" "$(state "$f" iterations)"); done
-		restore "$dir" || { fail $name "round $round: $why"; show_log "$dir/restore.log"; kill_tree "${pids[0]}"; return; }
+		for f in "${files[@]}"; do args+=("$f" "$(state_value "$f" iterations)"); done
+		restore "$dir" || { failed $name "round $round: $why"; show_log "$dir/restore.log"; kill_tree "${pids[0]}"; return; }
 		restores+=("$restore_s")
-		advance 60 "${args[@]}" || { fail $name "round $round, after the restore: $why"; kill_tree "${pids[0]}"; return; }
+		advance 60 "${args[@]}" || { failed $name "round $round, after the restore: $why"; kill_tree "${pids[0]}"; return; }
 		# Baselines from the first restore on: what a round must not change.
 		if [ "$round" = 1 ]; then
 			for p in "${pids[@]}"; do base[$p]=$(counts "$p"); done
@@ -434,15 +444,15 @@ test_load() {
 		fi
 		for p in "${pids[@]}"; do
 			[ "$(counts "$p")" = "${base[$p]}" ] ||
-				{ fail $name "round $round: pid $p has $(counts "$p"), had ${base[$p]}"; kill_pids "${pids[@]}"; return; }
+				{ failed $name "round $round: pid $p has $(counts "$p"), had ${base[$p]}"; kill_pids "${pids[@]}"; return; }
 		done
 		gpu=$(gpu_gib "${pids[@]}")
-		[ "$gpu" = "$gpu0" ] || { fail $name "round $round: $gpu GiB on the GPU, $gpu0 after round 1"; kill_pids "${pids[@]}"; return; }
-		pgrep -x criu >/dev/null && { fail $name "round $round: a criu process is left: $(pgrep -a -x criu)"; kill_pids "${pids[@]}"; return; }
+		[ "$gpu" = "$gpu0" ] || { failed $name "round $round: $gpu GiB on the GPU, $gpu0 after round 1"; kill_pids "${pids[@]}"; return; }
+		pgrep -x criu >/dev/null && { failed $name "round $round: a criu process is left: $(pgrep -a -x criu)"; kill_pids "${pids[@]}"; return; }
 		rm -rf "$dir/img"
 	done
 	med() { printf '%s\n' "$@" | sort -n | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
-	pass $name "$procs processes, $rounds rounds: dump median $(med "${dumps[@]}") s, restore median $(med "${restores[@]}") s; fds, threads and $gpu0 GiB of GPU memory unchanged"
+	passed $name "$procs processes, $rounds rounds: dump median $(med "${dumps[@]}") s, restore median $(med "${restores[@]}") s; fds, threads and $gpu0 GiB of GPU memory unchanged"
 	kill_pids "${pids[@]}"
 }
 
@@ -453,36 +463,36 @@ cli() { env "LD_LIBRARY_PATH=$bundle/lib" "$bundle/bin/cuda-criu" "$@"; }
 test_cli_steps() {
 	local name=cli-steps dir=$work/cli-steps pid st gpu step
 	start "$dir" "$bundle/bin/cuda_memcheck" --mb 1024 --state "$dir/state" --interval-ms 100
-	wait_state "$dir/state" 120 1 || { fail $name "before the steps: $why"; return; }
-	pid=$(state "$dir/state" pid)
+	wait_state "$dir/state" 120 1 || { failed $name "before the steps: $why"; return; }
+	pid=$(state_value "$dir/state" pid)
 	started+=("$pid")
 	echo "  $name: cuda-criu ps"
 	cli ps 2>&1 | sed 's/^/  | /'
 	for step in "lock locked" "checkpoint checkpointed" "restore locked" "unlock running"; do
 		set -- $step
-		cli "$1" "$pid" >"$dir/$1.out" 2>&1 || { fail $name "cuda-criu $1 $pid: $(cat "$dir/$1.out")"; kill_pids "$pid"; return; }
+		cli "$1" "$pid" >"$dir/$1.out" 2>&1 || { failed $name "cuda-criu $1 $pid: $(cat "$dir/$1.out")"; kill_pids "$pid"; return; }
 		st=$(cli status "$pid" 2>&1)
 		gpu=$(gpu_gib "$pid")
 		echo "  cuda-criu $1 $pid -> '$(cat "$dir/$1.out")'; status '$st'; GPU memory $gpu GiB"
-		[ "$st" = "$pid $2" ] || { fail $name "after $1: status says '$st', expected '$pid $2'"; kill_pids "$pid"; return; }
+		[ "$st" = "$pid $2" ] || { failed $name "after $1: status says '$st', expected '$pid $2'"; kill_pids "$pid"; return; }
 		if [ "$1" = checkpoint ] && [ "$gpu" != 0.00 ]; then
-			fail $name "checkpointed, but the process still holds $gpu GiB on the GPU"; kill_pids "$pid"; return
+			failed $name "checkpointed, but the process still holds $gpu GiB on the GPU"; kill_pids "$pid"; return
 		fi
 	done
-	advance 30 "$dir/state" "$(state "$dir/state" iterations)" || { fail $name "after unlock: $why"; kill_pids "$pid"; return; }
-	dump "$dir" "$pid" || { fail $name "$why"; show_log "$dir/dump.log"; kill_pids "$pid"; return; }
+	advance 30 "$dir/state" "$(state_value "$dir/state" iterations)" || { failed $name "after unlock: $why"; kill_pids "$pid"; return; }
+	dump "$dir" "$pid" || { failed $name "$why"; show_log "$dir/dump.log"; kill_pids "$pid"; return; }
 	echo "  cuda-criu inspect $dir/img"
-	cli inspect "$dir/img" >"$dir/inspect.txt" 2>&1 || { fail $name "inspect: $(cat "$dir/inspect.txt")"; return; }
+	cli inspect "$dir/img" >"$dir/inspect.txt" 2>&1 || { failed $name "inspect: $(cat "$dir/inspect.txt")"; return; }
 	sed 's/^/  | /' "$dir/inspect.txt"
-	cli inspect --json "$dir/img" >"$dir/inspect.json" 2>&1 || { fail $name "inspect --json: $(cat "$dir/inspect.json")"; return; }
-	python3 - "$dir/inspect.json" "$pid" <<'PY' || { fail $name "inspect --json does not describe pid $pid"; return; }
+	cli inspect --json "$dir/img" >"$dir/inspect.json" 2>&1 || { failed $name "inspect --json: $(cat "$dir/inspect.json")"; return; }
+	python3 - "$dir/inspect.json" "$pid" <<'PY' || { failed $name "inspect --json does not describe pid $pid"; return; }
 import json, sys
 d = json.load(open(sys.argv[1]))
 procs = [p for p in d["processes"] if p["pid"] == int(sys.argv[2])]
 assert d["cuda_image"] and procs and d["gpus"], d
 print("  inspect --json: %d process(es), %d GPU(s), driver %s" % (len(d["processes"]), len(d["gpus"]), d["driver_version"]))
 PY
-	pass $name "lock/checkpoint/restore/unlock by hand, status after each, inspect of a $(gib "$img_bytes") GiB image"
+	passed $name "lock/checkpoint/restore/unlock by hand, status after each, inspect of a $(gib "$img_bytes") GiB image"
 	rm -rf "$dir/img"
 }
 
@@ -490,7 +500,7 @@ PY
 # (table, JSON, JUnit) go to the logs.
 test_roundtrip_torch() {
 	local name=roundtrip-torch dir=$work/roundtrip-torch rc
-	if ! "$python" -c 'import torch' 2>/dev/null; then skip $name "$python has no PyTorch"; return; fi
+	if ! "$python" -c 'import torch' 2>/dev/null; then skipped $name "$python has no PyTorch"; return; fi
 	mkdir -p "$dir"
 	local health='f='"$dir"'/state; a=$(sed -n "s/^iterations=//p" $f); sleep 1; b=$(sed -n "s/^iterations=//p" $f); grep -qx status=ok $f && [ "$b" -gt "$a" ]'
 	local common=(--criu "$bundle/sbin/criu" --criu-env "LD_LIBRARY_PATH=$bundle/lib" --libdir "$bundle/plugin"
@@ -500,14 +510,14 @@ test_roundtrip_torch() {
 		-- "${workload[@]}" >"$dir/rt.txt" 2>&1
 	rc=$?
 	sed 's/^/  | /' "$dir/rt.txt" | tail -n 30
-	[ "$rc" = 0 ] || { fail $name "cuda-criu roundtrip --repeat 2 exited $rc"; return; }
+	[ "$rc" = 0 ] || { failed $name "cuda-criu roundtrip --repeat 2 exited $rc"; return; }
 	rm -f "$dir/state"
 	cli roundtrip "${common[@]}" --leave-running --dir "$dir/rt-r" --json "$dir/rt-r.json" --name torch-2gb-leave-running \
 		-- "${workload[@]}" >"$dir/rt-r.txt" 2>&1
 	rc=$?
 	sed 's/^/  | /' "$dir/rt-r.txt" | tail -n 20
-	[ "$rc" = 0 ] || { fail $name "cuda-criu roundtrip --leave-running exited $rc"; return; }
-	pass $name "2 cycles, and 1 with --leave-running, of a 2 GiB PyTorch program"
+	[ "$rc" = 0 ] || { failed $name "cuda-criu roundtrip --leave-running exited $rc"; return; }
+	passed $name "2 cycles, and 1 with --leave-running, of a 2 GiB PyTorch program"
 }
 
 # A real CUDA workload in a runc container (hand-written OCI config: the host's /usr and /etc read-only, the
@@ -515,7 +525,7 @@ test_roundtrip_torch() {
 # own name, removed, and restored again under a new name; its data checked each time.
 test_runc() {
 	local name=runc dir=$work/runc runc_bin=$bundle/sbin/runc
-	[ -x "$runc_bin" ] || { skip $name "no runc in the bundle"; return; }
+	[ -x "$runc_bin" ] || { skipped $name "no runc in the bundle"; return; }
 	# runc re-executes itself (runc init) with an empty environment: its libseccomp must be the system's.
 	if ! ldconfig -p 2>/dev/null | grep -q 'libseccomp\.so\.2 '; then
 		echo "  runc: this machine has no libseccomp.so.2: installing the bundle's copy into /usr/local/lib"
@@ -532,7 +542,7 @@ test_runc() {
 		"$bundle/lib" "$bundle/plugin" "$bundle/sbin/criu" >"$dir/criu"
 	chmod +x "$dir/criu"
 	for n in /dev/nvidiactl /dev/nvidia-uvm /dev/nvidia-uvm-tools /dev/nvidia[0-9]*; do [ -c "$n" ] && devs+=("$n"); done
-	python3 - "$dir" "$root" "$(readlink -f "$bundle/bin")" "${devs[@]}" <<'PY' || { fail $name "cannot write config.json"; return; }
+	python3 - "$dir" "$root" "$(readlink -f "$bundle/bin")" "${devs[@]}" <<'PY' || { failed $name "cannot write config.json"; return; }
 import json, os, sys
 dir, root, bindir, devs = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4:]
 binds = [("/usr", "/usr", "ro"), ("/etc", "/etc", "ro")]
@@ -585,7 +595,7 @@ PY
 	ct_remove() { rc_ kill "$1" KILL 2>/dev/null; sleep 1; rc_ delete -f "$1" 2>/dev/null; }
 	ct_cleanup() { local id; for id in $(rc_ list -q 2>/dev/null); do rc_ kill "$id" KILL; rc_ delete -f "$id"; done 2>/dev/null; }
 	ct_fail() {
-		fail $name "$1"
+		failed $name "$1"
 		[ -n "${2:-}" ] && show_log "$2"
 		tail -n 5 "$dir/runc.log" 2>/dev/null | sed 's/^/  runc.log | /'
 		tail -n 5 "$dir/state/one.err" 2>/dev/null | sed 's/^/  one.err | /'
@@ -599,7 +609,7 @@ PY
 	local host_pid at_dump now gpu t0 id
 	host_pid=$(ct_state ct-gpu pid)
 	gpu=$(gpu_gib "$host_pid")
-	echo "  runc: container ct-gpu, workload host pid $host_pid (pid $(state "$dir/state/one" pid) inside), $gpu GiB on the GPU"
+	echo "  runc: container ct-gpu, workload host pid $host_pid (pid $(state_value "$dir/state/one" pid) inside), $gpu GiB on the GPU"
 	t0=$(now)
 	rc_ checkpoint --image-path "$dir/img" --work-path "$dir/work-dump" ct-gpu </dev/null >"$dir/checkpoint.out" 2>&1 ||
 		{ ct_fail "runc checkpoint failed: $(tail -n 3 "$dir/checkpoint.out")" "$dir/work-dump/dump.log"; return; }
@@ -607,7 +617,7 @@ PY
 	img_bytes=$(du -sb "$dir/img" | cut -f1)
 	wait_gone 30 "$host_pid" || { ct_fail "pid $host_pid still exists after the checkpoint"; return; }
 	rc_ delete -f ct-gpu 2>/dev/null
-	at_dump=$(state "$dir/state/one" iterations)
+	at_dump=$(state_value "$dir/state/one" iterations)
 	echo "  runc: checkpointed in $dump_s s at iteration $at_dump, image $(gib "$img_bytes") GiB, container removed"
 	plugin_line "$dir/work-dump/dump.log" dump | sed 's/^/  /'
 	for id in ct-gpu ct-gpu-new; do
@@ -617,7 +627,7 @@ PY
 		restore_s=$(since "$t0")
 		[ "$(ct_state "$id" status)" = running ] || { ct_fail "$id is $(ct_state "$id" status) after the restore" "$dir/work-$id/restore.log"; return; }
 		advance 60 "$dir/state/one" "$at_dump" || { ct_fail "$id after the restore: $why" "$dir/work-$id/restore.log"; return; }
-		now=$(state "$dir/state/one" iterations)
+		now=$(state_value "$dir/state/one" iterations)
 		echo "  runc: restored as $id in $restore_s s (host pid $(ct_state "$id" pid)), iterations $at_dump -> $now, data verified"
 		plugin_line "$dir/work-$id/restore.log" restore | sed 's/^/  /'
 		ct_remove "$id"
@@ -625,7 +635,7 @@ PY
 		head -c 1536 /dev/zero | tr '\0' '\n' >"$dir/state/one"
 	done
 	ct_cleanup
-	pass $name "checkpoint $dump_s s, image $(gib "$img_bytes") GiB; restored as ct-gpu and as ct-gpu-new, data intact"
+	passed $name "checkpoint $dump_s s, image $(gib "$img_bytes") GiB; restored as ct-gpu and as ct-gpu-new, data intact"
 	rm -rf "$dir/img"
 }
 
@@ -660,9 +670,9 @@ dump_restore_test() {
 	local name=$1 dir=$2 startup=$3; shift 3
 	local files=("$@") f root pids gpu gpu_after frozen=() args=()
 	for f in "${files[@]}"; do
-		wait_state "$f" "$startup" 1 || { fail "$name" "before the dump: $why"; show_workload "$dir"; return; }
+		wait_state "$f" "$startup" 1 || { failed "$name" "before the dump: $why"; show_workload "$dir"; return; }
 	done
-	root=$(state "${files[0]}" pid)
+	root=$(state_value "${files[0]}" pid)
 	mapfile -t pids < <(tree_pids "$root")
 	started+=("${pids[@]}")
 	gpu=$(gpu_gib "${pids[@]}")
@@ -670,36 +680,36 @@ dump_restore_test() {
 
 	if ! dump "$dir" "$root"; then
 		local left="the tree is gone"
-		alive "${pids[@]}" && left="the tree still runs, status=$(state "${files[0]}" status)"
-		fail "$name" "$why; $left"
+		alive "${pids[@]}" && left="the tree still runs, status=$(state_value "${files[0]}" status)"
+		failed "$name" "$why; $left"
 		show_log "$dir/dump.log"
 		kill_pids "${pids[@]}"
 		return
 	fi
-	wait_gone 30 "${pids[@]}" || { fail "$name" "pids ${pids[*]} still exist 30 s after the dump"; kill_pids "${pids[@]}"; return; }
-	for f in "${files[@]}"; do frozen+=("$(state "$f" iterations)"); done
+	wait_gone 30 "${pids[@]}" || { failed "$name" "pids ${pids[*]} still exist 30 s after the dump"; kill_pids "${pids[@]}"; return; }
+	for f in "${files[@]}"; do frozen+=("$(state_value "$f" iterations)"); done
 
 	if ! restore "$dir"; then
-		fail "$name" "$why (dump $dump_s s, image $(gib "$img_bytes") GiB, GPU $gpu GiB)"
+		failed "$name" "$why (dump $dump_s s, image $(gib "$img_bytes") GiB, GPU $gpu GiB)"
 		show_log "$dir/restore.log"
 		kill_tree "$root"
 		return
 	fi
 	if ! alive "${pids[@]}"; then
-		fail "$name" "criu restore succeeded but not all of ${pids[*]} are alive ($(for p in "${pids[@]}"; do [ -d /proc/$p ] || echo -n "$p gone "; done))"
+		failed "$name" "criu restore succeeded but not all of ${pids[*]} are alive ($(for p in "${pids[@]}"; do [ -d /proc/$p ] || echo -n "$p gone "; done))"
 		show_log "$dir/restore.log"; show_workload "$dir"
 		kill_tree "$root"
 		return
 	fi
 	for f in "${!files[@]}"; do args+=("${files[$f]}" "${frozen[$f]}"); done
 	if ! advance 60 "${args[@]}"; then
-		fail "$name" "after restore: $why (dump $dump_s s, restore $restore_s s)"
+		failed "$name" "after restore: $why (dump $dump_s s, restore $restore_s s)"
 		show_log "$dir/restore.log"; show_workload "$dir"
 		kill_tree "$root"
 		return
 	fi
 	gpu_after=$(gpu_gib "${pids[@]}")
-	pass "$name" "dump $dump_s s, restore $restore_s s, image $(gib "$img_bytes") GiB, GPU $gpu GiB (after restore $gpu_after GiB), iterations $after"
+	passed "$name" "dump $dump_s s, restore $restore_s s, image $(gib "$img_bytes") GiB, GPU $gpu GiB (after restore $gpu_after GiB), iterations $after"
 	f=$(plugin_line "$dir/dump.log" dump); echo "  ${f:-no 'cuda_plugin: dump:' line in dump.log}"
 	f=$(plugin_line "$dir/restore.log" restore); echo "  ${f:-no 'cuda_plugin: restore:' line in restore.log}"
 	[ -n "${KEEP_RUNNING:-}" ] || kill_pids "${pids[@]}"
@@ -715,7 +725,7 @@ test_memcheck_4g() {
 test_torch() {
 	local dir=$work/torch
 	if ! "$python" -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
-		skip torch "$python has no PyTorch with CUDA"
+		skipped torch "$python has no PyTorch with CUDA"
 		return
 	fi
 	start "$dir" "$python" -u "$bundle/torch_workload.py" --gb "$torch_gb" --state "$dir/state" --interval-ms 100
@@ -732,33 +742,165 @@ test_tree() {
 test_leave_running() {
 	local name=leave-running dir=$work/leave-running pid pids gpu base line f
 	start "$dir" "$bundle/bin/cuda_memcheck" --mb "$leave_mb" --state "$dir/state"
-	wait_state "$dir/state" 120 1 || { fail $name "before the dump: $why"; show_workload "$dir"; return; }
-	pid=$(state "$dir/state" pid)
+	wait_state "$dir/state" 120 1 || { failed $name "before the dump: $why"; show_workload "$dir"; return; }
+	pid=$(state_value "$dir/state" pid)
 	mapfile -t pids < <(tree_pids "$pid")
 	started+=("${pids[@]}")
 	gpu=$(gpu_gib "${pids[@]}")
 	if ! dump "$dir" "$pid" -R; then
-		fail $name "$why; the workload is $(alive "$pid" && echo alive || echo gone)"
+		failed $name "$why; the workload is $(alive "$pid" && echo alive || echo gone)"
 		show_log "$dir/dump.log"; kill_pids "${pids[@]}"
 		return
 	fi
-	alive "$pid" || { fail $name "pid $pid is gone after criu dump -R"; show_log "$dir/dump.log"; show_workload "$dir"; return; }
-	base=$(state "$dir/state" iterations)
+	alive "$pid" || { failed $name "pid $pid is gone after criu dump -R"; show_log "$dir/dump.log"; show_workload "$dir"; return; }
+	base=$(state_value "$dir/state" iterations)
 	if ! advance 30 "$dir/state" "$base"; then
-		fail $name "after the dump: $why"
+		failed $name "after the dump: $why"
 		show_log "$dir/dump.log"; show_workload "$dir"; kill_pids "${pids[@]}"
 		return
 	fi
 	line=$(grep -E 'cuda_plugin: .*(back as they were found|returned to|returning [0-9]+ CUDA)' "$dir/dump.log" | tail -n1)
 	if [ -z "$line" ]; then
-		fail $name "the workload runs on, but cuda_plugin did not log that it returned the processes to their state"
+		failed $name "the workload runs on, but cuda_plugin did not log that it returned the processes to their state"
 		show_log "$dir/dump.log"; kill_pids "${pids[@]}"
 		return
 	fi
-	pass $name "dump $dump_s s, image $(gib "$img_bytes") GiB, GPU $gpu GiB, iterations $after"
+	passed $name "dump $dump_s s, image $(gib "$img_bytes") GiB, GPU $gpu GiB, iterations $after"
 	echo "  ${line#*) }"
 	f=$(plugin_line "$dir/dump.log" dump); echo "  ${f:-no 'cuda_plugin: dump:' line in dump.log}"
 	kill_pids "${pids[@]}"
+	rm -rf "$dir/img"
+}
+
+# Managed memory (cuMemAllocManaged): the driver refuses to checkpoint it. The dump must fail within 5 s,
+# say why in words, and leave the process running with its data.
+test_managed_refused() {
+	local name=managed-refused dir=$work/managed-refused pid base line t0 secs
+	start "$dir" "$bundle/bin/cuda_memcheck" --mb 256 --managed-mb 4 --state "$dir/state" --interval-ms 100
+	wait_state "$dir/state" 120 1 || { failed $name "before the dump: $why"; show_workload "$dir"; return; }
+	pid=$(state_value "$dir/state" pid)
+	started+=("$pid")
+	t0=$(now)
+	if dump "$dir" "$pid"; then
+		failed $name "criu dump succeeded on a process with managed memory"; kill_pids "$pid"; return
+	fi
+	secs=$(since "$t0")
+	line=$(grep -o 'Error (cuda_plugin):.*managed memory.*' "$dir/dump.log" | head -n1)
+	[ -n "$line" ] || { failed $name "no plugin error naming managed memory"; show_log "$dir/dump.log"; kill_pids "$pid"; return; }
+	awk -v s="$secs" 'BEGIN { exit !(s <= 5) }' || { failed $name "refused after $secs s (more than 5 s)"; kill_pids "$pid"; return; }
+	base=$(state_value "$dir/state" iterations)
+	advance 30 "$dir/state" "$base" || { failed $name "after the refused dump: $why"; show_workload "$dir"; kill_pids "$pid"; return; }
+	passed $name "dump refused in $secs s, the process runs on and verifies its data, iterations $after"
+	echo "  $line"
+	kill_pids "$pid"
+}
+
+# Progress lines of a large checkpoint and restore (PROGRESS_MB, default 16 GiB).
+test_progress_16g() {
+	local name=progress-16g dir=$work/progress-16g f
+	start "$dir" "$bundle/bin/cuda_memcheck" --mb "${PROGRESS_MB:-16384}" --state "$dir/state" --interval-ms 100
+	dump_restore_test $name "$dir" 300 "$dir/state"
+	for f in dump restore; do
+		if ! grep -qE 'cuda_plugin: (checkpoint|restore): .* [MG]B/s' "$dir/$f.log"; then
+			failed $name "no progress line in $f.log"; show_log "$dir/$f.log"; continue
+		fi
+		grep -oE 'cuda_plugin: (checkpoint|restore): .*' "$dir/$f.log" | sed 's/^/  /'
+	done
+}
+
+# A workload in a memory cgroup whose limit is below its GPU state: the dump is refused before any lock,
+# naming the cgroup; once the limit is raised the same process dumps and restores.
+test_cgroup_limit() {
+	local name=cgroup-limit dir=$work/cgroup-limit cg pid base line usage limit_file usage_file procs
+	if [ -f /sys/fs/cgroup/cgroup.controllers ]; then
+		cg=/sys/fs/cgroup/cuda-criu-gpu-test limit_file=memory.max usage_file=memory.current
+		grep -qw memory /sys/fs/cgroup/cgroup.subtree_control || echo +memory >/sys/fs/cgroup/cgroup.subtree_control 2>/dev/null
+	elif [ -d /sys/fs/cgroup/memory ]; then
+		cg=/sys/fs/cgroup/memory/cuda-criu-gpu-test limit_file=memory.limit_in_bytes usage_file=memory.usage_in_bytes
+	else
+		skipped $name "no memory cgroup controller"; return
+	fi
+	mkdir -p "$cg" && [ -f "$cg/$limit_file" ] || { skipped $name "cannot create a memory cgroup at $cg"; return; }
+	mkdir -p "$dir"
+	(echo $BASHPID >"$cg/cgroup.procs" && exec setsid -f "$bundle/bin/cuda_memcheck" --mb 2048 --state "$dir/state" \
+		--interval-ms 100 >"$dir/stdout" 2>"$dir/stderr" </dev/null)
+	wait_state "$dir/state" 120 1 || { failed $name "before the dump: $why"; show_workload "$dir"; return; }
+	pid=$(state_value "$dir/state" pid)
+	started+=("$pid")
+	usage=$(cat "$cg/$usage_file")
+	echo $((usage + 512 * 1024 * 1024)) >"$cg/$limit_file"
+	if dump "$dir" "$pid"; then
+		failed $name "criu dump succeeded with the cgroup limit below the GPU state"; kill_pids "$pid"; rmdir "$cg" 2>/dev/null; return
+	fi
+	line=$(grep -o 'Error (cuda_plugin):.*not enough memory.*' "$dir/dump.log" | head -n1)
+	[ -n "$line" ] || { failed $name "no plugin error about memory"; show_log "$dir/dump.log"; kill_pids "$pid"; return; }
+	grep -q 'cuda_plugin: .*lock' "$dir/dump.log" && grep -qE 'pid [0-9]+: running, restore thread' "$dir/dump.log" &&
+		{ failed $name "the process was locked before the refusal"; kill_pids "$pid"; return; }
+	base=$(state_value "$dir/state" iterations)
+	advance 30 "$dir/state" "$base" || { failed $name "after the refused dump: $why"; kill_pids "$pid"; return; }
+	echo "  refused: ${line#*): }"
+	if [ "$limit_file" = memory.max ]; then echo max >"$cg/$limit_file"; else echo -1 >"$cg/$limit_file"; fi
+	rm -rf "$dir/img"
+	dump_restore_test $name "$dir" 60 "$dir/state"
+	procs=$(cat "$cg/cgroup.procs" 2>/dev/null | xargs)
+	[ -z "$procs" ] || kill -9 $procs 2>/dev/null
+	sleep 0.5; rmdir "$cg" 2>/dev/null
+}
+
+# torch-dataloader / torch-forkpool: a deterministic training loop (torch_fork_train.py) whose data processes
+# were forked after CUDA started (DataLoader workers, fork start method; a multiprocessing fork pool). They
+# inherit the driver's device files and mappings, which the plugin restores as placeholders. The losses
+# logged by a run dumped and restored mid-training must equal, bit for bit, those of an uninterrupted run.
+fork_steps=${FORK_STEPS:-400}
+test_torch_fork() { # NAME MODE
+	local name=$1 mode=$2 dir=$work/$1 root pids n st line
+	if ! "$python" -c 'import numpy, torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
+		skipped $name "$python has no PyTorch with CUDA (or no numpy)"
+		return
+	fi
+	mkdir -p "$dir"
+	local train=("$python" -u "$bundle/torch_fork_train.py" --mode "$mode" --steps "$fork_steps")
+	if ! (cd "$dir" && timeout 600 "${train[@]}" --log "$dir/reference.log" >"$dir/reference.out" 2>&1); then
+		failed $name "the uninterrupted run failed: $(tail -n 3 "$dir/reference.out" | tr '\n' ' ')"
+		return
+	fi
+	[ "$(wc -l <"$dir/reference.log")" = "$fork_steps" ] || { failed $name "the uninterrupted run logged $(wc -l <"$dir/reference.log") of $fork_steps steps"; return; }
+
+	# The same run, slowed down so that the dump lands mid-training.
+	start "$dir" "${train[@]}" --log "$dir/run.log" --state "$dir/state" --step-delay-ms 25
+	wait_state "$dir/state" 240 $((fork_steps / 4)) || { failed $name "before the dump: $why"; show_workload "$dir"; return; }
+	root=$(state_value "$dir/state" pid)
+	mapfile -t pids < <(tree_pids "$root")
+	started+=("${pids[@]}")
+	[ ${#pids[@]} -ge 3 ] || { failed $name "expected the trainer and 2 forked workers, found pids ${pids[*]}"; kill_pids "${pids[@]}"; return; }
+	if ! dump "$dir" "$root"; then
+		failed $name "$why; the tree $(alive "${pids[@]}" && echo still runs || echo is gone)"
+		show_log "$dir/dump.log"; kill_pids "${pids[@]}"
+		return
+	fi
+	n=$(state_value "$dir/state" iterations)
+	wait_gone 30 "${pids[@]}" || { failed $name "pids ${pids[*]} still exist 30 s after the dump"; kill_pids "${pids[@]}"; return; }
+	if ! restore "$dir"; then
+		failed $name "$why (dump $dump_s s, image $(gib "$img_bytes") GiB)"
+		show_log "$dir/restore.log"; kill_tree "$root"
+		return
+	fi
+	alive "${pids[@]}" || { failed $name "restored, but not all of ${pids[*]} are alive"; show_log "$dir/restore.log"; kill_tree "$root"; return; }
+	local deadline=$(($(date +%s) + 300))
+	while st=$(state_value "$dir/state" status); [ "$st" = ok ] && [ "$(date +%s)" -lt "$deadline" ]; do sleep 0.5; done
+	if [ "$st" != done ]; then
+		failed $name "after restore the run did not finish: status=$st at step $(state_value "$dir/state" iterations)"
+		show_log "$dir/restore.log"; show_workload "$dir"; kill_tree "$root"
+		return
+	fi
+	if ! cmp -s "$dir/reference.log" "$dir/run.log"; then
+		line=$(cmp "$dir/reference.log" "$dir/run.log" 2>&1 | head -n1)
+		failed $name "losses differ from the uninterrupted run's ($line; dumped at step $n)"
+		diff "$dir/reference.log" "$dir/run.log" | head -n 6 | sed 's/^/  | /'
+		return
+	fi
+	passed $name "dumped at step $n of $fork_steps with ${#pids[@]} processes, dump $dump_s s, restore $restore_s s; $fork_steps losses equal bit for bit to an uninterrupted run"
+	line=$(grep -c 'inherited from the NVIDIA driver' "$dir/dump.log"); echo "  device files and mappings of forked processes claimed: $line"
 	rm -rf "$dir/img"
 }
 
@@ -804,6 +946,9 @@ for t in "$@"; do
 	torch) test_torch ;;
 	tree) test_tree ;;
 	leave-running) test_leave_running ;;
+	managed-refused) test_managed_refused ;;
+	progress-16g) test_progress_16g ;;
+	cgroup-limit) test_cgroup_limit ;;
 	remap-self) test_remap_self ;;
 	remap-gpu1) test_remap_gpu1 ;;
 	tree-2gpu) test_tree_2gpu ;;
@@ -817,7 +962,9 @@ for t in "$@"; do
 	roundtrip-torch) test_roundtrip_torch ;;
 	runc) test_runc ;;
 	load) test_load ;;
-	*) fail "$t" "no such test (known: ${all_tests[*]})"; continue ;;
+	torch-dataloader) test_torch_fork torch-dataloader dataloader ;;
+	torch-forkpool) test_torch_fork torch-forkpool forkpool ;;
+	*) failed "$t" "no such test (known: ${all_tests[*]})"; continue ;;
 	esac
 	mapfile -t left < <(pids_in "$work/$t") # whatever a failed test left running
 	kill_pids "${left[@]}"

@@ -1,9 +1,44 @@
 #include "fakes.h"
 
+#include <chrono>
+#include <thread>
+
 namespace cuda_criu::testing {
+
+// Counts a call in flight for its whole length, after sleeping the op's delay if one is set.
+class FakeDriver::Call {
+public:
+	Call(FakeDriver &d, const char *op) : d_(d)
+	{
+		unsigned ms = 0;
+		{
+			std::lock_guard<std::mutex> g(d_.mu);
+			d_.in_flight_++;
+			if (auto it = d_.delay_ms.find(op); it != d_.delay_ms.end())
+				ms = it->second;
+		}
+		std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+	}
+	~Call()
+	{
+		std::lock_guard<std::mutex> g(d_.mu);
+		d_.in_flight_--;
+		d_.idle_.notify_all();
+	}
+
+private:
+	FakeDriver &d_;
+};
+
+void FakeDriver::wait_idle()
+{
+	std::unique_lock<std::mutex> g(mu);
+	idle_.wait(g, [this] { return in_flight_ == 0; });
+}
 
 Status FakeDriver::step(const char *op, pid_t pid, CudaState from, CudaState to, bool needs_thread)
 {
+	Call call(*this, op);
 	std::lock_guard<std::mutex> g(mu);
 	calls.push_back(std::string(op) + " " + std::to_string(pid));
 	auto f = fail.find(op);
@@ -23,6 +58,7 @@ Status FakeDriver::step(const char *op, pid_t pid, CudaState from, CudaState to,
 
 Result<pid_t> FakeDriver::restore_thread_id(pid_t pid)
 {
+	Call call(*this, "getrestoretid");
 	std::lock_guard<std::mutex> g(mu);
 	if (fail.count("getrestoretid") && (fail["getrestoretid"].count(pid) || fail["getrestoretid"].count(0)))
 		return make_error(EIO, "injected");
@@ -34,6 +70,7 @@ Result<pid_t> FakeDriver::restore_thread_id(pid_t pid)
 
 Result<CudaState> FakeDriver::state(pid_t pid)
 {
+	Call call(*this, "state");
 	std::lock_guard<std::mutex> g(mu);
 	auto it = procs.find(pid);
 	if (it == procs.end())

@@ -1,6 +1,7 @@
 // In-process fakes of the driver and the host for unit tests of the core.
 #pragma once
 
+#include <condition_variable>
 #include <map>
 #include <mutex>
 #include <set>
@@ -26,7 +27,13 @@ public:
 	std::vector<std::string> calls;              // "lock 10", "checkpoint 10", ...
 	std::set<pid_t> *running_threads = nullptr;  // the host's; checked by checkpoint/restore
 	std::vector<GpuPair> last_pairs;
+	// op -> ms each call of it sleeps before it acts (a slow or hung driver); its caller may have given
+	// up on it and gone by then.
+	std::map<std::string, unsigned> delay_ms;
 	mutable std::mutex mu;
+
+	// Waits until no call is in flight (a test ends only after its abandoned calls returned).
+	void wait_idle();
 
 	void add(pid_t pid, CudaState s = CudaState::Running) { procs[pid] = {s, pid + 1000}; }
 	CudaState state_of(pid_t pid) { return procs.at(pid).state; }
@@ -43,6 +50,9 @@ public:
 	uint64_t free_bytes(const GpuUuid &uuid) override { return free.count(uuid.str()) ? free[uuid.str()] : 0; }
 
 private:
+	class Call;
+	std::condition_variable idle_;
+	int in_flight_ = 0;
 	Status step(const char *op, pid_t pid, CudaState from, CudaState to, bool needs_thread);
 };
 

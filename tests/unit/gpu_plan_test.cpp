@@ -15,7 +15,17 @@ GpuInfo gpu(int ordinal, uint8_t id, const char *name, uint64_t mem = 80ULL << 3
 	return g;
 }
 
-GpuRecord rec(const GpuInfo &g) { return {g.uuid.str(), g.name, g.memory_bytes, "", g.ordinal}; }
+GpuRecord rec(const GpuInfo &g) { return {g.uuid, g.name, g.memory_bytes, "", g.ordinal}; }
+
+// The plan with the map as the user writes it (parsed as the plugin's option is).
+Result<GpuPlan> plan_gpus(const ImageRecord &image, const std::vector<GpuInfo> &here, const std::vector<GpuInfo> &machine,
+			  const std::string &map)
+{
+	auto parsed = DeviceMap::parse(map);
+	if (!parsed)
+		return std::move(parsed).error();
+	return cuda_criu::plan_gpus(image, here, machine, *parsed);
+}
 
 // An image of processes on the given GPUs (one process per GPU, `bytes` of state each).
 ImageRecord image_on(std::vector<GpuInfo> gpus, uint64_t bytes = 1ULL << 30)
@@ -24,7 +34,7 @@ ImageRecord image_on(std::vector<GpuInfo> gpus, uint64_t bytes = 1ULL << 30)
 	int pid = 100;
 	for (const GpuInfo &g : gpus) {
 		r.gpus.push_back(rec(g));
-		r.processes.push_back({pid, pid, "running", {g.uuid.str()}, bytes, 0, 0});
+		r.processes.push_back({pid, pid, CudaState::Running, {g.uuid}, bytes, 0, 0});
 		pid++;
 	}
 	return r;
@@ -140,7 +150,7 @@ TEST(GpuPlan, TooLittleFreeMemoryIsRefused)
 TEST(GpuPlan, ProcessesOnOneGpuAddUp)
 {
 	ImageRecord img = image_on({A0}, 3ULL << 30);
-	img.processes.push_back({200, 200, "running", {A0.uuid.str()}, 3ULL << 30, 0, 0});
+	img.processes.push_back({200, 200, CudaState::Running, {A0.uuid}, 3ULL << 30, 0, 0});
 	EXPECT_FALSE(plan_gpus(img, {gpu(0, 0xb0, "NVIDIA H200", 5ULL << 30)}, {}, "").ok()) << "6 GiB onto 5 GiB";
 	EXPECT_TRUE(plan_gpus(img, {gpu(0, 0xb0, "NVIDIA H200", 7ULL << 30)}, {}, "").ok());
 }
@@ -217,6 +227,46 @@ TEST(DriverVersion, OnlyADifferentKnownVersionIsRefused)
 	EXPECT_TRUE(check_driver_version(img, "575.57.08").ok());
 	img.driver_version = "";
 	EXPECT_TRUE(check_driver_version(img, "575.57.08").ok());
+}
+
+// An image's sizes cannot wrap the sum past the memory check: two processes of 2^63 bytes each onto one GPU.
+TEST(GpuPlan, StateSizesThatWrapAroundAreStillTooLarge)
+{
+	ImageRecord img = image_on({A0});
+	img.processes[0].state_bytes = 1ULL << 63;
+	img.processes.push_back({101, 101, CudaState::Running, {A0.uuid}, 1ULL << 63, 0, 0});
+	auto p = plan_gpus(img, {A0}, {}, "");
+	ASSERT_FALSE(p.ok());
+	EXPECT_EQ(p.error().errno_value(), ENOSPC) << p.error().message();
+}
+
+// A GPU name from the image reaches CRIU's log escaped.
+TEST(GpuPlan, ImageTextIsEscapedInMessages)
+{
+	GpuInfo evil = gpu(0, 0xe0, "H200\nError (criu): \x1b[31mfake");
+	auto p = plan_gpus(image_on({evil}), {C0}, {}, "");
+	ASSERT_FALSE(p.ok());
+	EXPECT_EQ(p.error().message().find('\n'), std::string::npos) << p.error().message();
+	EXPECT_EQ(p.error().message().find('\x1b'), std::string::npos) << p.error().message();
+	EXPECT_NE(p.error().message().find("H200\\x0aError"), std::string::npos) << p.error().message();
+}
+
+// cuda-criu restore --device-map of a live process: indices are this machine's; the GPUs left out of the
+// map are paired too.
+TEST(GpuPlan, LiveDeviceMapPairsEveryGpu)
+{
+	auto map = DeviceMap::parse("0=1");
+	ASSERT_TRUE(map.ok());
+	auto pairs = plan_live_device_map(*map, {A0, A1}, {});
+	ASSERT_TRUE(pairs.ok()) << pairs.error().message();
+	ASSERT_EQ(pairs->size(), 2u);
+	EXPECT_EQ((*pairs)[0].from, A0.uuid);
+	EXPECT_EQ((*pairs)[0].to, A1.uuid);
+	EXPECT_EQ((*pairs)[1].from, A1.uuid);
+	EXPECT_EQ((*pairs)[1].to, A0.uuid);
+	EXPECT_FALSE(plan_live_device_map(*DeviceMap::parse("0=7"), {A0, A1}, {}).ok());
+	EXPECT_FALSE(DeviceMap::parse("0").ok());
+	EXPECT_FALSE(DeviceMap::parse("0=1,0=0").ok()) << "OLD twice";
 }
 
 } // namespace

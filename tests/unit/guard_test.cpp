@@ -2,11 +2,20 @@
 // is being restored is killed unless it was reported restored.
 #include <gtest/gtest.h>
 
+#include <dirent.h>
+#include <fcntl.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <string>
+
 #include "core/guard.h"
+#include "os/proc.h"
 
 namespace cuda_criu {
 namespace {
@@ -68,6 +77,89 @@ TEST(RestoreGuard, LeavesEverythingAloneAfterASuccessfulRestore)
 	EXPECT_EQ(ended_by(p, 300), 0);
 	kill(p, SIGKILL);
 	waitpid(p, nullptr, 0);
+}
+
+// What each fd of pid points at ("socket:[123]", "/dev/null", "anon_inode:[pidfd]").
+std::map<int, std::string> fds_of(pid_t pid)
+{
+	std::map<int, std::string> out;
+	std::string dir = "/proc/" + std::to_string(pid) + "/fd";
+	if (DIR *d = opendir(dir.c_str())) {
+		while (dirent *e = readdir(d)) {
+			if (e->d_name[0] == '.')
+				continue;
+			char target[256] = {};
+			if (readlink((dir + "/" + e->d_name).c_str(), target, sizeof(target) - 1) > 0)
+				out[std::atoi(e->d_name)] = target;
+		}
+		closedir(d);
+	}
+	return out;
+}
+
+// The guard's fds, when it was started by a process that had stdin and stdout closed and an fd of its
+// own open (as CRIU has its log and image files): its socket at 3, CRIU's pidfd at 4, /dev/null at
+// 0-2, nothing else. Exit code of the tester: 0 when so, else what was wrong.
+int check_guard_fds()
+{
+	prctl(PR_SET_CHILD_SUBREAPER, 1); // the guard (a grandchild) is reparented here, to be found
+	close(0);
+	close(1);
+	int criu_own = open("/dev/zero", O_RDONLY); // lands on 0: moved up, as CRIU's files sit anywhere
+	if (criu_own < 0 || dup2(criu_own, 7) != 7)
+		return 10;
+	close(criu_own);
+	auto guard = RestoreGuard::start();
+	if (!guard)
+		return 11;
+	pid_t guard_pid = 0;
+	for (int i = 0; i < 100 && !guard_pid; i++, usleep(10000))
+		if (auto kids = children_of(getpid()); !kids.empty())
+			guard_pid = kids.front();
+	if (!guard_pid)
+		return 12;
+	usleep(100000); // let it place its fds
+	auto fds = fds_of(guard_pid);
+	int code = 0;
+	if (fds.size() != 5)
+		code = 13;
+	else if (fds[3].rfind("socket:", 0) != 0)
+		code = 14;
+	else if (fds[4].find("pidfd") == std::string::npos)
+		code = 15;
+	else if (fds[0] != "/dev/null" || fds[1] != "/dev/null" || fds[2] != "/dev/null")
+		code = 16;
+	for (const auto &[fd, target] : fds)
+		std::fprintf(stderr, "guard fd %d: %s\n", fd, target.c_str());
+	kill(guard_pid, SIGKILL);
+	waitpid(guard_pid, nullptr, 0);
+	return code;
+}
+
+TEST(Guard, PlacesItsFdsWhateverFdsCriuHadOpen)
+{
+	pid_t tester = fork();
+	ASSERT_GE(tester, 0);
+	if (tester == 0)
+		_exit(check_guard_fds());
+	int st = 0;
+	ASSERT_EQ(waitpid(tester, &st, 0), tester);
+	ASSERT_TRUE(WIFEXITED(st));
+	// 13: fds beyond 0-4; 14: no socket at 3; 15: no pidfd at 4 (the socket twice); 16: stdio not /dev/null
+	EXPECT_EQ(WEXITSTATUS(st), 0);
+}
+
+TEST(ProcStartTime, TellsAReusedPidFromTheFirstProcess)
+{
+	EXPECT_NE(start_time_of(getpid()), 0u);
+	EXPECT_EQ(start_time_of(getpid()), start_time_of(getpid()));
+	pid_t p = start_sleeper();
+	ASSERT_GT(p, 0);
+	uint64_t t = start_time_of(p);
+	EXPECT_NE(t, 0u);
+	kill(p, SIGKILL);
+	waitpid(p, nullptr, 0);
+	EXPECT_EQ(start_time_of(p), 0u); // gone: a guard does not take a later process for it
 }
 
 } // namespace

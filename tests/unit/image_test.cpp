@@ -17,10 +17,12 @@ ImageRecord sample()
 	ImageRecord r;
 	r.driver_version = "580.159.04";
 	r.plugin_version = "0.1.0";
-	r.gpus.push_back({"GPU-01234567-89ab-cdef-0123-456789abcdef", "NVIDIA H200", 150000000000ULL, "0000:19:00.0", 0});
-	r.other_gpus.push_back({"GPU-11234567-89ab-cdef-0123-456789abcdef", "NVIDIA H200", 0, "0000:1a:00.0", -1});
-	r.processes.push_back({4242, 1, "running", {"GPU-01234567-89ab-cdef-0123-456789abcdef"}, 4ULL << 30, 1200, 3400000});
-	r.processes.push_back({4243, 2, "locked", {}, 0, 0, 0});
+	r.gpus.push_back({*GpuUuid::parse("GPU-01234567-89ab-cdef-0123-456789abcdef"), "NVIDIA H200", 150000000000ULL,
+			  "0000:19:00.0", 0});
+	r.other_gpus.push_back({*GpuUuid::parse("GPU-11234567-89ab-cdef-0123-456789abcdef"), "NVIDIA H200", 0, "0000:1a:00.0", -1});
+	r.processes.push_back({4242, 1, CudaState::Running, {*GpuUuid::parse("GPU-01234567-89ab-cdef-0123-456789abcdef")}, 4ULL << 30,
+			       1200, 3400000});
+	r.processes.push_back({4243, 2, CudaState::Locked, {}, 0, 0, 0});
 	r.device_phase_us = 3500000;
 	r.created_unix = 1764460800;
 	r.hostname = "node1";
@@ -45,8 +47,79 @@ TEST(Image, RoundTrip)
 	EXPECT_EQ(r->processes[0].ns_pid, 1);
 	EXPECT_EQ(r->processes[0].state_bytes, 4ULL << 30);
 	EXPECT_EQ(r->processes[0].gpu_uuids.size(), 1u);
-	EXPECT_EQ(r->processes[1].initial_state, "locked");
+	EXPECT_EQ(r->processes[1].initial_state, CudaState::Locked);
 	EXPECT_EQ(r->hostname, "node1");
+}
+
+// Typed in memory, text on disk as before: old images and old readers see the same strings.
+TEST(Image, StatesAndUuidsAreTextOnDisk)
+{
+	auto bytes = encode_image(sample());
+	std::string text(bytes.begin(), bytes.end());
+	EXPECT_NE(text.find("running"), std::string::npos);
+	EXPECT_NE(text.find("locked"), std::string::npos);
+	EXPECT_NE(text.find("GPU-01234567-89ab-cdef-0123-456789abcdef"), std::string::npos);
+}
+
+std::vector<uint8_t> framed(const std::string &payload)
+{
+	std::string header("CUDACRIU\0\0\0\0", 12);
+	for (int i = 0; i < 4; i++)
+		header[8 + i] = static_cast<char>(payload.size() >> (8 * i));
+	std::string all = header + payload;
+	return std::vector<uint8_t>(all.begin(), all.end());
+}
+
+// A process without initial_state (the field is optional) is accepted; a state no plugin writes is not.
+TEST(Image, AbsentStateIsAcceptedUnknownStateIsNot)
+{
+	auto r = decode_image(framed(std::string("\x08\x01\x2a\x02\x08\x07", 6)).data(), 12 + 6);
+	ASSERT_TRUE(r.ok()) << r.error().message();
+	EXPECT_FALSE(r->processes[0].initial_state.has_value());
+	auto bad = framed(std::string("\x08\x01\x2a\x07\x08\x07\x1a\x03zzz", 11));
+	auto r2 = decode_image(bad.data(), bad.size());
+	ASSERT_FALSE(r2.ok());
+	EXPECT_NE(r2.error().message().find("unknown CUDA state 'zzz'"), std::string::npos) << r2.error().message();
+}
+
+// A 4 MiB image naming a million processes (4 bytes each) is refused, not decoded into hundreds of MiB.
+TEST(Image, MoreProcessesThanAMachineHoldsAreRefused)
+{
+	std::string payload = "\x08\x01";
+	while (payload.size() + 4 <= kImageMaxBytes - 12)
+		payload += std::string("\x2a\x02\x08\x01", 4);
+	auto bytes = framed(payload);
+	auto r = decode_image(bytes.data(), bytes.size());
+	ASSERT_FALSE(r.ok()) << r->processes.size() << " processes accepted";
+	EXPECT_NE(r.error().message().find("corrupt image"), std::string::npos) << r.error().message();
+
+	ImageRecord many;
+	for (int pid = 1; pid <= static_cast<int>(kImageMaxProcesses) + 1; pid++)
+		many.processes.push_back({pid, pid, CudaState::Running, {}, 0, 0, 0});
+	auto big = encode_image(many);
+	auto r2 = decode_image(big.data(), big.size());
+	ASSERT_FALSE(r2.ok());
+	EXPECT_NE(r2.error().message().find("65537 processes"), std::string::npos) << r2.error().message();
+}
+
+TEST(Image, MoreGpusOrLongerTextsThanAMachineHasAreRefused)
+{
+	ImageRecord r = sample();
+	r.processes[0].gpu_uuids.assign(kImageMaxGpus + 1, r.gpus[0].uuid);
+	auto bytes = encode_image(r);
+	EXPECT_FALSE(decode_image(bytes.data(), bytes.size()).ok()) << "a process with 65 GPUs";
+	r = sample();
+	r.other_gpus.assign(kImageMaxGpus + 1, r.other_gpus[0]);
+	bytes = encode_image(r);
+	EXPECT_FALSE(decode_image(bytes.data(), bytes.size()).ok()) << "65 other GPUs";
+	r = sample();
+	r.gpus[0].name.assign(kImageMaxStringBytes + 1, 'x');
+	bytes = encode_image(r);
+	EXPECT_FALSE(decode_image(bytes.data(), bytes.size()).ok()) << "a 257-byte GPU name";
+	r = sample();
+	r.gpus[0].name.assign(kImageMaxStringBytes, 'x');
+	bytes = encode_image(r);
+	EXPECT_TRUE(decode_image(bytes.data(), bytes.size()).ok()) << "a 256-byte GPU name";
 }
 
 TEST(Image, EveryTruncationIsAClearError)

@@ -10,7 +10,7 @@
 #include "base/log.h"
 #include "core/mapped_restore.h"
 #include "core/options.h"
-#include "core/session.h"
+#include "core/dump_session.h"
 #include "fakes.h"
 #include "image/image.h"
 #include "os/maps.h"
@@ -110,8 +110,8 @@ TEST(MappedRestoreImage, RangesRoundTripAndOldImagesReadWithout)
 	ImageRecord r;
 	r.driver_version = "580.159.04";
 	std::vector<MemoryRange> ranges = {{0x7f0000000000, 0x7f0000100000}, {0x7f2000000000, 0x7f2000001000}};
-	r.processes.push_back({4242, 7, "running", {}, 1 << 20, 0, 0, ranges});
-	r.processes.push_back({4243, 8, "running", {}, 0, 0, 0}); // as every image before the field existed
+	r.processes.push_back({4242, 7, CudaState::Running, {}, 1 << 20, 0, 0, ranges});
+	r.processes.push_back({4243, 8, CudaState::Running, {}, 0, 0, 0}); // as every image before the field existed
 	auto bytes = encode_image(r);
 	auto d = decode_image(bytes.data(), bytes.size());
 	ASSERT_TRUE(d.ok()) << d.error().message();
@@ -124,7 +124,7 @@ TEST(MappedRestoreImage, RangesRoundTripAndOldImagesReadWithout)
 TEST(MappedRestoreImage, EmptyRangeIsCorrupt)
 {
 	ImageRecord r;
-	r.processes.push_back({4242, 7, "running", {}, 0, 0, 0, {{0x2000, 0x2000}}});
+	r.processes.push_back({4242, 7, CudaState::Running, {}, 0, 0, 0, {{0x2000, 0x2000}}});
 	auto bytes = encode_image(r);
 	auto d = decode_image(bytes.data(), bytes.size());
 	ASSERT_FALSE(d.ok());
@@ -153,8 +153,8 @@ TEST(MappedRestoreOption, AutoByDefaultOffOrError)
 ImageRecord two_processes()
 {
 	ImageRecord r;
-	r.processes.push_back({4242, 7, "running", {}, 0, 0, 0, {{0x1000, 0x3000}, {0x8000, 0x9000}}});
-	r.processes.push_back({4243, 8, "running", {}, 0, 0, 0, {{0x5000, 0x6000}}});
+	r.processes.push_back({4242, 7, CudaState::Running, {}, 0, 0, 0, {{0x1000, 0x3000}, {0x8000, 0x9000}}});
+	r.processes.push_back({4243, 8, CudaState::Running, {}, 0, 0, 0, {{0x5000, 0x6000}}});
 	return r;
 }
 
@@ -184,7 +184,7 @@ TEST_F(MappedRestoreRequest, OffStockCriuAndOldImagesRestoreNormallyAndSayWhy)
 	EXPECT_EQ(request_mapped_restore(two_processes(), true, MapFromImage()), 0u);
 	EXPECT_TRUE(logged("normal restore: this CRIU cannot map pages from the image"));
 	ImageRecord old;
-	old.processes.push_back({4242, 7, "running", {}, 0, 0, 0});
+	old.processes.push_back({4242, 7, CudaState::Running, {}, 0, 0, 0});
 	EXPECT_EQ(request_mapped_restore(old, true, count), 0u);
 	EXPECT_TRUE(logged("normal restore: the image records no memory of the driver's checkpoint"));
 	EXPECT_EQ(calls, 0);

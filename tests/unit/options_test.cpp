@@ -1,5 +1,8 @@
 #include <gtest/gtest.h>
 
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <cstdio>
 #include <fstream>
 
@@ -52,7 +55,7 @@ TEST(Options, ConfigFileWithUpstreamKeyFormAndEnvironmentOverride)
 	std::remove(path);
 	ASSERT_TRUE(o.ok()) << o.error().message();
 	EXPECT_EQ(o->lock_timeout_ms, 3000u);
-	EXPECT_EQ(o->device_map, "0=1");
+	EXPECT_EQ(o->device_map.str(), "0=1");
 	EXPECT_EQ(o->parallel, 8u);
 }
 
@@ -71,6 +74,41 @@ TEST(Options, UnknownConfigKeyIsAnErrorWithLineNumber)
 TEST(Options, MissingExplicitConfigFileIsAnError)
 {
 	EXPECT_FALSE(load_options({{"CUDA_CRIU_CONFIG", "/nonexistent/cuda.conf"}}).ok());
+}
+
+TEST(Options, RelativeLibcudaIsRefused)
+{
+	auto o = load_options(no_file({{"CUDA_CRIU_LIBCUDA", "libcuda.so.1"}}));
+	ASSERT_FALSE(o.ok());
+	EXPECT_NE(o.error().message().find("not an absolute path"), std::string::npos) << o.error().message();
+	EXPECT_NE(o.error().message().find("CUDA_CRIU_LIBCUDA"), std::string::npos) << o.error().message();
+}
+
+// A config file someone other than root or the caller can change could make root's CRIU load any library.
+TEST(Options, ConfigFileWritableByOthersOrOwnedByAnotherUserIsRefused)
+{
+	char path[] = "/tmp/cuda-criu-conf-XXXXXX";
+	close(mkstemp(path)); // mode 0600, owned by the caller: accepted
+	std::ofstream(path) << "libcuda=/tmp/evil.so\n";
+	ASSERT_TRUE(load_options({{"CUDA_CRIU_CONFIG", path}}).ok()) << path;
+
+	chmod(path, 0666);
+	auto o = load_options({{"CUDA_CRIU_CONFIG", path}});
+	ASSERT_FALSE(o.ok());
+	EXPECT_NE(o.error().message().find(path), std::string::npos) << o.error().message();
+	EXPECT_NE(o.error().message().find("0666"), std::string::npos) << o.error().message();
+	EXPECT_NE(o.error().message().find("chmod go-w"), std::string::npos) << o.error().message();
+	chmod(path, 0620);
+	EXPECT_FALSE(load_options({{"CUDA_CRIU_CONFIG", path}}).ok());
+
+	chmod(path, 0644);
+	if (geteuid() == 0 && chown(path, 4242, 4242) == 0) {
+		o = load_options({{"CUDA_CRIU_CONFIG", path}});
+		ASSERT_FALSE(o.ok());
+		EXPECT_NE(o.error().message().find("uid 4242"), std::string::npos) << o.error().message();
+		EXPECT_NE(o.error().message().find("chown root"), std::string::npos) << o.error().message();
+	}
+	std::remove(path);
 }
 
 TEST(GpuUuid, ParseAndPrint)

@@ -1,6 +1,7 @@
 #include <gtest/gtest.h>
 
-#include "core/session.h"
+#include "core/dump_session.h"
+#include "core/restore_session.h"
 #include "fakes.h"
 
 namespace cuda_criu::testing {
@@ -82,7 +83,7 @@ TEST_F(DumpTest, CheckpointsAllAtFirstCallAndAnswersLaterCalls)
 	EXPECT_EQ(driver.state_of(10), CudaState::Checkpointed);
 	ImageRecord rec = s.image_record();
 	ASSERT_EQ(rec.processes.size(), 3u);
-	EXPECT_EQ(rec.processes[0].initial_state, "running");
+	EXPECT_EQ(rec.processes[0].initial_state, CudaState::Running);
 	EXPECT_EQ(rec.driver_version, "999.1");
 }
 
@@ -104,10 +105,10 @@ TEST_F(DumpTest, ImageRecordsTheGpusHeldAndTheMachinesOthers)
 	ASSERT_TRUE(s.finish(false, false).ok());
 	ImageRecord rec = s.image_record();
 	ASSERT_EQ(rec.gpus.size(), 1u);
-	EXPECT_EQ(rec.gpus[0].uuid, f.uuid.str());
-	EXPECT_EQ(rec.processes[0].gpu_uuids, std::vector<std::string>{f.uuid.str()});
+	EXPECT_EQ(rec.gpus[0].uuid, f.uuid);
+	EXPECT_EQ(rec.processes[0].gpu_uuids, std::vector<GpuUuid>{f.uuid});
 	ASSERT_EQ(rec.other_gpus.size(), 1u);
-	EXPECT_EQ(rec.other_gpus[0].uuid, hidden.uuid.str());
+	EXPECT_EQ(rec.other_gpus[0].uuid, hidden.uuid);
 	EXPECT_EQ(rec.other_gpus[0].ordinal, -1) << "no CUDA ordinal: CRIU's driver did not list it";
 }
 
@@ -253,7 +254,7 @@ protected:
 		ImageRecord r;
 		r.version = 1;
 		for (int p : ns_pids)
-			r.processes.push_back({p, p, "running", {}, 0, 0, 0});
+			r.processes.push_back({p, p, CudaState::Running, {}, 0, 0, 0});
 		return r;
 	}
 };
@@ -303,8 +304,8 @@ TEST_F(RestoreTest, TooLittleFreeGpuMemoryRefusesBeforeAnyRestoreCall)
 	host.stopped = {20};
 	ImageRecord img = image_with({20});
 	GpuInfo fake = driver.gpus()->front();
-	img.gpus.push_back({fake.uuid.str(), fake.name, fake.memory_bytes, "", 0});
-	img.processes[0].gpu_uuids = {fake.uuid.str()};
+	img.gpus.push_back({fake.uuid, fake.name, fake.memory_bytes, "", 0});
+	img.processes[0].gpu_uuids = {fake.uuid};
 	img.processes[0].state_bytes = 3ULL << 30;
 	driver.free[fake.uuid.str()] = 1ULL << 30;
 	RestoreSession s(options, host, source(), img, true);
@@ -328,9 +329,9 @@ TEST_F(RestoreTest, GpusNoProcessHeldArePairedFromTheWholeMachine)
 	a.name = b.name = f.name;
 	host.all_gpus = {f, b};
 	ImageRecord img = image_with({20});
-	img.gpus.push_back({a.uuid.str(), a.name, 0, "", 0});
-	img.other_gpus.push_back({b.uuid.str(), b.name, 0, "", 1});
-	img.processes[0].gpu_uuids = {a.uuid.str()};
+	img.gpus.push_back({a.uuid, a.name, 0, "", 0});
+	img.other_gpus.push_back({b.uuid, b.name, 0, "", 1});
+	img.processes[0].gpu_uuids = {a.uuid};
 	RestoreSession s(options, host, source(), img, true);
 	ASSERT_TRUE(s.resume(20).ok());
 	ASSERT_EQ(driver.last_pairs.size(), 2u);

@@ -3,7 +3,7 @@
  *
  *   cuda_memcheck --mb N [--device I] [--state FILE] [--interval-ms MS]
  *                 [--seed S] [--children K] [--child-device I|spread] [--plain-children K]
- *                 [--tolerate-child-exit]
+ *                 [--tolerate-child-exit] [--managed-mb M]
  *
  * Allocates N MiB of device memory and fills it, 64 MiB chunk by chunk, with a
  * pattern derived from the seed, the chunk index and the chunk's generation.
@@ -20,7 +20,9 @@
  * (state files FILE.0 .. FILE.<K-1>), on device I of --child-device, or child
  * k on device k+1 with --child-device spread (one process per GPU);
  * --plain-children K forks K processes that never touch CUDA. Children are
- * forked before cuInit.
+ * forked before cuInit. --managed-mb M also allocates M MiB of managed memory
+ * (cuMemAllocManaged), filled and verified through its host pointer: the
+ * driver cannot checkpoint such a process.
  *
  * Only the CUDA driver API is used, so the same binary runs against a real
  * libcuda.so.1 or the fake one.
@@ -48,6 +50,7 @@ static uint64_t g_seed;
 static pid_t g_cuda_children[256];
 static int g_ncuda_children;
 static int g_tolerate_child_exit; /* --tolerate-child-exit: a dead CUDA child is not a failure */
+static size_t g_managed_mb;       /* --managed-mb */
 
 /*
  * The state file is rewritten in place through one fd kept open, with a single fixed-size pwrite (newline
@@ -153,6 +156,14 @@ static void run(int device, unsigned interval_ms)
 	check(cuDevicePrimaryCtxRetain(&ctx, dev), "cuDevicePrimaryCtxRetain");
 	check(cuCtxSetCurrent(ctx), "cuCtxSetCurrent");
 	check(cuMemAlloc(&dptr, total), "cuMemAlloc");
+	uint64_t *managed = NULL;
+	size_t managed_bytes = g_managed_mb << 20;
+	if (managed_bytes) {
+		CUdeviceptr m;
+		check(cuMemAllocManaged(&m, managed_bytes, CU_MEM_ATTACH_GLOBAL), "cuMemAllocManaged");
+		managed = (uint64_t *)(uintptr_t)m;
+		fill(managed, managed_bytes, (size_t)-1, 0);
+	}
 
 	uint64_t *gen = calloc(nchunks, sizeof(*gen));
 	uint64_t *host = malloc(total < CHUNK ? total : CHUNK);
@@ -189,6 +200,12 @@ static void run(int device, unsigned interval_ms)
 					     (unsigned long long)want, (unsigned long long)host[w]);
 			}
 		}
+		if (managed) {
+			uint64_t base = chunk_base((size_t)-1, 0);
+			for (size_t w = 0; w < managed_bytes / 8; w++)
+				if (managed[w] != mix(base + w * 0x9e3779b97f4a7c15ull))
+					fail("managed memory mismatch at offset %zu (iteration %llu)", w * 8, g_iter + 1);
+		}
 		g_iter++;
 		size_t c = (size_t)((g_iter - 1) % nchunks);
 		size_t len = total - c * CHUNK < CHUNK ? total - c * CHUNK : CHUNK;
@@ -202,7 +219,8 @@ static void run(int device, unsigned interval_ms)
 static void usage(void)
 {
 	fprintf(stderr, "usage: cuda_memcheck --mb N [--device I] [--state FILE] [--interval-ms MS] "
-			"[--seed S] [--children K] [--child-device I|spread] [--plain-children K] [--tolerate-child-exit]\n");
+			"[--seed S] [--children K] [--child-device I|spread] [--plain-children K] [--tolerate-child-exit] "
+			"[--managed-mb M]\n");
 	exit(1);
 }
 
@@ -239,6 +257,8 @@ int main(int argc, char **argv)
 			child_device = atoi(v);
 		else if (!strcmp(o, "--plain-children"))
 			plain = atoi(v);
+		else if (!strcmp(o, "--managed-mb"))
+			g_managed_mb = strtoull(v, NULL, 0);
 		else
 			usage();
 	}

@@ -6,7 +6,7 @@
 
 namespace cuda_criu {
 
-struct CriuHost {
+struct CriuSymbols {
 	// The image directory fd (CRIU's public plugin API).
 	int (*get_image_dir)() = nullptr;
 	// Routes the plugin's log into CRIU's log (else: stderr).
@@ -27,7 +27,7 @@ struct CriuHost {
 	// (core/mapped_restore.h); 0 or -errno.
 	int (*restore_map_from_image)(int pid, unsigned long start, unsigned long end) = nullptr;
 
-	static CriuHost lookup();
+	static CriuSymbols lookup();
 
 	// What happens to the dumped tasks after exit(DUMP): nullopt when unknown.
 	std::optional<bool> tasks_keep_running() const;

@@ -1,6 +1,8 @@
-#include "driver/driver.h"
+#include "base/gpu.h"
 
 #include <cstdio>
+
+#include "base/text.h"
 
 namespace cuda_criu {
 
@@ -19,6 +21,14 @@ const char *to_string(CudaState state)
 	return "unknown";
 }
 
+Result<CudaState> parse_cuda_state(const std::string &text)
+{
+	for (CudaState s : {CudaState::Running, CudaState::Locked, CudaState::Checkpointed, CudaState::Failed})
+		if (text == to_string(s))
+			return s;
+	return make_error(EINVAL, "unknown CUDA state '%s'", printable(text).c_str());
+}
+
 std::string GpuUuid::str() const
 {
 	const auto &b = bytes;
@@ -34,11 +44,11 @@ Result<GpuUuid> GpuUuid::parse(const std::string &text)
 		if (c == '-')
 			continue;
 		if (!std::isxdigit(static_cast<unsigned char>(c)))
-			return make_error(EINVAL, "bad GPU UUID '%s': unexpected character '%c'", text.c_str(), c);
+			return make_error(EINVAL, "bad GPU UUID '%s': unexpected character", printable(text).c_str());
 		hex += c;
 	}
 	if (hex.size() != 32)
-		return make_error(EINVAL, "bad GPU UUID '%s': expected 32 hex digits", text.c_str());
+		return make_error(EINVAL, "bad GPU UUID '%s': expected 32 hex digits", printable(text).c_str());
 	GpuUuid uuid;
 	for (size_t i = 0; i < 16; i++)
 		uuid.bytes[i] = static_cast<uint8_t>(std::stoi(hex.substr(2 * i, 2), nullptr, 16));

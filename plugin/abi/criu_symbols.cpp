@@ -1,4 +1,4 @@
-#include "abi/criu_host.h"
+#include "abi/criu_symbols.h"
 
 #include <dlfcn.h>
 
@@ -10,9 +10,9 @@ static void find(T &slot, const char *name)
 	slot = reinterpret_cast<T>(dlsym(RTLD_DEFAULT, name));
 }
 
-CriuHost CriuHost::lookup()
+CriuSymbols CriuSymbols::lookup()
 {
-	CriuHost h;
+	CriuSymbols h;
 	find(h.get_image_dir, "criu_get_image_dir");
 	find(h.print_on_level, "print_on_level");
 	find(h.add_inventory_plugin, "add_inventory_plugin");
@@ -24,7 +24,7 @@ CriuHost CriuHost::lookup()
 	return h;
 }
 
-std::optional<bool> CriuHost::tasks_keep_running() const
+std::optional<bool> CriuSymbols::tasks_keep_running() const
 {
 	// CRIU's task states: TASK_ALIVE 1 (--leave-running), TASK_DEAD 2 (the default), TASK_STOPPED 3
 	// (--leave-stopped: the tasks run again once someone sends SIGCONT).

@@ -1,0 +1,13 @@
+// The round trip itself: set up, start the program and wait until it is ready, then per cycle dump it
+// with CRIU, see it gone (or running on, with --leave-running, then killed), restore it and see it
+// healthy again. Everything it starts and creates is removed at the end, also when it is interrupted.
+#pragma once
+
+#include "roundtrip/options.h"
+
+namespace cuda_criu::cli::roundtrip {
+
+// Runs the round trip o describes, prints its table and writes its reports; returns the exit status.
+int run_roundtrip(RoundtripOptions o);
+
+} // namespace cuda_criu::cli::roundtrip

@@ -1,0 +1,111 @@
+#include "core/driver_calls.h"
+
+#include <atomic>
+
+#include "base/format.h"
+#include "base/log.h"
+#include "core/progress.h"
+#include "os/proc.h"
+
+namespace cuda_criu {
+namespace {
+
+// The watch of run_jobs for a phase's progress: samples each runnable job's process (index: job of each
+// runnable), logs a line every few seconds, gives up a job whose copy stalled.
+JobWatch watch_progress(const PhaseProgress &pp, const std::vector<ProcJob> &jobs, const std::vector<size_t> &index)
+{
+	std::vector<Progress::Proc> procs;
+	std::vector<std::pair<pid_t, pid_t>> threads;
+	for (size_t i : index) {
+		procs.push_back({jobs[i].pid, i < pp.expected.size() ? pp.expected[i] : 0});
+		threads.emplace_back(jobs[i].pid, jobs[i].restore_tid);
+	}
+	auto progress = std::make_shared<Progress>(pp.phase, std::move(procs), pp.stall_ms * 1000ULL,
+						   pp.every_ms * 1000ULL, now_us());
+	return [progress, threads, index, bytes = pp.bytes](const std::vector<bool> &ended) {
+		std::vector<std::pair<size_t, Error>> give_up;
+		uint64_t now = now_us();
+		for (size_t k = 0; k < index.size(); k++) {
+			ProgressSample s{bytes ? bytes(index[k]) : 0, thread_cpu_ticks(threads[k].first, threads[k].second)};
+			progress->observe(k, s, ended[k], now);
+		}
+		if (auto line = progress->line(now))
+			LOG_INFO("%s", line->c_str());
+		if (auto k = progress->stalled(now)) {
+			give_up.emplace_back(*k, make_error(ETIMEDOUT, "%s (raise CUDA_CRIU_STALL_TIMEOUT if the driver is "
+								       "only slow)",
+							    progress->stall_message(*k, now).c_str()));
+			progress->observe(*k, {}, true, now); // given up: not reported again
+		}
+		return give_up;
+	};
+}
+
+} // namespace
+
+std::vector<ProcResult> run_proc_jobs(Host &host, const SharedDriver &driver, std::vector<ProcJob> jobs,
+				      unsigned parallel, unsigned timeout_ms, const PhaseProgress *progress)
+{
+	const size_t n = jobs.size();
+	std::vector<std::unique_ptr<RunningThread>> runs(n);
+	std::vector<ProcResult> out(n);
+	std::vector<std::shared_ptr<std::atomic<uint64_t>>> spent(n); // shared: abandoned calls write late
+	std::vector<std::shared_ptr<std::optional<CudaState>>> after(n);
+	std::vector<Job> runnable;
+	std::vector<size_t> index;
+	for (size_t i = 0; i < n; i++) {
+		auto run = host.let_run(jobs[i].restore_tid);
+		if (!run) {
+			out[i].status = std::move(run).error().context("%s", jobs[i].what.c_str());
+			continue;
+		}
+		runs[i] = std::move(*run);
+		spent[i] = std::make_shared<std::atomic<uint64_t>>(0);
+		after[i] = std::make_shared<std::optional<CudaState>>();
+		runnable.push_back({jobs[i].what, [driver, pid = jobs[i].pid, slot = spent[i], state = after[i],
+						   call = std::move(jobs[i].call)]() {
+					    uint64_t t0 = now_us();
+					    Status st = call(*driver);
+					    *slot = now_us() - t0;
+					    if (!st)
+						    if (auto s = driver->state(pid))
+							    *state = *s;
+					    return st;
+				    }});
+		index.push_back(i);
+	}
+	std::vector<Status> done =
+		run_jobs(std::move(runnable), parallel, timeout_ms, progress ? watch_progress(*progress, jobs, index) : JobWatch());
+	for (size_t k = 0; k < index.size(); k++) {
+		size_t i = index[k];
+		out[i].status = std::move(done[k]);
+		out[i].us = spent[i]->load();
+		if (!out[i].status && out[i].us) // the call returned: its state query ran before the thread stopped
+			out[i].state_after_failure = *after[i];
+		if (auto st = runs[i]->stop(); !st) {
+			if (out[i].status)
+				out[i].status = std::move(st).error().context("%s", "stop the restore thread again");
+			else
+				LOG_ERROR("%s", st.error().message().c_str());
+		}
+	}
+	return out;
+}
+
+std::string PhaseCost::per_process() const
+{
+	uint64_t own = wall_us > driver_us + load_us ? wall_us - driver_us - load_us : 0;
+	return format("%.2f ms/process", processes ? own / 1000.0 / processes : 0.0);
+}
+
+void PhaseClock::charge(PhaseCost &cost, const TimedDriver *driver, unsigned processes) const
+{
+	uint64_t t1 = now_us();
+	cost.wall_us += t1 - t0_;
+	cost.driver_us += driver ? driver->covered_us(t0_, t1) : 0;
+	cost.processes += processes;
+}
+
+std::string seconds(uint64_t us) { return format("%.3f s", static_cast<double>(us) / 1e6); }
+
+} // namespace cuda_criu

@@ -1,0 +1,469 @@
+#include "core/dump_session.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <ctime>
+#include <set>
+
+#include "base/format.h"
+#include "base/log.h"
+#include "base/text.h"
+#include "core/memory_check.h"
+#include "os/memory.h"
+#include "os/proc.h"
+
+#ifndef CUDA_CRIU_VERSION
+#define CUDA_CRIU_VERSION "dev"
+#endif
+
+namespace cuda_criu {
+
+namespace {
+
+// CRIU's SIGALRM handler BUG()s five seconds after its seize alarm fires, and the alarm's first signal
+// already fails the seize: every wait of a pause ends this long before the alarm.
+constexpr unsigned kAlarmMarginMs = 1000;
+
+} // namespace
+
+DumpSession::DumpSession(Options options, Host &host, DriverSource driver, GuardSource guard, AlarmClock alarm)
+	: options_(std::move(options)), host_(host), driver_source_(std::move(driver)), guard_source_(std::move(guard)),
+	  alarm_(std::move(alarm))
+{
+}
+
+// The time a pause may still wait, in ms (0: no limit). CRIU arms its seize alarm once for all pauses
+// of a dump: what it leaves is the budget of every wait to come, driver load included.
+Result<unsigned> DumpSession::pause_budget_ms(pid_t pid) const
+{
+	unsigned left = alarm_ ? alarm_() : 0;
+	if (left == 0)
+		return 0u;
+	if (left <= kAlarmMarginMs)
+		return make_error(ETIMEDOUT,
+				  "pid %d: CRIU's seize timeout is all but spent (%u ms left) before its GPU state could be "
+				  "locked: raise criu dump --timeout",
+				  pid, left);
+	return left - kAlarmMarginMs;
+}
+
+Status DumpSession::load_driver(unsigned budget_ms)
+{
+	if (driver_)
+		return {};
+	uint64_t t0 = now_us();
+	// The guard is forked first, while this process has no driver threads.
+	if (guard_source_) {
+		if (auto g = guard_source_())
+			guard_ = std::move(*g);
+		else
+			LOG_WARN("no guard for this dump (%s): if CRIU dies mid-dump, run cuda-criu resume on the CUDA "
+				 "processes",
+				 g.error().message().c_str());
+	}
+	unsigned limit = budget_ms ? std::min(budget_ms, kDriverLoadTimeoutMs) : kDriverLoadTimeoutMs;
+	auto d = call_within<Driver *>(limit, "load the CUDA driver (cuInit)", driver_source_);
+	pause_cost_.load_us += now_us() - t0;
+	if (!d)
+		return std::move(d).error();
+	driver_ = std::make_shared<TimedDriver>(**d);
+	return {};
+}
+
+Result<bool> DumpSession::pause(pid_t pid)
+{
+	if (!first_pid_)
+		first_pid_ = pid; // CRIU pauses the root of the tree first
+	if (!host_.uses_libcuda(pid))
+		return false;
+	if (std::any_of(procs_.begin(), procs_.end(), [&](const Proc &p) { return p.pid == pid; })) {
+		LOG_DEBUG("pid %d is paused already", pid); // CRIU retried its seize
+		return true;
+	}
+	PhaseClock clock;
+	uint64_t deadline = 0;
+	auto budget = pause_budget_ms(pid);
+	if (!budget)
+		return std::move(budget).error();
+	if (*budget)
+		deadline = now_us() + *budget * 1000ULL;
+	Result<bool> r = false;
+	if (auto st = load_driver(*budget); !st)
+		r = std::move(st).error().context("pid %d uses CUDA, but its GPU state cannot be saved", pid);
+	else
+		r = pause_cuda(pid, deadline);
+	if (!r && deadline && r.error().errno_value() == ETIMEDOUT)
+		return std::move(r).error().context(
+			"%s", "the pause ran into CRIU's seize timeout (raise criu dump --timeout, or lower the lock "
+			      "timeout, CUDA_CRIU_LOCK_TIMEOUT, below it)");
+	if (r && *r)
+		clock.charge(pause_cost_, driver_.get(), 1);
+	return r;
+}
+
+namespace {
+
+// A wait's limit in ms: cap_ms (0: none), cut to what is left before deadline_us (0: none).
+unsigned limit_ms(uint64_t deadline_us, unsigned cap_ms)
+{
+	if (!deadline_us)
+		return cap_ms;
+	uint64_t now = now_us();
+	auto left = static_cast<unsigned>(deadline_us > now + 1000 ? (deadline_us - now) / 1000 : 1);
+	return cap_ms ? std::min(cap_ms, left) : left;
+}
+
+} // namespace
+
+Result<bool> DumpSession::pause_cuda(pid_t pid, uint64_t deadline)
+{
+	auto tid = ask<pid_t>(driver_, limit_ms(deadline, kDriverGraceMs), format("query the restore thread of pid %d", pid),
+			      [pid](Driver &d) { return d.restore_thread_id(pid); });
+	if (!tid && tid.error().errno_value() == ETIMEDOUT)
+		return std::move(tid).error();
+	if (!tid) {
+		// libcuda is loaded but no CUDA context exists (e.g. a worker that imported a CUDA library).
+		LOG_INFO("pid %d has libcuda loaded but no CUDA state to save (%s); dumping it as a plain process",
+			 pid, tid.error().message().c_str());
+		return false;
+	}
+	auto state = ask<CudaState>(driver_, limit_ms(deadline, kDriverGraceMs), format("query the CUDA state of pid %d", pid),
+				    [pid](Driver &d) { return d.state(pid); });
+	if (!state)
+		return std::move(state).error().context("pid %d", pid);
+	Proc p;
+	p.pid = pid;
+	p.restore_tid = *tid;
+	p.initial = *state;
+	TaskInfo info = host_.task_info(pid);
+	p.ns_pid = info.ns_pid;
+	p.rss_before = info.rss_bytes;
+	note_gpus(p, info, deadline);
+	if (!preflight_done_) { // before the first lock, for the whole tree
+		preflight_done_ = true;
+		if (auto st = check_memory(deadline); !st)
+			return std::move(st).error();
+	}
+	if (auto it = gpu_bytes_.find(pid); it != gpu_bytes_.end())
+		p.gpu_bytes = it->second;
+
+	switch (*state) {
+	case CudaState::Failed:
+		return make_error(EIO,
+				  "pid %d: its CUDA state is 'failed' (an earlier checkpoint or restore of it went "
+				  "wrong); it cannot be checkpointed",
+				  pid);
+	case CudaState::Locked:
+	case CudaState::Checkpointed:
+		if (*state == CudaState::Locked)
+			guard_.watch(pid, CudaState::Locked); // it will be checkpointed
+		LOG_INFO("pid %d was already %s; it is dumped as it is and left %s", pid, to_string(*state),
+			 to_string(*state));
+		break;
+	case CudaState::Running:
+		guard_.watch(pid, CudaState::Running);
+		if (auto st = lock(p, deadline); !st)
+			return std::move(st).error();
+		break;
+	}
+	LOG_DEBUG("pid %d: %s, restore thread %d, %zu GPU(s); lock %.1f ms", pid, to_string(p.initial), p.restore_tid,
+		  p.gpu_uuids.size(), p.lock_us / 1000.0);
+	procs_.push_back(std::move(p));
+	return true;
+}
+
+// The memory preflight (core/memory_check.h) over the CUDA processes of the tree CRIU dumps, with the GPU
+// memory NVML reports for each. Without NVML there is nothing to compare: the check is skipped.
+Status DumpSession::check_memory(uint64_t deadline)
+{
+	auto usage = ask<std::map<pid_t, uint64_t>>(
+		driver_, limit_ms(deadline, kDriverGraceMs), "ask NVML for the GPU memory of each process",
+		[](Driver &d) -> Result<std::map<pid_t, uint64_t>> {
+			if (auto m = d.gpu_bytes_by_process())
+				return std::move(*m);
+			return make_error(ENOSYS, "%s", "NVML cannot tell");
+		});
+	if (!usage) {
+		LOG_INFO("no memory preflight: %s", usage.error().message().c_str());
+		return {};
+	}
+	gpu_bytes_ = std::move(*usage);
+	if (options_.memory_check == MemoryCheck::Off)
+		return {};
+	std::vector<CheckpointNeed> needs;
+	std::vector<pid_t> tree{first_pid_};
+	for (size_t i = 0; i < tree.size(); i++) {
+		for (pid_t c : children_of(tree[i]))
+			tree.push_back(c);
+		auto it = gpu_bytes_.find(tree[i]);
+		if (it != gpu_bytes_.end() && it->second && host_.uses_libcuda(tree[i]))
+			needs.push_back({tree[i], it->second, tightest_memory_cgroup(tree[i])});
+	}
+	Status st = check_checkpoint_memory(needs, host_available_bytes());
+	if (!st && options_.memory_check == MemoryCheck::Warn) {
+		LOG_WARN("%s (memory-check=warn: dumping anyway)", st.error().message().c_str());
+		return {};
+	}
+	return st;
+}
+
+// The GPUs whose device nodes the process holds: every GPU visible to it.
+void DumpSession::note_gpus(Proc &p, const TaskInfo &info, uint64_t deadline)
+{
+	if (machine_gpus_.empty()) {
+		if (auto gpus = ask<std::vector<GpuInfo>>(driver_, limit_ms(deadline, kDriverGraceMs), "list the GPUs",
+							  [](Driver &d) { return d.gpus(); }))
+			machine_gpus_ = std::move(*gpus);
+		kernel_gpus_ = host_.machine_gpus();
+	}
+	for (unsigned minor : info.nvidia_minors) {
+		std::optional<GpuUuid> uuid;
+		for (const GpuInfo &g : kernel_gpus_)
+			if (g.ordinal == static_cast<int>(minor))
+				uuid = g.uuid;
+		if (kernel_gpus_.empty() && minor < machine_gpus_.size()) // no /proc/driver/nvidia: minors follow ordinals
+			uuid = machine_gpus_[minor].uuid;
+		if (uuid)
+			p.gpu_uuids.push_back(*uuid);
+	}
+}
+
+Status DumpSession::lock(Proc &p, uint64_t deadline)
+{
+	pid_t pid = p.pid;
+	unsigned lock_ms = options_.lock_timeout_ms;
+	// The driver honours the lock timeout itself; the job's own limit only guards against a driver that
+	// does not return at all. Under CRIU's seize alarm both shrink to what the alarm leaves.
+	unsigned cap = lock_ms ? lock_ms + kDriverGraceMs : 0;
+	unsigned limit = limit_ms(deadline, cap);
+	bool cut = limit != cap;
+	if (cut)
+		lock_ms = limit - std::min(kDriverGraceMs, limit / 4);
+	uint64_t t0 = now_us();
+	Status st = call_within<void>(limit, format("lock pid %d", pid),
+				      [d = driver_, pid, lock_ms]() -> Status {
+					      if (auto st = d->lock(pid, lock_ms); !st)
+						      return std::move(st).error().context("lock pid %d", pid);
+					      return {};
+				      });
+	p.lock_us = now_us() - t0;
+	if (st) {
+		p.locked_by_us = true;
+		return {};
+	}
+	Error err = std::move(st).error();
+	if (err.errno_value() == ETIMEDOUT && !cut)
+		err = std::move(err).context("%s", format("CUDA work in flight did not finish within the lock "
+							 "timeout of %.1f s (raise CUDA_CRIU_LOCK_TIMEOUT)",
+							 options_.lock_timeout_ms / 1000.0)
+							  .c_str());
+	// A lock that failed half way must not leave the process blocked. Under CRIU's alarm this may use
+	// half of the margin kept before it.
+	uint64_t undo_deadline = deadline ? deadline + kAlarmMarginMs * 500ULL : 0;
+	if (state_now(pid, limit_ms(undo_deadline, kDriverGraceMs)) == to_string(CudaState::Locked))
+		(void)ask<void>(driver_, limit_ms(undo_deadline, kDriverGraceMs), format("unlock pid %d", pid),
+				[pid](Driver &d) { return d.unlock(pid); });
+	return err;
+}
+
+// The process's CUDA state as the driver tells it now, or "unknown".
+std::string DumpSession::state_now(pid_t pid, unsigned timeout_ms)
+{
+	auto s = ask<CudaState>(driver_, timeout_ms, format("query the CUDA state of pid %d", pid),
+				[pid](Driver &d) { return d.state(pid); });
+	return s ? to_string(*s) : "unknown";
+}
+
+Status DumpSession::checkpoint_all()
+{
+	std::vector<ProcJob> jobs;
+	std::vector<Proc *> targets;
+	for (Proc &p : procs_) {
+		if (p.initial == CudaState::Checkpointed)
+			continue;
+		targets.push_back(&p);
+		pid_t pid = p.pid;
+		jobs.push_back({pid, p.restore_tid, format("checkpoint pid %d", pid),
+				[pid](Driver &d) { return d.checkpoint(pid); }});
+	}
+	if (targets.empty())
+		return {};
+	LOG_INFO("checkpointing %zu CUDA process(es)%s", targets.size(), targets.size() > 1 ? " in parallel" : "");
+	// The driver copies the GPU memory into the process: its growth is the copy's progress.
+	PhaseProgress progress{"checkpoint", {}, {}, options_.stall_timeout_ms};
+	std::vector<std::pair<pid_t, uint64_t>> before;
+	// The memory map before and after (read here, on CRIU's thread, the process stopped but for its
+	// restore thread): what the checkpoint mapped anew is the driver's copy (core/mapped_restore.h).
+	std::vector<std::vector<Mapping>> maps_before;
+	for (Proc *p : targets) {
+		progress.expected.push_back(p->gpu_bytes);
+		before.emplace_back(p->pid, p->rss_before);
+		maps_before.push_back(host_.memory_map(p->pid));
+	}
+	progress.bytes = [this, before](size_t i) {
+		uint64_t rss = host_.task_info(before[i].first).rss_bytes;
+		return rss > before[i].second ? rss - before[i].second : 0;
+	};
+	uint64_t t0 = now_us();
+	std::vector<ProcResult> results = run_proc_jobs(host_, driver_, std::move(jobs), options_.parallel,
+							options_.checkpoint_timeout_ms, &progress);
+	device_phase_us_ = now_us() - t0;
+	Status first_failure;
+	for (size_t i = 0; i < targets.size(); i++) {
+		if (results[i].status)
+			targets[i]->checkpoint_ranges = added_private_anon(maps_before[i], host_.memory_map(targets[i]->pid));
+		record_checkpoint(*targets[i], std::move(results[i]), first_failure);
+	}
+	return first_failure;
+}
+
+void DumpSession::record_checkpoint(Proc &p, ProcResult result, Status &first_failure)
+{
+	p.checkpoint_us = result.us;
+	if (result.status) {
+		p.checkpointed_by_us = true;
+		uint64_t rss = host_.task_info(p.pid).rss_bytes;
+		p.state_bytes = rss > p.rss_before ? rss - p.rss_before : 0;
+		LOG_DEBUG("pid %d: the checkpoint mapped %s of new memory in %zu range(s)", p.pid,
+			  human_bytes(total_bytes(p.checkpoint_ranges)).c_str(), p.checkpoint_ranges.size());
+		return;
+	}
+	// A failed checkpoint may still have moved the state: the job asked while the restore thread ran (a
+	// query now, with the thread stopped, would block). A timed-out call is still running: unknown.
+	if (result.state_after_failure == CudaState::Checkpointed)
+		p.checkpointed_by_us = true;
+	p.checkpoint_error = std::move(result.status).error();
+	LOG_ERROR("%s", p.checkpoint_error->message().c_str());
+	if (first_failure)
+		first_failure = *p.checkpoint_error;
+}
+
+Result<bool> DumpSession::checkpoint(pid_t pid)
+{
+	auto it = std::find_if(procs_.begin(), procs_.end(), [&](const Proc &p) { return p.pid == pid; });
+	if (it == procs_.end())
+		return false;
+	if (!checkpointed_) {
+		checkpointed_ = true;
+		// Any failure fails the dump at once (at whichever pid CRIU asks first): every process is then
+		// returned to its state in finish().
+		PhaseClock clock;
+		Status st = checkpoint_all();
+		clock.charge(checkpoint_cost_, driver_.get(), static_cast<unsigned>(procs_.size()));
+		if (!st)
+			return make_error(st.error().errno_value(), "%s", "checkpoint of the CUDA processes failed (see above)");
+	}
+	if (it->checkpoint_error)
+		return make_error(it->checkpoint_error->errno_value(), "checkpoint of pid %d failed (see above)", pid);
+	return true;
+}
+
+Status DumpSession::finish(bool dump_failed, bool leave_running)
+{
+	if (!dump_failed && !leave_running)
+		return {}; // CRIU kills the tasks now; their GPU state is in the image
+	std::vector<ProcJob> jobs;
+	std::vector<Proc *> targets;
+	for (Proc &p : procs_) {
+		bool restore = p.checkpointed_by_us;
+		bool unlock = p.locked_by_us;
+		if (!restore && !unlock)
+			continue;
+		if (!host_.alive(p.pid)) {
+			LOG_WARN("pid %d exited during the dump; there is nothing to return to its state", p.pid);
+			continue;
+		}
+		targets.push_back(&p);
+		pid_t pid = p.pid;
+		jobs.push_back({pid, p.restore_tid, format("return pid %d to %s", pid, to_string(p.initial)),
+				[pid, restore, unlock](Driver &d) -> Status {
+					if (restore)
+						if (auto st = d.restore(pid, {}); !st)
+							return std::move(st).error();
+					if (unlock)
+						if (auto st = d.unlock(pid); !st)
+							return std::move(st).error();
+					return {};
+				}});
+	}
+	if (targets.empty())
+		return {};
+	LOG_INFO("%s: returning %zu CUDA process(es) to the state they were found in",
+		 dump_failed ? "dump failed" : "leave-running", targets.size());
+	uint64_t t0 = now_us();
+	std::vector<ProcResult> results =
+		run_proc_jobs(host_, driver_, std::move(jobs), options_.parallel, options_.restore_timeout_ms);
+	rollback_us_ = now_us() - t0;
+	std::string failed;
+	for (size_t i = 0; i < targets.size(); i++) {
+		Proc &p = *targets[i];
+		if (results[i].status) {
+			p.checkpointed_by_us = p.locked_by_us = false;
+			continue;
+		}
+		LOG_ERROR("could not return pid %d to its CUDA state '%s' (it is now '%s'): %s; if it still runs, "
+			  "resume it with: cuda-criu resume %d",
+			  p.pid, to_string(p.initial),
+			  results[i].state_after_failure ? to_string(*results[i].state_after_failure) : "unknown",
+			  results[i].status.error().message().c_str(),
+			  p.pid);
+		failed += (failed.empty() ? "" : ", ") + std::to_string(p.pid);
+	}
+	if (!failed.empty())
+		return make_error(EIO, "CUDA processes not returned to their state: %s", failed.c_str());
+	LOG_INFO("all CUDA processes are back as they were found (%s)", seconds(rollback_us_).c_str());
+	return {};
+}
+
+// The machine's GPUs, those some process held (used) or the others: the driver's list (ordinals,
+// memory), then those only the kernel driver lists (hidden from CRIU by CUDA_VISIBLE_DEVICES).
+std::vector<GpuRecord> DumpSession::machine_gpu_records(bool used) const
+{
+	std::set<GpuUuid> held, listed;
+	for (const Proc &p : procs_)
+		held.insert(p.gpu_uuids.begin(), p.gpu_uuids.end());
+	std::vector<GpuRecord> out;
+	for (const GpuInfo &g : machine_gpus_) {
+		listed.insert(g.uuid);
+		if (held.count(g.uuid) == used)
+			out.push_back({g.uuid, g.name, g.memory_bytes, g.pci_bus_id, g.ordinal});
+	}
+	for (const GpuInfo &g : kernel_gpus_)
+		if (!listed.count(g.uuid) && held.count(g.uuid) == used)
+			out.push_back({g.uuid, g.name, 0, g.pci_bus_id, -1});
+	return out;
+}
+
+ImageRecord DumpSession::image_record() const
+{
+	ImageRecord r;
+	r.driver_version = driver_ ? driver_->version() : "";
+	r.plugin_version = CUDA_CRIU_VERSION;
+	r.gpus = machine_gpu_records(true);
+	r.other_gpus = machine_gpu_records(false);
+	for (const Proc &p : procs_)
+		r.processes.push_back({p.pid, p.ns_pid, p.initial, p.gpu_uuids, p.state_bytes, p.lock_us,
+				       p.checkpoint_us, p.checkpoint_ranges});
+	r.device_phase_us = device_phase_us_;
+	r.created_unix = static_cast<uint64_t>(std::time(nullptr));
+	char host[256] = {};
+	gethostname(host, sizeof(host) - 1);
+	r.hostname = host;
+	return r;
+}
+
+std::string DumpSession::summary() const
+{
+	uint64_t bytes = 0, lock = 0;
+	for (const Proc &p : procs_) {
+		bytes += p.state_bytes;
+		lock += p.lock_us;
+	}
+	return format("dump: %zu CUDA process(es), %s of GPU state, lock %s, checkpoint %s (wall, all processes); "
+		      "plugin's own time beyond the driver: lock %s, checkpoint %s",
+		      procs_.size(), human_bytes(bytes).c_str(), seconds(lock).c_str(), seconds(device_phase_us_).c_str(),
+		      pause_cost_.per_process().c_str(), checkpoint_cost_.per_process().c_str());
+}
+
+} // namespace cuda_criu

@@ -1,0 +1,99 @@
+// The dump: drives every CUDA process through the driver's state machine (running -> locked ->
+// checkpointed) and, when the dump fails or the tasks go on running, puts each back as it was found.
+// Pure C++: no CRIU header; the ABI layer calls it from the hooks.
+#pragma once
+
+#include <sys/types.h>
+
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "base/result.h"
+#include "core/driver_calls.h"
+#include "core/guard.h"
+#include "core/options.h"
+#include "driver/driver.h"
+#include "image/record.h"
+#include "os/host.h"
+
+namespace cuda_criu {
+
+// Loads the driver on first need (libcuda is never touched for a dump without CUDA processes). The
+// driver must stay valid for the life of the process: an abandoned call may still use it.
+using DriverSource = std::function<Result<Driver *>()>;
+// Starts the guard that outlives CRIU (core/guard.h); empty in tests.
+using GuardSource = std::function<Result<DumpGuard>()>;
+// Milliseconds left before CRIU's seize alarm (alarm(--timeout)) fires; 0 when none is armed.
+using AlarmClock = std::function<unsigned()>;
+
+class DumpSession {
+public:
+	DumpSession(Options options, Host &host, DriverSource driver, GuardSource guard = {},
+		    AlarmClock alarm = {});
+
+	// PAUSE_DEVICES: locks pid if it is a CUDA process. false: not a CUDA process (nothing done). A pid
+	// paused already (CRIU pauses again after a failed seize retry) is answered true again.
+	Result<bool> pause(pid_t pid);
+	// CHECKPOINT_DEVICES: the first call checkpoints every paused process at once; every call answers
+	// for its pid. false: not one of ours.
+	Result<bool> checkpoint(pid_t pid);
+	// exit(DUMP): when the dump failed or the tasks go on running, returns every process to the state it
+	// was found in. Errors name each process that could not be returned.
+	Status finish(bool dump_failed, bool leave_running);
+
+	bool has_cuda_processes() const { return !procs_.empty(); }
+	ImageRecord image_record() const;
+	std::string summary() const;
+
+private:
+	struct Proc {
+		pid_t pid = 0;
+		pid_t ns_pid = 0;
+		pid_t restore_tid = 0;
+		CudaState initial = CudaState::Running;
+		bool locked_by_us = false;
+		bool checkpointed_by_us = false;
+		std::optional<Error> checkpoint_error;
+		std::vector<GpuUuid> gpu_uuids;
+		uint64_t rss_before = 0;
+		uint64_t gpu_bytes = 0; // GPU memory in use before the checkpoint (NVML); 0 = unknown
+		uint64_t state_bytes = 0;
+		uint64_t lock_us = 0;
+		uint64_t checkpoint_us = 0;
+		std::vector<MemoryRange> checkpoint_ranges; // memory the checkpoint mapped (os/maps.h)
+	};
+
+	Status load_driver(unsigned budget_ms);
+	Result<bool> pause_cuda(pid_t pid, uint64_t deadline_us);
+	void note_gpus(Proc &p, const TaskInfo &info, uint64_t deadline_us);
+	Status lock(Proc &p, uint64_t deadline_us);
+	Result<unsigned> pause_budget_ms(pid_t pid) const;
+	Status check_memory(uint64_t deadline_us);
+	Status checkpoint_all();
+	void record_checkpoint(Proc &p, ProcResult result, Status &first_failure);
+	std::string state_now(pid_t pid, unsigned timeout_ms = kDriverGraceMs);
+	std::vector<GpuRecord> machine_gpu_records(bool used) const;
+
+	Options options_;
+	Host &host_;
+	DriverSource driver_source_;
+	GuardSource guard_source_;
+	AlarmClock alarm_;
+	DumpGuard guard_; // its socket closes with the session; the guard then waits for CRIU to exit
+	SharedDriver driver_; // shared with abandoned calls; null until loaded
+	PhaseCost pause_cost_, checkpoint_cost_;
+	std::vector<Proc> procs_; // in pause order
+	pid_t first_pid_ = 0;     // the first pid CRIU paused: the root of the tree
+	bool preflight_done_ = false;
+	std::map<pid_t, uint64_t> gpu_bytes_; // GPU memory of each process before the dump (NVML)
+	bool checkpointed_ = false;
+	uint64_t device_phase_us_ = 0;
+	uint64_t rollback_us_ = 0;
+	std::vector<GpuInfo> machine_gpus_; // the driver's list
+	std::vector<GpuInfo> kernel_gpus_;  // Host::machine_gpus()
+};
+
+} // namespace cuda_criu

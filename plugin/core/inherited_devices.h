@@ -1,0 +1,67 @@
+// What a process forked after its parent initialised CUDA inherited from the NVIDIA driver: shared
+// mappings of /dev/nvidiactl and /dev/nvidiaN and open /dev/nvidia* files. It has no CUDA state and can
+// never use them (the driver serves only the process that opened them), and after the parent's
+// checkpoint nothing else refers to them. CRIU cannot dump device files itself; the plugin claims them
+// (metadata only) and the restore puts inert placeholders at the same addresses and fd numbers:
+//  - a mapping becomes a mapping of /dev/zero with the same address, size, protection and MAP_SHARED
+//    or MAP_PRIVATE flag (CRIU maps it from the vma entry): zero-filled anonymous memory;
+//  - an open file becomes /dev/null opened with the same access mode and O_NONBLOCK/O_APPEND flags.
+// See docs/forked-children.md.
+#pragma once
+
+#include <sys/stat.h>
+#include <sys/types.h>
+
+#include <cstdint>
+#include <optional>
+
+#include "base/result.h"
+#include "image/devices_image.h"
+
+namespace cuda_criu {
+
+// Dump side; lives in CRIU's process for one dump.
+class InheritedDevicesDump {
+public:
+	// image_dir_fd: CRIU's image directory (CRIU owns it; it outlives this object).
+	explicit InheritedDevicesDump(int image_dir_fd) : dir_fd_(image_dir_fd) {}
+
+	// HANDLE_DEVICE_VMA: whether the mapped file fd (stat st) is an NVIDIA device file, recording it.
+	Result<bool> claim_mapping(int fd, const struct stat &st);
+	// DUMP_EXT_FILE: whether the open file lfd (CRIU's file id) is an NVIDIA device file, recording it.
+	Result<bool> claim_file(int lfd, uint32_t id);
+	bool claimed_any() const { return !record_.mapped_paths.empty() || !record_.files.empty(); }
+
+private:
+	Status save();
+
+	int dir_fd_;
+	InheritedDevicesRecord record_;
+};
+
+// A CUDA process must hold no device file after its checkpoint: the driver closes them. One that still
+// maps one is refused (its placeholder would replace memory the restored driver state refers to).
+Status check_no_device_mappings(pid_t pid);
+
+// Restore side: answers in CRIU and in each task it forks, from the image read by load() in CRIU
+// before it forks (in a task, the image directory's fd number may already be taken by a restored fd).
+class InheritedDevicesRestore {
+public:
+	explicit InheritedDevicesRestore(int image_dir_fd) : dir_fd_(image_dir_fd) {}
+
+	// UPDATE_VMA_MAP: for a mapping of a device file the dump claimed, a new fd of /dev/zero to map in
+	// its place (the caller owns it); std::nullopt when path is not one of ours.
+	Result<std::optional<int>> mapping_fd(const char *path);
+	// RESTORE_EXT_FILE: for a file the dump claimed, a new fd of /dev/null opened like the original
+	// (the caller owns it); std::nullopt when id is not one of ours.
+	Result<std::optional<int>> file_fd(uint32_t id);
+	Status load();
+
+private:
+
+	int dir_fd_;
+	bool loaded_ = false;
+	InheritedDevicesRecord record_;
+};
+
+} // namespace cuda_criu

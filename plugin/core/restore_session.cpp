@@ -1,0 +1,248 @@
+#include "core/restore_session.h"
+
+#include <algorithm>
+
+#include "base/format.h"
+#include "base/log.h"
+#include "core/gpu_plan.h"
+
+namespace cuda_criu {
+
+RestoreSession::RestoreSession(Options options, Host &host, DriverSource driver, std::optional<ImageRecord> image,
+			       bool criu_fails_on_error, RestoreGuard guard)
+	: options_(std::move(options)), host_(host), driver_source_(std::move(driver)), image_(std::move(image)),
+	  criu_fails_on_error_(criu_fails_on_error), guard_(std::move(guard))
+{
+}
+
+Result<std::vector<GpuPair>> RestoreSession::gpu_pairs()
+{
+	if (!image_ || image_->gpus.empty()) {
+		if (!options_.device_map.empty())
+			return make_error(EINVAL, "%s",
+					  "a device map needs the GPU list of cuda-plugin.img, which this image lacks (it was "
+					  "made by CRIU's own CUDA plugin or by a dump without GPU information)");
+		return std::vector<GpuPair>();
+	}
+	auto here = ask<std::vector<GpuInfo>>(driver_, kDriverGraceMs, "list the GPUs", [](Driver &d) { return d.gpus(); });
+	if (!here)
+		return std::move(here).error().context("%s", "list this machine's GPUs");
+	for (GpuInfo &g : *here) {
+		GpuUuid uuid = g.uuid;
+		auto free = ask<uint64_t>(driver_, kDriverGraceMs, format("query the free memory of %s", uuid.str().c_str()),
+					  [uuid](Driver &d) -> Result<uint64_t> { return d.free_bytes(uuid); });
+		if (!free)
+			return std::move(free).error();
+		g.free_bytes = *free;
+	}
+	auto plan = plan_gpus(*image_, *here, host_.machine_gpus(), options_.device_map);
+	if (!plan)
+		return std::move(plan).error().context("%s", "cannot restore the image's GPU state on this machine");
+	if (!plan->pairs.empty())
+		LOG_INFO("restoring with GPU pairs: %s", plan->description.c_str());
+	return plan->pairs;
+}
+
+Status RestoreSession::load_driver(pid_t pid)
+{
+	if (driver_)
+		return {};
+	uint64_t t0 = now_us();
+	auto d = call_within<Driver *>(kDriverLoadTimeoutMs, "load the CUDA driver (cuInit)", driver_source_);
+	restore_cost_.load_us += now_us() - t0;
+	if (!d)
+		return std::move(d).error().context("restore GPU state of pid %d", pid);
+	driver_ = std::make_shared<TimedDriver>(**d);
+	return {};
+}
+
+// Which candidates are CUDA processes: libcuda mapped (no driver call) and a restore thread. Each one
+// found gets an outcome and a job with its restore thread (the restore call is set later).
+std::vector<ProcJob> RestoreSession::find_cuda_processes(const std::vector<pid_t> &candidates)
+{
+	std::set<pid_t> in_image;
+	if (image_)
+		for (const ProcessRecord &p : image_->processes)
+			in_image.insert(p.ns_pid);
+	std::vector<ProcJob> found;
+	for (pid_t pid : candidates) {
+		if (seen_.count(pid))
+			continue;
+		seen_[pid] = false;
+		TaskInfo info = host_.task_info(pid);
+		bool expected = in_image.count(info.ns_pid) > 0;
+		if (!expected && !host_.uses_libcuda(pid))
+			continue;
+		if (auto st = load_driver(pid); !st) {
+			seen_[pid] = true;
+			outcomes_[pid].error = std::move(st).error();
+			continue;
+		}
+		auto tid = ask<pid_t>(driver_, kDriverGraceMs, format("query the restore thread of pid %d", pid),
+				      [pid](Driver &d) { return d.restore_thread_id(pid); });
+		if (!tid) {
+			if (expected || tid.error().errno_value() == ETIMEDOUT) {
+				seen_[pid] = true;
+				outcomes_[pid].error = std::move(tid).error().context("restore pid %d", pid);
+			}
+			continue;
+		}
+		seen_[pid] = true;
+		outcomes_[pid].ns_pid = info.ns_pid;
+		found.push_back({pid, *tid, format("restore pid %d", pid), {}});
+	}
+	return found;
+}
+
+void RestoreSession::restore_batch(const std::vector<pid_t> &candidates)
+{
+	std::vector<ProcJob> jobs = find_cuda_processes(candidates);
+	if (!jobs.empty()) {
+		auto pairs = gpu_pairs();
+		if (!pairs) {
+			// Refused before any restore call: every process is still stopped, none runs without its state.
+			for (const ProcJob &j : jobs)
+				outcomes_[j.pid].error = pairs.error();
+			jobs.clear();
+		}
+		for (ProcJob &j : jobs) {
+			guard_.restoring(j.pid); // from here on, if CRIU dies, the guard kills pid
+			j.call = [pid = j.pid, p = *pairs](Driver &d) -> Status {
+				Status st = d.restore(pid, p);
+				if (st)
+					st = d.unlock(pid);
+				return st;
+			};
+		}
+	}
+	if (!jobs.empty())
+		restore_all(std::move(jobs));
+	if (image_)
+		report_missing();
+}
+
+// The restore's progress: what each process's checkpoint held (the image) against the GPU memory it
+// holds again (NVML, asked once per look at all processes).
+PhaseProgress RestoreSession::restore_progress(const std::vector<pid_t> &pids)
+{
+	PhaseProgress progress{"restore", {}, {}, options_.stall_timeout_ms};
+	for (pid_t pid : pids) {
+		uint64_t expected = 0;
+		if (image_)
+			for (const ProcessRecord &r : image_->processes)
+				if (r.ns_pid == outcomes_[pid].ns_pid)
+					expected = r.state_bytes;
+		progress.expected.push_back(expected);
+	}
+	struct Looked {
+		uint64_t at_us = 0;
+		std::map<pid_t, uint64_t> bytes;
+	};
+	auto looked = std::make_shared<Looked>();
+	progress.bytes = [driver = driver_, pids, looked](size_t i) -> uint64_t {
+		if (now_us() > looked->at_us + 200000) {
+			looked->at_us = now_us();
+			auto m = ask<std::map<pid_t, uint64_t>>(driver, 2000, "ask NVML for the GPU memory of each process",
+								[](Driver &d) -> Result<std::map<pid_t, uint64_t>> {
+									if (auto m = d.gpu_bytes_by_process())
+										return std::move(*m);
+									return std::map<pid_t, uint64_t>();
+								});
+			looked->bytes = m ? std::move(*m) : std::map<pid_t, uint64_t>();
+		}
+		auto it = looked->bytes.find(pids[i]);
+		return it == looked->bytes.end() ? 0 : it->second;
+	};
+	return progress;
+}
+
+void RestoreSession::restore_all(std::vector<ProcJob> jobs)
+{
+	LOG_INFO("restoring %zu CUDA process(es)%s", jobs.size(), jobs.size() > 1 ? " in parallel" : "");
+	std::vector<pid_t> pids;
+	for (const ProcJob &j : jobs)
+		pids.push_back(j.pid);
+	PhaseProgress progress = restore_progress(pids);
+	uint64_t t0 = now_us();
+	std::vector<ProcResult> results = run_proc_jobs(host_, driver_, std::move(jobs), options_.parallel,
+							options_.restore_timeout_ms, &progress);
+	device_phase_us_ += now_us() - t0;
+	for (size_t i = 0; i < pids.size(); i++) {
+		outcomes_[pids[i]].restore_us = results[i].us;
+		if (results[i].status)
+			guard_.restored(pids[i]);
+		else
+			outcomes_[pids[i]].error = std::move(results[i].status).error();
+	}
+}
+
+void RestoreSession::report_missing()
+{
+	std::set<pid_t> found;
+	for (const auto &[pid, o] : outcomes_)
+		found.insert(o.ns_pid);
+	// Named one by one up to a few: an image can name far more processes than the log should hold.
+	constexpr size_t kNamed = 10;
+	size_t missing = 0;
+	for (const ProcessRecord &p : image_->processes)
+		if (!found.count(p.ns_pid) && missing_reported_.insert(p.ns_pid).second && ++missing <= kNamed)
+			LOG_WARN("process %d of the image (pid %d in its namespace) was not found among the restored "
+				 "tasks yet",
+				 p.pid, p.ns_pid);
+	if (missing > kNamed)
+		LOG_WARN("%zu more processes of the image were not found among the restored tasks yet", missing - kNamed);
+}
+
+Result<bool> RestoreSession::resume(pid_t pid)
+{
+	if (!seen_.count(pid)) {
+		PhaseClock clock;
+		size_t before = outcomes_.size();
+		std::vector<pid_t> candidates = host_.stopped_tasks();
+		if (std::find(candidates.begin(), candidates.end(), pid) == candidates.end())
+			candidates.push_back(pid);
+		restore_batch(candidates);
+		clock.charge(restore_cost_, driver_.get(), static_cast<unsigned>(outcomes_.size() - before));
+		kill_if_criu_ignores_failure(candidates);
+	}
+	auto it = outcomes_.find(pid);
+	if (it == outcomes_.end())
+		return false;
+	if (it->second.error)
+		return *it->second.error;
+	return true;
+}
+
+void RestoreSession::kill_if_criu_ignores_failure(const std::vector<pid_t> &candidates)
+{
+	if (!any_failed() || criu_fails_on_error_ || killed_)
+		return;
+	// This CRIU would report success anyway: make sure no process runs without its GPU state.
+	killed_ = true;
+	for (const auto &[p, o] : outcomes_)
+		if (o.error)
+			LOG_ERROR("%s", o.error->message().c_str());
+	LOG_ERROR("GPU state could not be restored; this CRIU does not fail a restore for that, so the "
+		  "restored processes are killed now (apply criu-patches/ to make criu restore fail instead)");
+	for (pid_t p : candidates)
+		host_.kill(p);
+}
+
+bool RestoreSession::any_failed() const
+{
+	return std::any_of(outcomes_.begin(), outcomes_.end(), [](const auto &kv) { return kv.second.error.has_value(); });
+}
+
+std::string RestoreSession::summary() const
+{
+	size_t failed = 0;
+	for (const auto &[pid, o] : outcomes_)
+		failed += o.error ? 1 : 0;
+	return format("restore: %zu CUDA process(es), %zu failed, restore+unlock %s (wall, all processes); driver "
+		      "load %s; plugin's own time beyond the driver: %s%s",
+		      outcomes_.size(), failed, seconds(device_phase_us_).c_str(), seconds(restore_cost_.load_us).c_str(),
+		      restore_cost_.per_process().c_str(),
+		      image_ ? "" : " [image of CRIU's own cuda plugin: no cuda-plugin.img]");
+}
+
+} // namespace cuda_criu

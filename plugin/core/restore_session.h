@@ -1,0 +1,71 @@
+// The restore: finds the restored CUDA processes among CRIU's stopped tasks, restores each one's GPU
+// state (checkpointed -> locked -> running) and makes sure none runs without it.
+// Pure C++: no CRIU header; the ABI layer calls it from the hooks.
+#pragma once
+
+#include <sys/types.h>
+
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "base/result.h"
+#include "core/driver_calls.h"
+#include "core/dump_session.h"
+#include "core/guard.h"
+#include "core/options.h"
+#include "driver/driver.h"
+#include "image/record.h"
+#include "os/host.h"
+
+namespace cuda_criu {
+
+class RestoreSession {
+public:
+	// image: our image, or nullopt for an image of CRIU's own plugin. criu_fails_on_error: CRIU turns a
+	// RESUME_DEVICES_LATE failure into a failed restore (our patch); without it, the session kills
+	// the restored tasks itself so that no process runs without its GPU state.
+	// guard: told about each process before its restore and after its unlock (inactive in tests).
+	RestoreSession(Options options, Host &host, DriverSource driver, std::optional<ImageRecord> image,
+		       bool criu_fails_on_error, RestoreGuard guard = {});
+
+	// RESUME_DEVICES_LATE: the first call restores and unlocks every restored CUDA process at once.
+	// false: pid is not a CUDA process.
+	Result<bool> resume(pid_t pid);
+	std::string summary() const;
+	bool any_failed() const;
+
+private:
+	struct Outcome {
+		std::optional<Error> error;
+		pid_t ns_pid = 0;
+		uint64_t restore_us = 0;
+	};
+
+	void restore_batch(const std::vector<pid_t> &candidates);
+	std::vector<ProcJob> find_cuda_processes(const std::vector<pid_t> &candidates);
+	Status load_driver(pid_t pid);
+	void restore_all(std::vector<ProcJob> jobs);
+	PhaseProgress restore_progress(const std::vector<pid_t> &pids);
+	void report_missing();
+	Result<std::vector<GpuPair>> gpu_pairs();
+	void kill_if_criu_ignores_failure(const std::vector<pid_t> &candidates);
+
+	Options options_;
+	Host &host_;
+	DriverSource driver_source_;
+	std::optional<ImageRecord> image_;
+	bool criu_fails_on_error_;
+	RestoreGuard guard_; // its socket closes with the session: a process not restored by then is killed
+	SharedDriver driver_; // shared with abandoned calls; null until loaded
+	PhaseCost restore_cost_;
+	std::map<pid_t, Outcome> outcomes_; // CUDA processes handled so far
+	std::map<pid_t, bool> seen_;        // every pid looked at: true when it is a CUDA process
+	bool killed_ = false;
+	std::set<pid_t> missing_reported_;
+	uint64_t device_phase_us_ = 0;
+};
+
+} // namespace cuda_criu

@@ -1,0 +1,113 @@
+#include "os/nvidia_files.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/sysmacros.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <sstream>
+
+#include "base/text.h"
+#include "os/unique_fd.h"
+
+namespace cuda_criu {
+namespace {
+
+std::vector<unsigned> read_nvidia_majors()
+{
+	std::vector<unsigned> majors;
+	auto text = read_small_file("/proc/devices");
+	if (!text)
+		return majors;
+	std::istringstream f(*text);
+	std::string line;
+	bool chars = false;
+	while (std::getline(f, line)) {
+		if (line.rfind("Character devices:", 0) == 0) {
+			chars = true;
+			continue;
+		}
+		if (line.rfind("Block devices:", 0) == 0)
+			break;
+		if (!chars)
+			continue;
+		std::istringstream in(line);
+		unsigned major = 0;
+		std::string name;
+		if (in >> major >> name && name.rfind("nvidia", 0) == 0)
+			majors.push_back(major);
+	}
+	return majors;
+}
+
+// The test seam of is_nvidia_device_file: "$FAKEGPU_DIR/dev/", or empty when the variable is unset.
+std::string fake_device_dir()
+{
+	const char *dir = std::getenv("FAKEGPU_DIR");
+	if (!dir || dir[0] != '/')
+		return {};
+	std::string d(dir);
+	while (d.size() > 1 && d.back() == '/')
+		d.pop_back();
+	return d + "/dev/";
+}
+
+} // namespace
+
+const std::vector<unsigned> &nvidia_char_majors()
+{
+	static const std::vector<unsigned> majors = read_nvidia_majors();
+	return majors;
+}
+
+std::string fd_path(int fd)
+{
+	char link[64], target[4096];
+	snprintf(link, sizeof(link), "/proc/self/fd/%d", fd);
+	ssize_t n = readlink(link, target, sizeof(target) - 1);
+	if (n <= 0)
+		return {};
+	return std::string(target, static_cast<size_t>(n));
+}
+
+bool is_nvidia_device_file(int fd, const struct stat &st)
+{
+	if (!S_ISCHR(st.st_mode) && !S_ISBLK(st.st_mode))
+		return false;
+	if (S_ISCHR(st.st_mode))
+		for (unsigned m : nvidia_char_majors())
+			if (major(st.st_rdev) == m)
+				return true;
+	std::string fake = fake_device_dir();
+	if (fake.empty())
+		return false;
+	std::string path = fd_path(fd);
+	return path.size() > fake.size() && path.compare(0, fake.size(), fake) == 0 &&
+	       path.find('/', fake.size()) == std::string::npos;
+}
+
+std::vector<unsigned long> nvidia_device_mappings(pid_t pid)
+{
+	std::vector<unsigned long> starts;
+	std::string dir = "/proc/" + std::to_string(pid) + "/map_files";
+	DIR *d = opendir(dir.c_str());
+	if (!d)
+		return starts;
+	while (dirent *de = readdir(d)) {
+		if (de->d_name[0] == '.')
+			continue;
+		// O_PATH: no driver open() call; the stat and the link are all that is needed.
+		UniqueFd fd(openat(dirfd(d), de->d_name, O_PATH | O_CLOEXEC));
+		struct stat st;
+		if (!fd.valid() || fstat(fd.get(), &st) != 0)
+			continue;
+		if (is_nvidia_device_file(fd.get(), st))
+			starts.push_back(std::strtoul(de->d_name, nullptr, 16));
+	}
+	closedir(d);
+	return starts;
+}
+
+} // namespace cuda_criu

@@ -1,0 +1,32 @@
+// Which open files and mappings belong to the NVIDIA kernel driver, judged from the file alone (no driver
+// call): used for what a process forked after its parent initialised CUDA inherited from the driver.
+#pragma once
+
+#include <sys/stat.h>
+#include <sys/types.h>
+
+#include <string>
+#include <vector>
+
+namespace cuda_criu {
+
+// The character-device majors /proc/devices registers under an NVIDIA name ("nvidia",
+// "nvidia-uvm", "nvidia-caps", "nvidia-frontend", "nvidia-nvswitch", ...). Read once per process.
+const std::vector<unsigned> &nvidia_char_majors();
+
+// Whether the file open as fd (stat st) is an NVIDIA device file:
+//  - a character device whose major /proc/devices registers under an NVIDIA name;
+//  - TEST SEAM, only while the environment variable FAKEGPU_DIR is set (never in production): a
+//    block or character device node directly under $FAKEGPU_DIR/dev/, the fake GPU's stand-in for
+//    the driver's mappable nodes (nothing else on a machine without the driver can be mapped the way
+//    CRIU cannot dump by itself). See tests/fakegpu and docs/forked-children.md.
+// Everything else, including every regular file, is not. Costs one fstat-free test for a regular file.
+bool is_nvidia_device_file(int fd, const struct stat &st);
+
+// The path fd was opened with ("/dev/nvidiactl"); empty when unknown.
+std::string fd_path(int fd);
+
+// Start addresses of pid's mappings of NVIDIA device files, from /proc/pid/map_files (root only).
+std::vector<unsigned long> nvidia_device_mappings(pid_t pid);
+
+} // namespace cuda_criu

@@ -1,0 +1,157 @@
+# Helpers of the containerd tests (sourced after lib.sh): a containerd of the test's own, its client ctr,
+# the busybox image in containerd's store, and CRIU's configuration files.
+#
+# containerd runs with the test's --root, --state and --address (under $T) and with the plugins that would
+# write elsewhere (CRI, /opt/containerd) disabled: nothing of a containerd on the machine is used or
+# touched. runc's state goes to $T too (`ctr run --runc-root`). Only the shims' sockets and ctr's FIFOs go
+# to containerd's fixed /run/containerd/s and /run/containerd/fifo: the test removes those directories
+# when it created them.
+
+CTRD_NS=cuda-criu-ct
+CTRD_IMAGE=localhost/cuda-criu-ct:test
+CTRD_SOCK=""
+CTRD_PID=""
+
+ctrd_() { ctr --address "$CTRD_SOCK" --namespace "$CTRD_NS" "$@"; }
+
+# criu_conf_setup: our plugin through CRIU's configuration, as runc has CRIU read it under any runtime:
+# `libdir` in /etc/criu/runc.conf, the plugin's options in /etc/criu/cuda_plugin.conf. Files there are
+# kept aside and put back at exit.
+criu_conf_setup() {
+	if [ ! -d /etc/criu ]; then
+		mkdir /etc/criu
+		on_exit 'rmdir /etc/criu' # runs after the files below are removed
+	fi
+	local f
+	for f in runc.conf cuda_plugin.conf; do
+		if [ -e "/etc/criu/$f" ]; then
+			mv "/etc/criu/$f" "$T/saved-$f"
+			on_exit "mv '$T/saved-$f' '/etc/criu/$f'"
+		fi
+		on_exit "rm -f '/etc/criu/$f'"
+	done
+	echo "libdir $PLUGIN_DIR" >/etc/criu/runc.conf
+	echo "libcuda=$FAKE_LIB" >/etc/criu/cuda_plugin.conf
+}
+
+# runc_wrapper: $T/bin/runc, the runtime binary the containers are given. It adds only what the test
+# needs and a node would not: our CRIU (`runc --criu`) and FAKEGPU_DIR for the fake libcuda that the
+# plugin loads inside CRIU. Neither the plugin's directory nor its options go through it. It also copies
+# CRIU's log of the last checkpoint and restore to $T/dump.log and $T/restore.log: containerd's shim
+# removes its CRIU work directory after a checkpoint.
+runc_wrapper() {
+	mkdir -p "$T/bin"
+	cat >"$T/bin/runc" <<EOR
+#!/bin/bash
+export FAKEGPU_DIR=$FAKEGPU_DIR
+work="" cmd=""
+prev=""
+for a in "\$@"; do
+	[ "\$prev" = --work-path ] && work=\$a
+	case "\$a" in checkpoint | restore) [ -n "\$cmd" ] || cmd=\$a ;; esac
+	prev=\$a
+done
+rc=0
+$(command -v runc) --criu $CRIU "\$@" || rc=\$?
+if [ -n "\$cmd" ] && [ -n "\$work" ]; then
+	log=\$work/dump.log
+	[ "\$cmd" = restore ] && log=\$work/restore.log
+	cp "\$log" "$T/\${log##*/}" 2>/dev/null
+fi
+exit \$rc
+EOR
+	chmod +x "$T/bin/runc"
+}
+
+ctrd_setup() {
+	command -v ctr >/dev/null || skip "ctr is not installed (test-containers/setup.sh installs containerd)"
+	local d=$T/containerd
+	mkdir -p "$d"
+	CTRD_SOCK=$d/containerd.sock
+	cat >"$d/config.toml" <<EOF
+version = 2
+root = "$d/root"
+state = "$d/state"
+disabled_plugins = ["io.containerd.grpc.v1.cri", "io.containerd.internal.v1.opt", "io.containerd.tracing.processor.v1.otlp", "io.containerd.internal.v1.tracing"]
+[grpc]
+  address = "$CTRD_SOCK"
+[ttrpc]
+  address = "$CTRD_SOCK.ttrpc"
+[debug]
+  address = "$d/debug.sock"
+[metrics]
+  address = ""
+EOF
+	[ -d /run/containerd ] || on_exit 'rmdir /run/containerd/s /run/containerd/fifo /run/containerd'
+	# Without the plugin's variables: only CRIU's configuration may enable the plugin.
+	env -u CRIU_LIBS_DIR -u CUDA_CRIU_LIBCUDA setsid containerd --config "$d/config.toml" </dev/null >"$T/containerd.log" 2>&1 &
+	CTRD_PID=$!
+	on_exit 'ctrd_stop'
+	wait_for "containerd to serve on $CTRD_SOCK" 20 eval 'ctrd_ version >/dev/null'
+	runc_wrapper
+	ctrd_import_image
+}
+
+# At exit: every task and container of our namespace removed, containerd stopped, and any shim of it
+# left (a task that would not die) killed. Each ctr call has a time limit: a shim that hangs must not
+# hang the test.
+ctrd_stop() {
+	local id pid
+	ctrd_t() { timeout 20 ctr --address "$CTRD_SOCK" --namespace "$CTRD_NS" "$@"; }
+	for id in $(ctrd_t tasks ls -q 2>/dev/null); do
+		ctrd_t tasks kill -s KILL "$id"
+		ctrd_t tasks delete -f "$id"
+	done
+	for id in $(ctrd_t containers ls -q 2>/dev/null); do ctrd_t containers delete "$id"; done
+	kill "$CTRD_PID" 2>/dev/null
+	wait "$CTRD_PID" 2>/dev/null
+	for pid in $(cat "$T"/containerd/state/io.containerd.runtime.v2.task/"$CTRD_NS"/*/shim.pid 2>/dev/null); do
+		kill -KILL "$pid"
+	done
+}
+
+# The busybox image: an OCI archive of setup.sh's tarball as its only layer, imported into containerd's
+# store (there is no registry here).
+ctrd_import_image() {
+	local o=$T/oci
+	mkdir -p "$o/blobs/sha256"
+	local layer cfg man
+	layer=$(sha256sum "$ROOTFS_TAR" | cut -d' ' -f1)
+	cp "$ROOTFS_TAR" "$o/blobs/sha256/$layer"
+	jq -cn --arg l "sha256:$layer" '{architecture: "amd64", os: "linux",
+		config: {Env: ["PATH=/bin"]}, rootfs: {type: "layers", diff_ids: [$l]}}' >"$o/config.json"
+	cfg=$(sha256sum "$o/config.json" | cut -d' ' -f1)
+	mv "$o/config.json" "$o/blobs/sha256/$cfg"
+	jq -cn --arg c "sha256:$cfg" --argjson cs "$(stat -c %s "$o/blobs/sha256/$cfg")" \
+		--arg l "sha256:$layer" --argjson ls "$(stat -c %s "$ROOTFS_TAR")" '{schemaVersion: 2,
+		mediaType: "application/vnd.oci.image.manifest.v1+json",
+		config: {mediaType: "application/vnd.oci.image.config.v1+json", digest: $c, size: $cs},
+		layers: [{mediaType: "application/vnd.oci.image.layer.v1.tar", digest: $l, size: $ls}]}' >"$o/manifest.json"
+	man=$(sha256sum "$o/manifest.json" | cut -d' ' -f1)
+	jq -cn --arg m "sha256:$man" --argjson ms "$(stat -c %s "$o/manifest.json")" --arg name "$CTRD_IMAGE" \
+		'{schemaVersion: 2, manifests: [{mediaType: "application/vnd.oci.image.manifest.v1+json",
+		digest: $m, size: $ms, annotations: {"io.containerd.image.name": $name}}]}' >"$o/index.json"
+	mv "$o/manifest.json" "$o/blobs/sha256/$man"
+	echo '{"imageLayoutVersion": "1.0.0"}' >"$o/oci-layout"
+	tar -C "$o" -cf "$T/image.tar" oci-layout index.json blobs
+	ctrd_ images import "$T/image.tar" >"$T/import.log" 2>&1 || fail "ctr images import failed: $(cat "$T/import.log")"
+	rm -rf "$o"
+}
+
+# ctrd_run ID SHELL-COMMAND: a GPU test container (fake GPU) started detached, stdio on /dev/null, its
+# own network namespace with only a loopback, the runtime our runc wrapper.
+ctrd_run() {
+	local id=$1 cmd=$2
+	ctrd_ run -d --null-io --runc-binary "$T/bin/runc" --runc-root "$T/runc-root" \
+		--mount "type=bind,src=$(readlink -f /lib/x86_64-linux-gnu),dst=/lib/x86_64-linux-gnu,options=rbind:ro" \
+		--mount "type=bind,src=$(dirname "$FAKE_LIB"),dst=/opt/fakegpu,options=rbind:ro" \
+		--mount "type=bind,src=$(dirname "$MEMCHECK"),dst=/opt/workloads,options=rbind:ro" \
+		--mount "type=bind,src=$T/state,dst=/state,options=rbind:rw" \
+		--mount "type=bind,src=$CT_RUN,dst=$CT_RUN,options=rbind:rw" \
+		--env LD_LIBRARY_PATH=/opt/fakegpu --env "FAKEGPU_DIR=$FAKEGPU_DIR" \
+		"$CTRD_IMAGE" "$id" /bin/sh -c "$cmd" </dev/null >"$T/run-$id.log" 2>&1 ||
+		fail "ctr run $id failed: $(cat "$T/run-$id.log")"
+}
+
+ctrd_status() { ctrd_ tasks ls 2>/dev/null | awk -v id="$1" '$1 == id { print $3 }'; }
+ctrd_pid() { ctrd_ tasks ls 2>/dev/null | awk -v id="$1" '$1 == id { print $2 }'; }

@@ -1,0 +1,130 @@
+#!/usr/bin/env bash
+# Kubernetes checkpoint images: a podman checkpoint archive of a container running a CUDA workload (fake
+# GPU) - the same kind of archive the kubelet's checkpoint API writes - is wrapped into an OCI checkpoint
+# image the way Kubernetes' documentation does it (buildah from scratch, the archive added, the
+# annotation io.kubernetes.cri-o.annotations.checkpoint.name), and that image is restored with
+# `podman container restore IMAGE` on a "second host": a private mount namespace in which podman's and
+# runc's directories are empty ones (a store with only the base image and the checkpoint image, loaded
+# from an OCI archive as if pulled from a registry). The workload verifies its device memory after the
+# restore and counts on from where it was checkpointed. Our plugin is enabled only through
+# /etc/criu/runc.conf and /etc/criu/cuda_plugin.conf (lib.sh's podman_setup).
+source "$(dirname "$0")/lib.sh"
+
+# The checkpoint archive as an image, as Kubernetes builds it, and with podman's own annotation too.
+K8S_IMAGE=localhost/cuda-criu-ct-checkpoint:k8s
+PODMAN_IMAGE=localhost/cuda-criu-ct-checkpoint:podman
+
+ms_since() { echo $((($(date +%s%N) - $1) / 1000000)); }
+
+# restore_image IMAGE: `podman container restore IMAGE` on the second host, the workload checked.
+restore_image() {
+	local img=$1 t0
+	on_pod_exit rm -f -t 0 pk-one
+	# Blanked, same size (CRIU checks the size of files held open): refilled by the restored workload.
+	head -c 1536 /dev/zero | tr "\\0" "\\n" >"$T/state/one"
+	t0=$(date +%s%N)
+	pod container restore --keep "$img" >"$T/restore-cmd.log" 2>&1 || return 1
+	log "restored $img in $(ms_since "$t0") ms"
+	pod_log pk-one restore
+	expect_log "$T/restore.log" "cuda_plugin: restore: 1 CUDA process\(es\), 0 failed" "no restore summary on the second host"
+	[ "$(pod_status pk-one)" = running ] || fail "the container restored from $img is $(pod_status pk-one)"
+	wait_for "the restored workload to write its state" 10 grep -q "^iterations=" "$T/state/one"
+	expect_healthy "$T/state/one"
+	local at_dump now
+	at_dump=$(cat "$T/at_dump")
+	now=$(state_value "$T/state/one" iterations)
+	[ "$now" -ge "$at_dump" ] || fail "iterations went back from $at_dump to $now"
+	pod rm -f -t 0 pk-one >/dev/null
+	log "$img restored on a second host: data intact, iteration $at_dump -> $now"
+}
+
+second_host() {
+	# podman on this host has runc as its runtime (named runc, as the image asks; its path our wrapper).
+	printf '[engine]\nruntime = "runc"\n[engine.runtimes]\nrunc = ["%s"]\n' "$T/bin/runc" >"$T/containers.conf"
+	export CONTAINERS_CONF=$T/containers.conf
+	[ -z "$(pod ps -aq)" ] || fail "the second host's store is not empty"
+	pod_import_image
+	local img
+	for img in "$K8S_IMAGE" "$PODMAN_IMAGE"; do
+		pod load -i "$T/${img##*:}.tar" >"$T/load.log" 2>&1 || fail "podman load of $img failed: $(cat "$T/load.log")"
+		on_pod_exit rmi -f "$img"
+	done
+	[ "$(pod image inspect -f '{{index .Annotations "io.kubernetes.cri-o.annotations.checkpoint.name"}}' "$K8S_IMAGE")" = pk-one ] ||
+		fail "the checkpoint image $K8S_IMAGE lost its annotation io.kubernetes.cri-o.annotations.checkpoint.name"
+
+	# 1. The image as Kubernetes builds it.
+	if restore_image "$K8S_IMAGE"; then
+		echo ok >"$T/k8s_image_restored"
+	else
+		# podman finds its checkpoint images by its own annotation only (podman 4.3: "image is not a
+		# checkpoint"); anything else is a failure.
+		grep -q "image is not a checkpoint" "$T/restore-cmd.log" ||
+			fail "podman container restore $K8S_IMAGE failed: $(cat "$T/restore-cmd.log")"
+		log "podman refuses the Kubernetes checkpoint image: $(cat "$T/restore-cmd.log")"
+	fi
+	# 2. The same archive as an image with podman's annotation: the GPU state in a checkpoint image, restored.
+	restore_image "$PODMAN_IMAGE" || fail "podman container restore $PODMAN_IMAGE failed: $(cat "$T/restore-cmd.log")"
+	pod rmi -f "$K8S_IMAGE" "$PODMAN_IMAGE" "$POD_IMAGE" >/dev/null
+}
+
+# The second host: run by the test itself (below) in a private mount namespace.
+if [ "${1:-}" = --second-host ]; then
+	TEST_NAME=k8s_checkpoint_image/second-host
+	CT_CHILD=1 # the daemon, $FAKEGPU_DIR and $T belong to the test that started this part
+	T=${CT_T:?}
+	trap ct_cleanup EXIT
+	for d in /var/lib/containers/storage /run/containers/storage /run/libpod /run/runc; do
+		mkdir -p "$T/host2$d" "$d"
+		mount --bind "$T/host2$d" "$d"
+	done
+	second_host
+	exit 0
+fi
+
+ct_setup runc podman buildah
+log "$(podman --version), $(buildah --version)"
+podman_setup
+pod_fakegpu_mounts
+
+pod_run pk-one "$(memcheck_cmd one 64)" "${POD_FAKEGPU[@]}"
+wait_for "the workload to fill its device memory" 20 test -f "$T/state/one"
+expect_healthy "$T/state/one"
+
+# The checkpoint archive, uncompressed like the kubelet's.
+t0=$(date +%s%N)
+pod container checkpoint --keep --compress none --export "$T/pk-one.tar" pk-one >"$T/checkpoint.log" 2>&1 ||
+	{ pod_log pk-one dump; fail "podman container checkpoint --export failed: $(cat "$T/checkpoint.log")"; }
+log "checkpointed to an archive in $(ms_since "$t0") ms"
+pod_log pk-one dump
+expect_log "$T/dump.log" "cuda_plugin: dump: 1 CUDA process\(es\)" "no dump summary: is the plugin loaded through /etc/criu/runc.conf?"
+tar -tf "$T/pk-one.tar" >"$T/export.list"
+grep -q 'checkpoint/cuda-plugin.img' "$T/export.list" || fail "the archive has no checkpoint/cuda-plugin.img"
+pod rm -f pk-one >/dev/null || fail "podman rm failed"
+state_value "$T/state/one" iterations >"$T/at_dump"
+
+# checkpoint_image IMAGE [ANNOTATION...]: the archive as an image, built as Kubernetes' documentation
+# does, written as an OCI archive $T/TAG.tar (what a registry would carry to the other node).
+checkpoint_image() {
+	local img=$1 a t0
+	shift
+	t0=$(date +%s%N)
+	bctr=$(buildah from scratch 2>"$T/buildah.log") || fail "buildah from scratch failed: $(cat "$T/buildah.log")"
+	on_exit "buildah rm $bctr"
+	buildah add "$bctr" "$T/pk-one.tar" / >>"$T/buildah.log" 2>&1 || fail "buildah add failed: $(cat "$T/buildah.log")"
+	for a in io.kubernetes.cri-o.annotations.checkpoint.name=pk-one "$@"; do
+		buildah config --annotation="$a" "$bctr" >>"$T/buildah.log" 2>&1 || fail "buildah config --annotation=$a failed: $(cat "$T/buildah.log")"
+	done
+	buildah commit -q "$bctr" "oci-archive:$T/${img##*:}.tar:$img" >>"$T/buildah.log" 2>&1 ||
+		fail "buildah commit failed: $(cat "$T/buildah.log")"
+	buildah rm "$bctr" >/dev/null 2>&1
+	log "checkpoint image $img built in $(ms_since "$t0") ms ($(du -h "$T/${img##*:}.tar" | cut -f1))"
+}
+checkpoint_image "$K8S_IMAGE"
+# podman restores only images that name the runtime they need, in its own annotation.
+checkpoint_image "$PODMAN_IMAGE" io.podman.annotations.checkpoint.runtime.name=runc
+
+CT_T=$T FAKEGPU_DIR=$FAKEGPU_DIR CT_OUT=$CT_OUT PLUGIN_DIR=$PLUGIN_DIR CRIU=$CRIU \
+	unshare -m --propagation private bash "$0" --second-host || fail "the second host failed"
+[ -f "$T/k8s_image_restored" ] ||
+	skip "podman $(podman --version | awk '{print $3}') restores only checkpoint images it made itself (annotation io.podman.annotations.checkpoint.runtime.name), not a Kubernetes one (io.kubernetes.cri-o.annotations.checkpoint.name only): restoring that needs CRI-O (or containerd 2.x); the same archive with podman's annotation restored"
+log PASS

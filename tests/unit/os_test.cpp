@@ -1,0 +1,106 @@
+// The OS and driver layers against the real system: what counts as a GPU device node, the driver
+// library's load errors, and the small-file reader.
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <fstream>
+#include <string>
+
+#include "base/text.h"
+#include "driver/libcuda.h"
+#include "os/host.h"
+
+namespace cuda_criu {
+namespace {
+
+struct TempDir {
+	std::string path;
+	TempDir()
+	{
+		char tmpl[] = "/tmp/cuda-criu-os-XXXXXX";
+		path = mkdtemp(tmpl);
+	}
+	~TempDir() { (void)std::system(("rm -rf " + path).c_str()); }
+};
+
+// A file merely named like a GPU's device node is not a GPU; nor is a name too long for an int.
+TEST(SystemHost, FilesNamedLikeGpuNodesAreNotGpus)
+{
+	TempDir dir;
+	std::string names[] = {dir.path + "/nvidia0", dir.path + "/nvidia99999999999999999999"};
+	int fds[2];
+	for (int i = 0; i < 2; i++) {
+		std::ofstream(names[i]) << "x";
+		fds[i] = open(names[i].c_str(), O_RDONLY | O_CLOEXEC);
+		ASSERT_GE(fds[i], 0);
+	}
+	TaskInfo info = SystemHost().task_info(getpid());
+	for (int fd : fds)
+		close(fd);
+	EXPECT_TRUE(info.nvidia_minors.empty()) << "first minor: " << info.nvidia_minors[0];
+}
+
+// A character device of the NVIDIA major is a GPU, whatever its name (held O_PATH: no driver needed).
+TEST(SystemHost, NvidiaCharacterDevicesAreGpus)
+{
+	TempDir dir;
+	std::string node = dir.path + "/gpu-node";
+	if (mknod(node.c_str(), S_IFCHR | 0600, makedev(195, 3)) != 0)
+		GTEST_SKIP() << "cannot mknod (" << errno_string(errno) << "): needs root";
+	std::string ctl = dir.path + "/ctl-node";
+	ASSERT_EQ(mknod(ctl.c_str(), S_IFCHR | 0600, makedev(195, 255)), 0);
+	int fd = open(node.c_str(), O_PATH | O_CLOEXEC);
+	int ctl_fd = open(ctl.c_str(), O_PATH | O_CLOEXEC);
+	ASSERT_GE(fd, 0);
+	TaskInfo info = SystemHost().task_info(getpid());
+	close(fd);
+	close(ctl_fd);
+	EXPECT_EQ(info.nvidia_minors, std::vector<unsigned>{3});
+}
+
+// CRIU reads -ENOTSUP from a hook as "not my process": a driver without the checkpoint API must fail
+// with another errno, or the CUDA process would be dumped without its GPU state.
+TEST(LibCuda, OldDriverIsNotReportedAsNotSupported)
+{
+	auto d = load_libcuda(CUDA_CRIU_FAKE_OLD_LIBCUDA);
+	ASSERT_FALSE(d.ok());
+	EXPECT_NE(d.error().errno_value(), ENOTSUP) << d.error().message();
+	EXPECT_EQ(d.error().errno_value(), ENOSYS) << d.error().message();
+	EXPECT_NE(d.error().message().find("no checkpoint API"), std::string::npos) << d.error().message();
+}
+
+TEST(Text, ReadSmallFile)
+{
+	TempDir dir;
+	std::string f = dir.path + "/f";
+	std::ofstream(f) << "abc\n";
+	struct stat st {};
+	auto text = read_small_file(f, 16, &st);
+	ASSERT_TRUE(text.ok()) << text.error().message();
+	EXPECT_EQ(*text, "abc\n");
+	EXPECT_TRUE(S_ISREG(st.st_mode));
+	EXPECT_EQ(read_small_file(f, 2).error().errno_value(), EFBIG);
+	EXPECT_EQ(read_small_file(dir.path + "/none").error().errno_value(), ENOENT);
+}
+
+TEST(Text, PrintableEscapesControlCharacters)
+{
+	EXPECT_EQ(printable("NVIDIA H200"), "NVIDIA H200");
+	EXPECT_EQ(printable("a\nError (criu): fake\x1b[2J"), "a\\x0aError (criu): fake\\x1b[2J");
+	EXPECT_EQ(printable(std::string("a\0b\\", 4)), "a\\x00b\\\\");
+	EXPECT_EQ(printable("\xc3\xa9"), "\\xc3\\xa9");
+}
+
+TEST(Text, HumanBytes)
+{
+	EXPECT_EQ(human_bytes(1ULL << 20), "1.0 MiB");
+	EXPECT_EQ(human_bytes(16ULL << 30), "16.0 GiB");
+}
+
+} // namespace
+} // namespace cuda_criu
