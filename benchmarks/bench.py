@@ -54,6 +54,7 @@ SCENARIOS = {
 GPU_COUNTS = (1, 2, 4, 8)
 SCENARIOS.update({f"{n}gpu": ("memcheck", 4096, n, ("--child-device", "spread")) for n in GPU_COUNTS})
 WORK = os.environ.get("BENCH_WORK", "/var/tmp/cuda-criu-bench")
+COLD_CACHE = False  # --cold-cache
 
 
 def log(msg):
@@ -110,6 +111,7 @@ def start(cmd, out, env=None):
 def criu_env(variant):
     env = dict(os.environ)
     env["LD_LIBRARY_PATH"] = os.path.join(BUNDLE, "lib")
+    env.update(VARIANTS[variant].get("env", {}))
     if VARIANTS[variant]["path"]:
         env["PATH"] = VARIANTS[variant]["path"] + ":" + env.get("PATH", "")
     return env
@@ -219,6 +221,10 @@ def dump_and_restore(variant, w, name):
     before = w.iterations()
     wait_for("the dumped processes to exit", lambda: all(gone(p) for p in w.pids), 60)
     image = dir_bytes(img)
+    if COLD_CACHE:
+        os.sync()
+        with open("/proc/sys/vm/drop_caches", "w") as f:
+            f.write("3\n")
     t0 = time.monotonic()
     rc, restore_s, restore_rss = run_criu(variant, ["restore", "-D", img, "-d", "-L", libdir, "-v4", "-o", "restore.log"])
     if rc != 0:
@@ -420,6 +426,10 @@ def main():
                     help="NVIDIA's cuda-checkpoint utility, for the baseline (without it: our command line)")
     ap.add_argument("--compare-cli", action="store_true",
                     help="also run the in-tree plugin with our cuda-checkpoint compatible command line")
+    ap.add_argument("--compare-copy", action="store_true",
+                    help="also run ours with the GPU state read into fresh memory (CUDA_CRIU_MAP_IMAGE=off)")
+    ap.add_argument("--cold-cache", action="store_true",
+                    help="drop the page cache before every restore (the image is read from disk)")
     ap.add_argument("--from-json", nargs="+", metavar="FILE",
                     help="no runs: report and plot the results.json files of earlier runs together")
     args = ap.parse_args()
@@ -447,6 +457,13 @@ def main():
     shutil.rmtree(WORK, ignore_errors=True)
     os.makedirs(os.path.join(WORK, "logs"))
     set_utilities(args.cuda_checkpoint, args.compare_cli)
+    if args.compare_copy:
+        VARIANTS["ours-copy"] = dict(VARIANTS["ours"], env={"CUDA_CRIU_MAP_IMAGE": "off"})
+        UTILITY["ours-copy"] = "none (ours, with CUDA_CRIU_MAP_IMAGE=off: the GPU state read into fresh memory)"
+    global COLD_CACHE
+    COLD_CACHE = args.cold_cache
+    if COLD_CACHE:
+        log("the page cache is dropped before every restore")
     os.makedirs(args.out, exist_ok=True)
     wanted = args.scenarios.split(",")
     gpus = gpu_count()

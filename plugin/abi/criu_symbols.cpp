@@ -19,6 +19,7 @@ CriuSymbols CriuSymbols::lookup()
 	find(h.check_and_remove_inventory_plugin, "check_and_remove_inventory_plugin");
 	find(h.set_compel_interrupt_only_mode, "set_compel_interrupt_only_mode");
 	find(h.opts_final_state, "opts");
+	find(h.restore_map_from_image, "criu_restore_map_from_image");
 	h.resume_late_errors_fatal = dlsym(RTLD_DEFAULT, "criu_resume_devices_late_errors_fatal") != nullptr;
 	return h;
 }

@@ -23,6 +23,9 @@ struct CriuSymbols {
 	const int *opts_final_state = nullptr;
 	// Set by criu-patches/: CRIU fails a restore when RESUME_DEVICES_LATE fails.
 	bool resume_late_errors_fatal = false;
+	// Set by criu-patches/: maps private anonymous pages from the pages image at restore
+	// (core/mapped_restore.h); 0 or -errno.
+	int (*restore_map_from_image)(int pid, unsigned long start, unsigned long end) = nullptr;
 
 	static CriuSymbols lookup();
 

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <condition_variable>
 #include <cstring>
 #include <memory>
@@ -27,6 +28,7 @@ extern "C" {
 #include "core/criu_errno.h"
 #include "core/dump_session.h"
 #include "core/gpu_plan.h"
+#include "core/mapped_restore.h"
 #include "core/inherited_devices.h"
 #include "core/options.h"
 #include "core/restore_session.h"
@@ -76,6 +78,7 @@ struct State {
 	std::unique_ptr<InheritedDevicesRestore> inherited_restore;
 	bool inventory_added = false;
 	bool image_written = false;
+	bool maps_image = false; // restore: CRIU was asked to map GPU state from the image
 	std::shared_ptr<Warmup> driver_warmup; // restore: loads libcuda while CRIU restores memory
 };
 State *g_state = nullptr; // one CRIU run: created in init, destroyed in exit
@@ -177,6 +180,25 @@ int init_dump(State &s)
 	return 0;
 }
 
+// The driver unmaps its copy of the GPU state once restored; a mapping of the image it kept is harmless
+// but ties the process to the image's pages file.
+void warn_if_image_still_mapped(pid_t pid)
+{
+	char link[64], dir[4096];
+	std::snprintf(link, sizeof(link), "/proc/self/fd/%d", g_state->criu.get_image_dir());
+	ssize_t n = readlink(link, dir, sizeof(dir) - 1);
+	auto maps = read_maps(pid);
+	if (n <= 0 || !maps)
+		return;
+	dir[n] = '\0';
+	std::string left = image_still_mapped(*maps, dir);
+	if (!left.empty())
+		LOG_WARN("pid %d still maps the image after its GPU state was restored (%s): keep the image's pages "
+			 "files in place while it runs (a later dump of it refers to them, or needs --ghost-limit once "
+			 "they are deleted), or restore with CUDA_CRIU_MAP_IMAGE=off",
+			 pid, left.c_str());
+}
+
 int init_restore(State &s)
 {
 	bool listed = true; // the inventory names a CUDA plugin (or predates the list)
@@ -206,6 +228,10 @@ int init_restore(State &s)
 	if (image->has_value())
 		if (auto st = check_driver_version(**image, kernel_driver_version()); !st)
 			return fail(std::move(st).error().context("%s", "cannot restore"));
+	if (image->has_value())
+		s.maps_image = request_mapped_restore(**image, s.options.map_image,
+						      s.criu.restore_map_from_image ? MapFromImage(s.criu.restore_map_from_image)
+										    : MapFromImage()) > 0;
 	// Forked now, while CRIU has no threads and has not forked the tasks yet (nor set its SIGCHLD handler).
 	auto guard = RestoreGuard::start();
 	if (!guard)
@@ -352,6 +378,8 @@ static int cuda_plugin_resume_devices_late(int pid)
 		auto r = g_state->restore->resume(pid);
 		if (!r)
 			return fail(r.error());
+		if (*r && g_state->maps_image)
+			warn_if_image_still_mapped(pid);
 		return *r ? 0 : -ENOTSUP;
 	});
 }

@@ -293,9 +293,13 @@ Status DumpSession::checkpoint_all()
 	// The driver copies the GPU memory into the process: its growth is the copy's progress.
 	PhaseProgress progress{"checkpoint", {}, {}, options_.stall_timeout_ms};
 	std::vector<std::pair<pid_t, uint64_t>> before;
+	// The memory map before and after (read here, on CRIU's thread, the process stopped but for its
+	// restore thread): what the checkpoint mapped anew is the driver's copy (core/mapped_restore.h).
+	std::vector<std::vector<Mapping>> maps_before;
 	for (Proc *p : targets) {
 		progress.expected.push_back(p->gpu_bytes);
 		before.emplace_back(p->pid, p->rss_before);
+		maps_before.push_back(host_.memory_map(p->pid));
 	}
 	progress.bytes = [this, before](size_t i) {
 		uint64_t rss = host_.task_info(before[i].first).rss_bytes;
@@ -306,8 +310,11 @@ Status DumpSession::checkpoint_all()
 							options_.checkpoint_timeout_ms, &progress);
 	device_phase_us_ = now_us() - t0;
 	Status first_failure;
-	for (size_t i = 0; i < targets.size(); i++)
+	for (size_t i = 0; i < targets.size(); i++) {
+		if (results[i].status)
+			targets[i]->checkpoint_ranges = added_private_anon(maps_before[i], host_.memory_map(targets[i]->pid));
 		record_checkpoint(*targets[i], std::move(results[i]), first_failure);
+	}
 	return first_failure;
 }
 
@@ -318,6 +325,8 @@ void DumpSession::record_checkpoint(Proc &p, ProcResult result, Status &first_fa
 		p.checkpointed_by_us = true;
 		uint64_t rss = host_.task_info(p.pid).rss_bytes;
 		p.state_bytes = rss > p.rss_before ? rss - p.rss_before : 0;
+		LOG_DEBUG("pid %d: the checkpoint mapped %s of new memory in %zu range(s)", p.pid,
+			  human_bytes(total_bytes(p.checkpoint_ranges)).c_str(), p.checkpoint_ranges.size());
 		return;
 	}
 	// A failed checkpoint may still have moved the state: the job asked while the restore thread ran (a
@@ -435,7 +444,7 @@ ImageRecord DumpSession::image_record() const
 	r.other_gpus = machine_gpu_records(false);
 	for (const Proc &p : procs_)
 		r.processes.push_back({p.pid, p.ns_pid, p.initial, p.gpu_uuids, p.state_bytes, p.lock_us,
-				       p.checkpoint_us});
+				       p.checkpoint_us, p.checkpoint_ranges});
 	r.device_phase_us = device_phase_us_;
 	r.created_unix = static_cast<uint64_t>(std::time(nullptr));
 	char host[256] = {};

@@ -63,6 +63,7 @@ private:
 		uint64_t state_bytes = 0;
 		uint64_t lock_us = 0;
 		uint64_t checkpoint_us = 0;
+		std::vector<MemoryRange> checkpoint_ranges; // memory the checkpoint mapped (os/maps.h)
 	};
 
 	Status load_driver(unsigned budget_ms);

@@ -72,6 +72,13 @@ const Key kKeys[] = {
 		 o.device_map = std::move(*map);
 		 return {};
 	 }},
+	{"map-image",
+	 [](Options &o, const std::string &v) -> Status {
+		 if (v != "auto" && v != "off")
+			 return make_error(EINVAL, "'%s' is neither auto nor off", v.c_str());
+		 o.map_image = v == "auto";
+		 return {};
+	 }},
 };
 
 std::string env_name(const char *key)

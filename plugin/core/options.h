@@ -22,6 +22,7 @@ struct Options {
 	unsigned parallel = 0;                   // parallel: processes handled at once, 0 = all
 	std::string libcuda;                     // libcuda: absolute path of libcuda.so.1 (default: loader's search)
 	DeviceMap device_map;                    // device-map: OLD=NEW,... GPU remapping on restore
+	bool map_image = true;                   // map-image: auto (true) or off; see core/mapped_restore.h
 	std::string config_file;                 // the file that was read, if any
 };
 

@@ -48,8 +48,11 @@ uint64_t Progress::total_done() const
 
 std::optional<std::string> Progress::line(uint64_t now_us)
 {
-	if (now_us < last_line_us_ + every_us_)
+	// The first line after a second (a phase that takes two shows one), then one every every_us.
+	uint64_t wait = lines_ ? every_us_ : std::min<uint64_t>(every_us_, 1000000);
+	if (now_us < last_line_us_ + wait)
 		return std::nullopt;
+	lines_++;
 	uint64_t done = total_done(), expected = 0;
 	size_t finished = 0;
 	for (size_t i = 0; i < procs_.size(); i++) {

@@ -28,7 +28,7 @@ public:
 
 	// Records a sample of process i at now_us; finished: its driver call has returned.
 	void observe(size_t i, const ProgressSample &s, bool finished, uint64_t now_us);
-	// The log line due now, if any (one every every_us), e.g.
+	// The log line due now, if any (the first after a second, then one every every_us), e.g.
 	// "checkpoint: 12.3 of 40.0 GiB (1.6 GB/s), 3 of 4 processes done".
 	std::optional<std::string> line(uint64_t now_us);
 	// A process whose bytes and CPU time have not moved for the stall time (never one that finished).
@@ -50,6 +50,7 @@ private:
 	std::vector<State> state_;
 	uint64_t stall_us_, every_us_;
 	uint64_t last_line_us_, last_line_bytes_ = 0;
+	unsigned lines_ = 0;
 };
 
 } // namespace cuda_criu

@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cinttypes>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
@@ -131,6 +132,8 @@ std::vector<uint8_t> encode_image(const ImageRecord &record)
 	std::vector<CudaProcess> procs(record.processes.size());
 	std::vector<CudaProcess *> proc_ptrs;
 	std::vector<std::vector<char *>> uuid_lists(record.processes.size());
+	std::vector<std::vector<CudaRange>> ranges(record.processes.size());
+	std::vector<std::vector<CudaRange *>> range_ptrs(record.processes.size());
 	for (size_t i = 0; i < record.processes.size(); i++) {
 		const ProcessRecord &p = record.processes[i];
 		CudaProcess &m = procs[i];
@@ -147,6 +150,15 @@ std::vector<uint8_t> encode_image(const ImageRecord &record)
 		m.state_bytes = p.state_bytes;
 		m.lock_us = p.lock_us;
 		m.checkpoint_us = p.checkpoint_us;
+		ranges[i].resize(p.checkpoint_ranges.size());
+		for (size_t j = 0; j < p.checkpoint_ranges.size(); j++) {
+			cuda_range__init(&ranges[i][j]);
+			ranges[i][j].start = p.checkpoint_ranges[j].start;
+			ranges[i][j].end = p.checkpoint_ranges[j].end;
+			range_ptrs[i].push_back(&ranges[i][j]);
+		}
+		m.n_checkpoint_ranges = range_ptrs[i].size();
+		m.checkpoint_ranges = range_ptrs[i].data();
 		proc_ptrs.push_back(&m);
 	}
 	CudaPluginImage img;
@@ -238,6 +250,13 @@ Result<ImageRecord> decode_image(const uint8_t *data, size_t size)
 		pr.state_bytes = p->state_bytes;
 		pr.lock_us = p->lock_us;
 		pr.checkpoint_us = p->checkpoint_us;
+		for (size_t j = 0; j < p->n_checkpoint_ranges; j++) {
+			const CudaRange *c = p->checkpoint_ranges[j];
+			if (c->start >= c->end)
+				return make_error(EINVAL, "corrupt image: process %d has an empty memory range %#" PRIx64
+							  "-%#" PRIx64, p->pid, c->start, c->end);
+			pr.checkpoint_ranges.push_back({c->start, c->end});
+		}
 		r.processes.push_back(std::move(pr));
 	}
 	r.device_phase_us = img->device_phase_us;

@@ -19,6 +19,13 @@ struct GpuRecord {
 	int ordinal = -1;
 };
 
+// [start, end) in a process's address space.
+struct MemoryRange {
+	uint64_t start = 0;
+	uint64_t end = 0;
+	bool operator==(const MemoryRange &) const = default;
+};
+
 struct ProcessRecord {
 	int pid = 0;
 	int ns_pid = 0;
@@ -28,6 +35,9 @@ struct ProcessRecord {
 	uint64_t state_bytes = 0;
 	uint64_t lock_us = 0;
 	uint64_t checkpoint_us = 0;
+	// Private anonymous memory the driver's checkpoint mapped in the process (its copy of the GPU state),
+	// which the driver's restore reads once and unmaps: CRIU may map it from the image.
+	std::vector<MemoryRange> checkpoint_ranges{}; // {}: aggregate initialisers may leave it out
 };
 
 struct ImageRecord {

@@ -11,6 +11,7 @@
 
 #include "base/result.h"
 #include "base/gpu.h"
+#include "os/maps.h"
 
 namespace cuda_criu {
 
@@ -43,6 +44,13 @@ public:
 	virtual bool alive(pid_t pid) = 0;
 	// Every GPU the kernel driver has, whatever CUDA_VISIBLE_DEVICES says: see kernel_gpus() in os/nvidia.h.
 	virtual std::vector<GpuInfo> machine_gpus() = 0;
+	// The task's memory mappings (/proc/PID/maps); empty when they cannot be read (then no memory is
+	// mapped from the image at restore).
+	virtual std::vector<Mapping> memory_map(pid_t pid)
+	{
+		(void)pid;
+		return {};
+	}
 };
 
 // Whether st (of an open file) is an NVIDIA GPU's device node: a character device of the NVIDIA major
@@ -58,6 +66,7 @@ public:
 	void kill(pid_t pid) override;
 	bool alive(pid_t pid) override;
 	std::vector<GpuInfo> machine_gpus() override;
+	std::vector<Mapping> memory_map(pid_t pid) override;
 };
 
 } // namespace cuda_criu

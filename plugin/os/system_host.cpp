@@ -103,6 +103,12 @@ bool SystemHost::alive(pid_t pid)
 	return st && st->state != 'Z' && st->state != 'X';
 }
 
+std::vector<Mapping> SystemHost::memory_map(pid_t pid)
+{
+	auto maps = read_maps(pid);
+	return maps ? std::move(*maps) : std::vector<Mapping>();
+}
+
 std::vector<GpuInfo> SystemHost::machine_gpus() { return kernel_gpus(); }
 
 } // namespace cuda_criu

@@ -160,6 +160,10 @@ static int g_svc_go; /* 0 wait, 1 run, -1 exit */
 static struct host_copy *g_copies;
 static size_t g_ncopies;
 static size_t g_copies_bytes;
+/* Test hooks, set at cuInit (tests/e2e/cuda_mapped_restore.sh): the restore writes its memory map and
+ * its copies' addresses to FAKEGPU_DIR/restore-maps.PID before reading the copies (FAKEGPU_RECORD_MAPS);
+ * the restore keeps its copies mapped, as a driver that did not unmap them would (FAKEGPU_KEEP_COPIES). */
+static int g_record_maps, g_keep_copies;
 static void *svc_main(void *arg);
 #endif
 
@@ -374,6 +378,10 @@ CUresult CUDAAPI cuInit(unsigned int flags)
 		goto out;
 	}
 	strcpy(g_dir, dir);
+#ifndef FAKEGPU_NO_CHECKPOINT_API
+	g_record_maps = getenv("FAKEGPU_RECORD_MAPS") != NULL;
+	g_keep_copies = getenv("FAKEGPU_KEEP_COPIES") != NULL;
+#endif
 	fd = fg_connect(g_dir);
 	if (fd < 0) {
 		fg_err("cuInit: cannot connect to the daemon at %s/" FG_SOCK_NAME ": %s", g_dir,
@@ -980,10 +988,35 @@ static CUresult svc_checkpoint(int sfd)
 	return CUDA_SUCCESS;
 }
 
+/* FAKEGPU_RECORD_MAPS: /proc/self/maps, then "copy START-END" per host copy (no malloc, no stdio streams). */
+static void record_maps(void)
+{
+	char path[sizeof(g_dir) + 64], buf[4096];
+	snprintf(path, sizeof(path), "%s/restore-maps.%d", g_dir, (int)getpid());
+	int out = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+	int in = open("/proc/self/maps", O_RDONLY | O_CLOEXEC);
+	ssize_t n;
+	while (in >= 0 && out >= 0 && (n = read(in, buf, sizeof(buf))) > 0)
+		if (write(out, buf, (size_t)n) != n)
+			break;
+	for (size_t i = 0; out >= 0 && i < g_ncopies; i++) {
+		int len = snprintf(buf, sizeof(buf), "copy %lx-%lx\n", (unsigned long)g_copies[i].data,
+				   (unsigned long)g_copies[i].data + (unsigned long)g_copies[i].size);
+		if (write(out, buf, (size_t)len) != len)
+			break;
+	}
+	if (in >= 0)
+		close(in);
+	if (out >= 0)
+		close(out);
+}
+
 static CUresult svc_restore(int sfd, const uint32_t *map)
 {
 	struct fg_msg m;
 	struct fg_devices devs;
+	if (g_record_maps)
+		record_maps();
 	int mfd = fg_connect(g_dir);
 	if (mfd < 0)
 		return CUDA_ERROR_OPERATING_SYSTEM;
@@ -1008,7 +1041,12 @@ static CUresult svc_restore(int sfd, const uint32_t *map)
 		detach_main(mfd); /* stay checkpointed, keep the host copies */
 		return r;
 	}
-	drop_copies();
+	if (g_keep_copies) {
+		g_copies = NULL;
+		g_ncopies = g_copies_bytes = 0;
+	} else {
+		drop_copies();
+	}
 	g_devs = devs;
 	for (uint32_t i = 0; i < FG_MAX_GPUS; i++)
 		g_devmap[i] = g_devmap[i] < FG_MAX_GPUS ? map[g_devmap[i]] : g_devmap[i];

@@ -138,4 +138,16 @@ Result<std::unique_ptr<RunningThread>> FakeHost::let_run(pid_t tid)
 	return std::unique_ptr<RunningThread>(new FakeRun(running_threads, tid));
 }
 
+std::vector<Mapping> FakeHost::memory_map(pid_t pid)
+{
+	std::lock_guard<std::mutex> g(maps_mu);
+	auto it = maps.find(pid);
+	if (it == maps.end() || it->second.empty())
+		return {};
+	std::vector<Mapping> m = it->second.front();
+	if (it->second.size() > 1)
+		it->second.erase(it->second.begin());
+	return m;
+}
+
 } // namespace cuda_criu::testing

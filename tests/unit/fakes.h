@@ -76,6 +76,10 @@ public:
 	bool alive(pid_t pid) override { return !dead.count(pid); }
 	std::vector<GpuInfo> all_gpus; // machine_gpus()
 	std::vector<GpuInfo> machine_gpus() override { return all_gpus; }
+	// memory_map(): each call takes the next snapshot of the pid (the last one repeats; none: empty).
+	std::map<pid_t, std::vector<std::vector<Mapping>>> maps;
+	std::mutex maps_mu; // checkpoint jobs read maps on worker threads
+	std::vector<Mapping> memory_map(pid_t pid) override;
 };
 
 } // namespace cuda_criu::testing

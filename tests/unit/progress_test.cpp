@@ -10,17 +10,23 @@ constexpr uint64_t S = 1000000;
 
 TEST(Progress, LogsBytesOfExpectedRateAndProcessesDone)
 {
-	Progress p("checkpoint", {{10, 4 * GiB}, {11, 4 * GiB}}, 30 * S, 5 * S, 0);
-	p.observe(0, {2 * GiB, 100}, false, 4 * S);
-	p.observe(1, {0, 5}, false, 4 * S);
-	EXPECT_FALSE(p.line(4 * S)); // not due before 5 s
-	auto l = p.line(5 * S);
+	Progress p("checkpoint", {{10, 4 * GiB}, {11, 4 * GiB}}, 30 * S, 5 * S, 100 * S);
+	p.observe(0, {1 * GiB, 100}, false, 100 * S + S / 2);
+	EXPECT_FALSE(p.line(100 * S + S / 2)); // the first is due after a second
+	auto l = p.line(101 * S);
 	ASSERT_TRUE(l);
-	// 2 GiB in 5 s = 0.43 GB/s
-	EXPECT_EQ(*l, "checkpoint: 2.0 of 8.0 GiB (429 MB/s), 0 of 2 process(es) done");
-	p.observe(0, {3 * GiB, 120}, true, 9 * S);
-	p.observe(1, {3 * GiB, 90}, false, 9 * S);
-	l = p.line(10 * S);
+	// 1 GiB in 1 s = 1.07 GB/s
+	EXPECT_EQ(*l, "checkpoint: 1.0 of 8.0 GiB (1.1 GB/s), 0 of 2 process(es) done");
+	p.observe(0, {2 * GiB, 110}, false, 105 * S);
+	p.observe(1, {0, 5}, false, 105 * S);
+	EXPECT_FALSE(p.line(105 * S)); // then every 5 s
+	l = p.line(106 * S);
+	ASSERT_TRUE(l);
+	// 1 GiB more in 5 s = 0.21 GB/s
+	EXPECT_EQ(*l, "checkpoint: 2.0 of 8.0 GiB (215 MB/s), 0 of 2 process(es) done");
+	p.observe(0, {3 * GiB, 120}, true, 110 * S);
+	p.observe(1, {3 * GiB, 90}, false, 110 * S);
+	l = p.line(111 * S);
 	ASSERT_TRUE(l);
 	// the finished one counts in full: 4 + 3 GiB; 5 GiB more in 5 s
 	EXPECT_EQ(*l, "checkpoint: 7.0 of 8.0 GiB (1.1 GB/s), 1 of 2 process(es) done");
@@ -56,9 +62,9 @@ TEST(Progress, NoStallDetectionWhenDisabledOrFinished)
 
 TEST(Progress, SmallPhasesInMiB)
 {
-	Progress p("restore", {{10, 256ULL << 20}}, 0, 1 * S, 0);
-	p.observe(0, {64ULL << 20, 1}, false, 1 * S);
-	EXPECT_EQ(*p.line(1 * S), "restore: 64 of 256 MiB (67 MB/s), 0 of 1 process(es) done");
+	Progress p("restore", {{10, 256ULL << 20}}, 0, 3 * S, 10 * S);
+	p.observe(0, {64ULL << 20, 1}, false, 11 * S);
+	EXPECT_EQ(*p.line(11 * S), "restore: 64 of 256 MiB (67 MB/s), 0 of 1 process(es) done");
 }
 
 } // namespace
