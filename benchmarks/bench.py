@@ -41,7 +41,7 @@ VARIANTS = {
     "in-tree": {"libdir": os.path.join(BUNDLE, "intree"), "path": os.path.join(BUNDLE, "bin")},
 }
 BASELINE = "in-tree"
-UTILITY = {"in-tree": "cuda-criu (this project's cuda-checkpoint compatible command line)"}
+UTILITY = {"in-tree": "CRIU's in-tree plugin driving cuda-criu (this project's cuda-checkpoint compatible command line)"}
 # scenario -> (workload kind, size, CUDA processes[, extra workload arguments])
 SCENARIOS = {
     "1g": ("memcheck", 1024, 1),
@@ -304,7 +304,7 @@ def report(results, cold, out_dir):
             rows = [r for r in results if r["scenario"] == s and r["variant"] == v]
             table[(s, v)] = {k: med([r for r in rows if k in r], k) for k, _ in keys}
     for v, what in UTILITY.items():
-        lines.append(f"{v}: CRIU's in-tree plugin driving {what}")
+        lines.append(f"{v}: {what}")
     lines.append(f"medians over rounds; ratio = ours / {BASELINE} (below 1: ours is faster or smaller); "
                  "criu = CRIU's own work, hooks = inside the CUDA plugin's hooks")
     lines.append(head)
@@ -409,10 +409,10 @@ def set_utilities(nvidia, compare_cli):
     with open(nvidia, "rb") as f:
         digest = hashlib.sha256(f.read()).hexdigest()[:16]
     VARIANTS[BASELINE]["path"] = folder
-    UTILITY[BASELINE] = f"NVIDIA's cuda-checkpoint ({nvidia}, sha256 {digest}...)"
+    UTILITY[BASELINE] = f"CRIU's in-tree plugin driving NVIDIA's cuda-checkpoint ({nvidia}, sha256 {digest}...)"
     if compare_cli:
         VARIANTS["in-tree+cuda-criu"] = {"libdir": os.path.join(BUNDLE, "intree"), "path": os.path.join(BUNDLE, "bin")}
-        UTILITY["in-tree+cuda-criu"] = "cuda-criu (this project's cuda-checkpoint compatible command line)"
+        UTILITY["in-tree+cuda-criu"] = "CRIU's in-tree plugin driving cuda-criu (this project's command line)"
     log(f"baseline: {UTILITY[BASELINE]}")
 
 
@@ -459,7 +459,7 @@ def main():
     set_utilities(args.cuda_checkpoint, args.compare_cli)
     if args.compare_copy:
         VARIANTS["ours-copy"] = dict(VARIANTS["ours"], env={"CUDA_CRIU_MAP_IMAGE": "off"})
-        UTILITY["ours-copy"] = "none (ours, with CUDA_CRIU_MAP_IMAGE=off: the GPU state read into fresh memory)"
+        UTILITY["ours-copy"] = "ours with CUDA_CRIU_MAP_IMAGE=off (the GPU state read into fresh memory)"
     global COLD_CACHE
     COLD_CACHE = args.cold_cache
     if COLD_CACHE:
