@@ -622,8 +622,8 @@ usage:
 		int tids[16], n, rtid;
 		EXPECT(p_tid(wpid, &rtid), CUDA_SUCCESS);
 		EXPECT(p_lock(wpid, NULL), CUDA_SUCCESS);
-		n = freeze(wpid, tids, 16);
 		EXPECT(p_state(wpid, &st), CUDA_SUCCESS);
+		n = freeze(wpid, tids, 16);
 		if (ptrace(PTRACE_CONT, rtid, 0, 0))
 			die("ptrace cont %d: %s", rtid, strerror(errno));
 		EXPECT(p_ckpt(wpid, NULL), CUDA_SUCCESS);
@@ -648,7 +648,8 @@ usage:
 	EXPECT(p_lock(wpid, NULL), CUDA_ERROR_TIMEOUT);
 	if (now_ms() - t0 < 400)
 		die("lock timed out too early");
-	EXPECT_STATE(wpid, CU_PROCESS_STATE_RUNNING);
+	/* like the r580 driver: a state query is answered by the restore thread, which is stopped */
+	EXPECT(p_state(wpid, &st), CUDA_ERROR_TIMEOUT);
 	memset(&la, 0, sizeof(la));
 	la.timeoutMs = 200;
 	t0 = now_ms();
@@ -656,16 +657,17 @@ usage:
 	if (now_ms() - t0 > 390)
 		die("lock did not honour timeoutMs");
 	kill(wpid, SIGCONT);
-	EXPECT(p_lock(wpid, NULL), CUDA_SUCCESS); /* the stale doorbells are ignored */
+	EXPECT_STATE(wpid, CU_PROCESS_STATE_RUNNING); /* the stale doorbells are ignored */
+	EXPECT(p_lock(wpid, NULL), CUDA_SUCCESS);
 	stop_all(wpid);
 	EXPECT(p_ckpt(wpid, NULL), CUDA_ERROR_TIMEOUT);
-	EXPECT_STATE(wpid, CU_PROCESS_STATE_LOCKED);
 	kill(wpid, SIGCONT);
+	EXPECT_STATE(wpid, CU_PROCESS_STATE_LOCKED);
 	EXPECT(p_ckpt(wpid, NULL), CUDA_SUCCESS);
 	stop_all(wpid);
 	EXPECT(p_restore(wpid, NULL), CUDA_ERROR_TIMEOUT);
-	EXPECT_STATE(wpid, CU_PROCESS_STATE_CHECKPOINTED);
 	kill(wpid, SIGCONT);
+	EXPECT_STATE(wpid, CU_PROCESS_STATE_CHECKPOINTED);
 	EXPECT(p_restore(wpid, NULL), CUDA_SUCCESS);
 	stop_all(wpid);
 	EXPECT(p_unlock(wpid, NULL), CUDA_ERROR_TIMEOUT);
