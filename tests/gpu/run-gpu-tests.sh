@@ -17,6 +17,8 @@
 #   MEMCHECK_MB, TORCH_GB, TREE_MB, LEAVE_MB   workload sizes (4096, 4, 1024, 1024); the test names stay
 #   LOAD_PROCS, LOAD_ROUNDS, LOAD_MB   the load test (16 processes, 20 rounds, 64 MiB each)
 #   FORK_STEPS       training steps of torch-dataloader and torch-forkpool (400)
+#   GPU_TESTS_RUNC_REMAP  how runc-remap pairs the GPUs: map (CUDA_CRIU_DEVICE_MAP, default) or auto
+#   GPU_TESTS_RUNC_REMAP_KEEP0  if set, runc-remap's restored container keeps /dev/nvidia0 beside nvidia1
 set -uo pipefail
 
 bundle=$(cd "$(dirname "$0")" && pwd)
@@ -28,7 +30,7 @@ source "$common"
 work=${GPU_TESTS_WORK:-/var/tmp/cuda-criu-gpu-tests}
 python=${GPU_TESTS_PYTHON:-python3}
 all_tests=(memcheck-4g torch tree leave-running managed-refused progress-16g cgroup-limit remap-self refuse-map
-	remap-gpu1 tree-2gpu torch-2gpu auto-remap remap-visible refuse-free refuse-driver cli-steps roundtrip-torch runc load
+	remap-gpu1 tree-2gpu torch-2gpu auto-remap remap-visible refuse-free refuse-driver cli-steps roundtrip-torch runc runc-remap load
 	torch-dataloader torch-forkpool)
 memcheck_mb=${MEMCHECK_MB:-4096}
 torch_gb=${TORCH_GB:-4}
@@ -520,31 +522,38 @@ test_roundtrip_torch() {
 	passed $name "2 cycles, and 1 with --leave-running, of a 2 GiB PyTorch program"
 }
 
-# A real CUDA workload in a runc container (hand-written OCI config: the host's /usr and /etc read-only, the
-# NVIDIA device nodes as devices): checkpointed, the container removed, restored from the image under its
-# own name, removed, and restored again under a new name; its data checked each time.
-test_runc() {
-	local name=runc dir=$work/runc runc_bin=$bundle/sbin/runc
-	[ -x "$runc_bin" ] || { skipped $name "no runc in the bundle"; return; }
+# runc_prepare DIR: what a runc test needs in DIR: libseccomp for runc, rootfs/ (the host's top directories
+# as mount points or links), state/, runc-root/ and a criu wrapper. Uses name (the test) and runc_bin.
+runc_prepare() {
+	local dir=$1 root=$1/rootfs d
 	# runc re-executes itself (runc init) with an empty environment: its libseccomp must be the system's.
 	if ! ldconfig -p 2>/dev/null | grep -q 'libseccomp\.so\.2 '; then
-		echo "  runc: this machine has no libseccomp.so.2: installing the bundle's copy into /usr/local/lib"
+		echo "  $name: this machine has no libseccomp.so.2: installing the bundle's copy into /usr/local/lib"
 		install -m 644 "$bundle/lib/libseccomp.so.2" /usr/local/lib/ && ldconfig
 	fi
 	mkdir -p "$dir"/{rootfs,state,runc-root}
-	local root=$dir/rootfs d n devs=()
 	for d in usr etc proc sys dev tmp state opt/bin; do mkdir -p "$root/$d"; done
 	for d in bin sbin lib lib64 lib32; do
 		if [ -L "/$d" ]; then ln -sfn "$(readlink "/$d")" "$root/$d"; elif [ -d "/$d" ]; then mkdir -p "$root/$d"; fi
 	done
-	# CRIU through a wrapper: its libraries, and our plugin's directory (runc passes its environment on).
+	# CRIU through a wrapper: its libraries, and our plugin's directory (runc passes its environment on,
+	# CUDA_CRIU_DEVICE_MAP included).
 	printf '#!/bin/sh\nexport LD_LIBRARY_PATH=%s CRIU_LIBS_DIR=%s\nexec %s "$@"\n' \
 		"$bundle/lib" "$bundle/plugin" "$bundle/sbin/criu" >"$dir/criu"
 	chmod +x "$dir/criu"
-	for n in /dev/nvidiactl /dev/nvidia-uvm /dev/nvidia-uvm-tools /dev/nvidia[0-9]*; do [ -c "$n" ] && devs+=("$n"); done
-	python3 - "$dir" "$root" "$(readlink -f "$bundle/bin")" "${devs[@]}" <<'PY' || { failed $name "cannot write config.json"; return; }
+}
+
+# runc_config BUNDLE_DIR TEST_DIR DEV_DIR DEVICE...: BUNDLE_DIR/config.json for the rootfs and state/ of
+# TEST_DIR, running cuda_memcheck on 1 GiB with the state file /state/one. The DEVICEs (host paths) are
+# the container's devices (cgroup rules, and nodes runc creates in a tmpfs /dev). With DEV_DIR non-empty,
+# /dev is instead a bind mount of that host directory (filled by the caller): runc then creates no nodes,
+# and CRIU treats /dev as an external mount whose source the restoring config.json names.
+runc_config() {
+	python3 - "$@" <<'PY'
 import json, os, sys
-dir, root, bindir, devs = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4:]
+bundle, dir, devdir, devs = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4:]
+root = dir + "/rootfs"
+bindir = os.path.realpath(os.environ["RUNC_BINDIR"])
 binds = [("/usr", "/usr", "ro"), ("/etc", "/etc", "ro")]
 binds += [(p, p, "ro") for p in ("/lib", "/lib64", "/bin", "/sbin") if os.path.isdir(p) and not os.path.islink(p)]
 # Mounts below those (e.g. the driver on its own file system) as mounts of their own: runc tells CRIU
@@ -555,6 +564,9 @@ with open("/proc/self/mountinfo") as f:
 binds += [(m, m, "ro") for m in subs if any(m.startswith(t + "/") for t in tops)]
 binds += [(bindir, "/opt/bin", "ro"), (dir + "/state", "/state", "rw")]
 devices, allow = [], [{"allow": False, "access": "rwm"}]
+if devdir:
+    # runc's own nodes (null, zero, ...) are in DEV_DIR too: allowed here, as runc allows them by default.
+    allow.append({"allow": True, "type": "c", "major": 1, "access": "rwm"})
 for d in devs:
     st = os.stat(d)
     ma, mi = os.major(st.st_rdev), os.minor(st.st_rdev)
@@ -562,6 +574,9 @@ for d in devs:
     allow.append({"allow": True, "type": "c", "major": ma, "minor": mi, "access": "rwm"})
 cmd = "exec /opt/bin/cuda_memcheck --mb 1024 --state /state/one --interval-ms 100 2>>/state/one.err"
 caps = ["CAP_KILL"]
+dev_mount = {"destination": "/dev", "type": "tmpfs", "source": "tmpfs", "options": ["nosuid", "strictatime", "mode=755", "size=65536k"]}
+if devdir:
+    dev_mount = {"destination": "/dev", "type": "bind", "source": devdir, "options": ["bind", "rw", "nosuid"]}
 config = {
     "ociVersion": "1.0.2",
     "process": {"terminal": False, "user": {"uid": 0, "gid": 0}, "args": ["/bin/sh", "-c", cmd],
@@ -572,7 +587,7 @@ config = {
     "hostname": "cuda-gpu-ct",
     "mounts": [
         {"destination": "/proc", "type": "proc", "source": "proc"},
-        {"destination": "/dev", "type": "tmpfs", "source": "tmpfs", "options": ["nosuid", "strictatime", "mode=755", "size=65536k"]},
+        dev_mount,
         {"destination": "/dev/shm", "type": "tmpfs", "source": "shm", "options": ["nosuid", "noexec", "nodev", "mode=1777", "size=65536k"]},
         {"destination": "/sys", "type": "sysfs", "source": "sysfs", "options": ["nosuid", "noexec", "nodev", "ro"]},
         {"destination": "/tmp", "type": "tmpfs", "source": "tmpfs", "options": ["nosuid", "nodev", "mode=1777"]},
@@ -586,21 +601,36 @@ config = {
         "readonlyPaths": ["/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger"],
     },
 }
-with open(dir + "/config.json", "w") as f:
+os.makedirs(bundle, exist_ok=True)
+with open(bundle + "/config.json", "w") as f:
     json.dump(config, f, indent=1)
-print("  runc: devices " + " ".join(devs) + "; bind mounts " + " ".join(b[1] for b in binds))
+print("  runc: devices " + " ".join(devs) + (" in /dev from " + devdir if devdir else "")
+      + "; bind mounts " + " ".join(b[1] for b in binds))
 PY
-	rc_() { "$runc_bin" --root "$dir/runc-root" --log "$dir/runc.log" --criu "$dir/criu" "$@"; }
-	ct_state() { rc_ state "$1" 2>/dev/null | python3 -c "import json,sys; print(json.load(sys.stdin)['$2'])" 2>/dev/null; }
-	ct_remove() { rc_ kill "$1" KILL 2>/dev/null; sleep 1; rc_ delete -f "$1" 2>/dev/null; }
-	ct_cleanup() { local id; for id in $(rc_ list -q 2>/dev/null); do rc_ kill "$id" KILL; rc_ delete -f "$id"; done 2>/dev/null; }
-	ct_fail() {
-		failed $name "$1"
-		[ -n "${2:-}" ] && show_log "$2"
-		tail -n 5 "$dir/runc.log" 2>/dev/null | sed 's/^/  runc.log | /'
-		tail -n 5 "$dir/state/one.err" 2>/dev/null | sed 's/^/  one.err | /'
-		ct_cleanup
-	}
+}
+
+# The container commands of the runc tests; they use name, dir and runc_bin of the calling test.
+rc_() { "$runc_bin" --root "$dir/runc-root" --log "$dir/runc.log" --criu "$dir/criu" "$@"; }
+ct_state() { rc_ state "$1" 2>/dev/null | python3 -c "import json,sys; print(json.load(sys.stdin)['$2'])" 2>/dev/null; }
+ct_remove() { rc_ kill "$1" KILL 2>/dev/null; sleep 1; rc_ delete -f "$1" 2>/dev/null; }
+ct_cleanup() { local id; for id in $(rc_ list -q 2>/dev/null); do rc_ kill "$id" KILL; rc_ delete -f "$id"; done 2>/dev/null; }
+ct_fail() {
+	failed "$name" "$1"
+	[ -n "${2:-}" ] && show_log "$2"
+	tail -n 5 "$dir/runc.log" 2>/dev/null | sed 's/^/  runc.log | /'
+	tail -n 5 "$dir/state/one.err" 2>/dev/null | sed 's/^/  one.err | /'
+	ct_cleanup
+}
+
+# A real CUDA workload in a runc container (hand-written OCI config: the host's /usr and /etc read-only, the
+# NVIDIA device nodes as devices): checkpointed, the container removed, restored from the image under its
+# own name, removed, and restored again under a new name; its data checked each time.
+test_runc() {
+	local name=runc dir=$work/runc runc_bin=$bundle/sbin/runc n devs=()
+	[ -x "$runc_bin" ] || { skipped $name "no runc in the bundle"; return; }
+	runc_prepare "$dir"
+	for n in /dev/nvidiactl /dev/nvidia-uvm /dev/nvidia-uvm-tools /dev/nvidia[0-9]*; do [ -c "$n" ] && devs+=("$n"); done
+	RUNC_BINDIR=$bundle/bin runc_config "$dir" "$dir" "" "${devs[@]}" || { failed $name "cannot write config.json"; return; }
 	"$runc_bin" --version | head -n1 | sed 's/^/  /'
 
 	# The container's stdio is runc's: /dev/null (CRIU cannot restore a file outside the container).
@@ -636,6 +666,112 @@ PY
 	done
 	ct_cleanup
 	passed $name "checkpoint $dump_s s, image $(gib "$img_bytes") GiB; restored as ct-gpu and as ct-gpu-new, data intact"
+	rm -rf "$dir/img"
+}
+
+# gpu_nodes_of PID: the GPU device nodes (nvidiaN, by minor number) the process holds open, as a list.
+gpu_nodes_of() {
+	local f t m
+	for f in /proc/"$1"/fd/*; do
+		read -r t m < <(stat -L -c '%t %T' "$f" 2>/dev/null) || continue
+		[ "$t" = c3 ] && [ $((16#$m)) -lt 255 ] && echo "nvidia$((16#$m))"
+	done | sort -u | xargs
+}
+
+# runc_devdir DIR NODE...: a /dev for a container in the host directory DIR: the character devices runc
+# would create (null, zero, full, random, urandom), its links, shm/ for the tmpfs mounted there, and a node
+# with the same numbers for each host NODE (/dev/nvidiactl, ...), under the same name.
+runc_devdir() {
+	local d=$1 n t m; shift
+	rm -rf "$d" && mkdir -p "$d/shm" || return 1
+	for n in null:3 zero:5 full:7 random:8 urandom:9; do mknod -m 666 "$d/${n%:*}" c 1 "${n#*:}" || return 1; done
+	ln -s /proc/self/fd "$d/fd" && ln -s /proc/self/fd/0 "$d/stdin" && ln -s /proc/self/fd/1 "$d/stdout" &&
+		ln -s /proc/self/fd/2 "$d/stderr" || return 1
+	for n in "$@"; do
+		read -r t m < <(stat -c '%t %T' "$n") || return 1
+		mknod -m 666 "$d/${n#/dev/}" c $((16#$t)) $((16#$m)) || return 1
+	done
+}
+
+# A runc container that sees only GPU 0, checkpointed, and restored onto GPU 1 as a new container that sees
+# only GPU 1. The container's /dev is a bind mount of a host directory (not runc's tmpfs): CRIU restores a
+# tmpfs /dev from the image, with GPU 0's node and without GPU 1's, whatever the restoring config.json says,
+# whereas a bind mount is external to CRIU and runc hands it the source named by the restoring config.json.
+# So the checkpoint's /dev holds nvidia0 (plus nvidiactl, nvidia-uvm, nvidia-uvm-tools) and the restore's
+# holds nvidia1 in its place: the driver, restoring with the GPU pairs, reopens /dev/nvidiaN by the new
+# GPU's minor number inside the container, and the process has no use for GPU 0 afterwards, so nvidia0 is
+# left out (and denied by the cgroup) to show that nothing still needs it. GPU_TESTS_RUNC_REMAP_KEEP0=1
+# keeps nvidia0 there too, to tell a driver that still wants it from other failures.
+# The pairs: CUDA_CRIU_DEVICE_MAP with both GPUs' UUIDs (GPU0=GPU1,GPU1=GPU0: the driver wants every GPU
+# paired) in runc's environment, which runc passes to CRIU; with GPU_TESTS_RUNC_REMAP=auto instead no map
+# and CUDA_VISIBLE_DEVICES=1 for CRIU, so that the plugin pairs GPU 0 with GPU 1 by itself (as auto-remap).
+test_runc_remap() {
+	local name=runc-remap dir=$work/runc-remap runc_bin=$bundle/sbin/runc how=${GPU_TESTS_RUNC_REMAP:-map}
+	[ -x "$runc_bin" ] || { skipped $name "no runc in the bundle"; return; }
+	with_two_gpus $name || return
+	local u0 u1 n common=() devs0 devs1 renv line host_pid at_dump t0 now
+	u0=$(gpu_uuid 0); u1=$(gpu_uuid 1)
+	for n in /dev/nvidiactl /dev/nvidia-uvm /dev/nvidia-uvm-tools; do [ -c "$n" ] && common+=("$n"); done
+	[ -c /dev/nvidia0 ] && [ -c /dev/nvidia1 ] || { failed $name "no /dev/nvidia0 or /dev/nvidia1 on this machine"; return; }
+	devs0=("${common[@]}" /dev/nvidia0)
+	devs1=("${common[@]}" /dev/nvidia1)
+	[ -n "${GPU_TESTS_RUNC_REMAP_KEEP0:-}" ] && devs1+=(/dev/nvidia0)
+	case "$how" in
+	map) renv="CUDA_CRIU_DEVICE_MAP=$u0=$u1,$u1=$u0" ;;
+	auto) renv=CUDA_VISIBLE_DEVICES=1 ;;
+	*) failed $name "GPU_TESTS_RUNC_REMAP=$how: want map or auto"; return ;;
+	esac
+	runc_prepare "$dir"
+	# The nodes are made under $work: a file system mounted nodev there would make them unusable.
+	if findmnt -n -o OPTIONS -T "$dir" | grep -qw nodev; then
+		failed $name "$work is on a file system mounted nodev: set GPU_TESTS_WORK to a folder where device nodes work"; return
+	fi
+	runc_devdir "$dir/dev-gpu0" "${devs0[@]}" || { failed $name "cannot make the device nodes in $dir/dev-gpu0"; return; }
+	runc_devdir "$dir/dev-gpu1" "${devs1[@]}" || { failed $name "cannot make the device nodes in $dir/dev-gpu1"; return; }
+	RUNC_BINDIR=$bundle/bin runc_config "$dir/gpu0" "$dir" "$dir/dev-gpu0" "${devs0[@]}" &&
+		RUNC_BINDIR=$bundle/bin runc_config "$dir/gpu1" "$dir" "$dir/dev-gpu1" "${devs1[@]}" ||
+		{ failed $name "cannot write config.json"; return; }
+	"$runc_bin" --version | head -n1 | sed 's/^/  /'
+
+	# The process's environment is config.json's: CUDA_VISIBLE_DEVICES is unset, GPU 0 is all it can open.
+	rc_ run -d --bundle "$dir/gpu0" ct-gpu0 </dev/null >/dev/null 2>&1 || { ct_fail "runc run failed (runc.log below)"; return; }
+	wait_state "$dir/state/one" 120 1 || { ct_fail "in the container: $why"; return; }
+	host_pid=$(ct_state ct-gpu0 pid)
+	echo "  $name: container ct-gpu0, host pid $host_pid holds $(gpu_nodes_of "$host_pid"), on $(gpus_of "$host_pid") (GPU 0 is $u0)"
+	[ "$(gpus_of "$host_pid")" = "$u0" ] || { ct_fail "before the checkpoint the workload is on '$(gpus_of "$host_pid")', not GPU 0 ($u0)"; return; }
+	t0=$(now)
+	rc_ checkpoint --image-path "$dir/img" --work-path "$dir/work-dump" ct-gpu0 </dev/null >"$dir/checkpoint.out" 2>&1 ||
+		{ ct_fail "runc checkpoint failed: $(tail -n 3 "$dir/checkpoint.out")" "$dir/work-dump/dump.log"; return; }
+	dump_s=$(since "$t0")
+	img_bytes=$(du -sb "$dir/img" | cut -f1)
+	wait_gone 30 "$host_pid" || { ct_fail "pid $host_pid still exists after the checkpoint"; return; }
+	rc_ delete -f ct-gpu0 2>/dev/null
+	at_dump=$(state_value "$dir/state/one" iterations)
+	echo "  $name: checkpointed in $dump_s s at iteration $at_dump, image $(gib "$img_bytes") GiB, container removed"
+	plugin_line "$dir/work-dump/dump.log" dump | sed 's/^/  /'
+
+	echo "  $name: restoring as ct-gpu1 (/dev with ${devs1[*]}) with $renv"
+	t0=$(now)
+	# shellcheck disable=SC2163 # renv is NAME=VALUE
+	(export "$renv" && rc_ restore -d --bundle "$dir/gpu1" --image-path "$dir/img" --work-path "$dir/work-restore" ct-gpu1) \
+		</dev/null >/dev/null 2>&1 ||
+		{ ct_fail "runc restore as ct-gpu1 with $renv failed" "$dir/work-restore/restore.log"; return; }
+	restore_s=$(since "$t0")
+	line=$(plugin_line "$dir/work-restore/restore.log" 'restoring with GPU pairs')
+	echo "  ${line:-no 'restoring with GPU pairs' line in restore.log}"
+	[ "$(ct_state ct-gpu1 status)" = running ] || { ct_fail "ct-gpu1 is $(ct_state ct-gpu1 status) after the restore" "$dir/work-restore/restore.log"; return; }
+	advance 60 "$dir/state/one" "$at_dump" || { ct_fail "ct-gpu1 after the restore: $why" "$dir/work-restore/restore.log"; return; }
+	now=$(state_value "$dir/state/one" iterations)
+	host_pid=$(ct_state ct-gpu1 pid)
+	echo "  $name: restored as ct-gpu1 in $restore_s s, host pid $host_pid holds $(gpu_nodes_of "$host_pid"), iterations $at_dump -> $now, data verified"
+	plugin_line "$dir/work-restore/restore.log" restore | sed 's/^/  /'
+	nvidia-smi --query-compute-apps=pid,gpu_uuid --format=csv,noheader 2>&1 | sed 's/^/  nvidia-smi | /'
+	if [ -z "$line" ]; then
+		ct_fail "the plugin did not restore with GPU pairs (no 'restoring with GPU pairs' line)" "$dir/work-restore/restore.log"; return
+	fi
+	expect_on $name "$host_pid" 1 || { ct_cleanup; return; }
+	ct_cleanup
+	passed $name "checkpoint on GPU 0 $dump_s s, image $(gib "$img_bytes") GiB; restored as ct-gpu1 with only /dev/nvidia1 onto GPU 1 ($how) in $restore_s s, data intact"
 	rm -rf "$dir/img"
 }
 
@@ -961,6 +1097,7 @@ for t in "$@"; do
 	cli-steps) test_cli_steps ;;
 	roundtrip-torch) test_roundtrip_torch ;;
 	runc) test_runc ;;
+	runc-remap) test_runc_remap ;;
 	load) test_load ;;
 	torch-dataloader) test_torch_fork torch-dataloader dataloader ;;
 	torch-forkpool) test_torch_fork torch-forkpool forkpool ;;
