@@ -25,7 +25,9 @@ expect_still "$T/state/one"
 log "checkpointed at iteration $at_dump, container removed"
 
 # 2. Restore under the same name.
-runc_restore ct-one "$T/bundle" "$T/img" || fail "runc restore failed"
+# The driver loads slowly in CRIU (1.5 s): the plugin's warm-up thread still runs while CRIU enters the
+# restored mount namespace, which fails (EINVAL) if that thread shares CRIU's fs_struct.
+FAKEGPU_INIT_MS=1500 runc_restore ct-one "$T/bundle" "$T/img" || fail "runc restore failed"
 expect_log "$T/restore.log" "cuda_plugin: restore: 1 CUDA process\(es\), 0 failed" "no restore summary"
 [ "$(runc_status ct-one)" = running ] || fail "restored container is $(runc_status ct-one)"
 [ "$(runc_pid ct-one)" != "$host_pid" ] || log "note: the restored container got the same host pid"

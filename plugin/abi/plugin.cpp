@@ -35,6 +35,7 @@ extern "C" {
 #include "driver/libcuda.h"
 #include "driver/nvml.h"
 #include "image/image.h"
+#include "os/fs_context.h"
 #include "os/host.h"
 #include "os/nvidia_files.h"
 
@@ -55,6 +56,7 @@ static_assert(CR_PLUGIN_HOOK__DUMP_EXT_FILE == 2 && CR_PLUGIN_HOOK__RESTORE_EXT_
 struct Warmup {
 	std::mutex mu;
 	std::condition_variable cv;
+	bool own_fs = false;   // the thread no longer shares CRIU's fs_struct
 	bool done = false;
 	bool given_up = false; // a hook waited its full time in vain: later hooks do not wait again
 
@@ -352,12 +354,25 @@ static int cuda_plugin_post_forking()
 			auto warmup = std::make_shared<Warmup>();
 			std::string path = g_state->options.libcuda;
 			std::thread([warmup, path] {
+				// CRIU goes on restoring while this thread loads the driver, and its setns() into the
+				// restored mount namespace fails (EINVAL) while another thread shares its fs_struct:
+				// take one of our own before CRIU carries on (the hook waits for that).
+				use_own_fs_context();
+				{
+					std::lock_guard<std::mutex> g(warmup->mu);
+					warmup->own_fs = true;
+					warmup->cv.notify_all();
+				}
 				(void)load_libcuda(path);
 				(void)load_nvml(); // for the free-memory check of the GPU plan
 				std::lock_guard<std::mutex> g(warmup->mu);
 				warmup->done = true;
 				warmup->cv.notify_all();
 			}).detach();
+			{
+				std::unique_lock<std::mutex> g(warmup->mu);
+				warmup->cv.wait_for(g, std::chrono::seconds(5), [&] { return warmup->own_fs; });
+			}
 			g_state->driver_warmup = std::move(warmup);
 		}
 		return 0;

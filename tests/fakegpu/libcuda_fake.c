@@ -15,6 +15,7 @@
  *   FAKEGPU_CALL_TIMEOUT_MS   how long the restore thread gets to take a
  *                             request (default 60000)
  *   FAKEGPU_FAIL=op[:pid][,...]   op returns CUDA_ERROR_UNKNOWN
+ *   FAKEGPU_INIT_MS=N         cuInit takes N ms first (a driver slow to load)
  *   FAKEGPU_COPY_MBPS=N       the restore thread copies device memory at N MB/s
  *                             (checkpoint and restore), so that progress shows
  *   FAKEGPU_STALL_AFTER_MB=N  the restore thread stops making progress after
@@ -364,6 +365,13 @@ CUresult CUDAAPI cuInit(unsigned int flags)
 	if (g_inited) {
 		pthread_mutex_unlock(&g_init_lock);
 		return CUDA_SUCCESS;
+	}
+	const char *slow = getenv("FAKEGPU_INIT_MS"); /* a driver slow to load (cold, many GPUs) */
+	uint64_t init_ms = slow ? strtoull(slow, NULL, 0) : 0;
+	if (init_ms) {
+		struct timespec ts = { .tv_sec = (time_t)(init_ms / 1000), .tv_nsec = (long)(init_ms % 1000) * 1000000 };
+		while (nanosleep(&ts, &ts) && errno == EINTR)
+			;
 	}
 	const char *dir = getenv("FAKEGPU_DIR");
 	int fd = -1;
