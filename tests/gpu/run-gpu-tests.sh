@@ -573,6 +573,11 @@ for d in devs:
     devices.append({"path": d, "type": "c", "major": ma, "minor": mi, "fileMode": 0o666, "uid": 0, "gid": 0})
     allow.append({"allow": True, "type": "c", "major": ma, "minor": mi, "access": "rwm"})
 cmd = "exec /opt/bin/cuda_memcheck --mb 1024 --state /state/one --interval-ms 100 2>>/state/one.err"
+if devdir:
+    # runc reopens stdio that is the host's /dev/null inside the container only when it sets up /dev
+    # itself: with /dev bind-mounted the process would keep the host's /dev/null, which CRIU cannot find
+    # in the container's mounts ("Can't lookup mount=N for fd=0"). Reopen it here, inside.
+    cmd = "exec </dev/null >/dev/null 2>>/state/one.err; " + cmd
 caps = ["CAP_KILL"]
 dev_mount = {"destination": "/dev", "type": "tmpfs", "source": "tmpfs", "options": ["nosuid", "strictatime", "mode=755", "size=65536k"]}
 if devdir:
