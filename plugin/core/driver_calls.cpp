@@ -21,7 +21,7 @@ JobWatch watch_progress(const PhaseProgress &pp, const std::vector<ProcJob> &job
 		threads.emplace_back(jobs[i].pid, jobs[i].restore_tid);
 	}
 	auto progress = std::make_shared<Progress>(pp.phase, std::move(procs), pp.stall_ms * 1000ULL,
-						   pp.every_ms * 1000ULL, now_us());
+						   pp.every_ms * 1000ULL, now_us(), pp.stall_needs_bytes);
 	return [progress, threads, index, bytes = pp.bytes](const std::vector<bool> &ended) {
 		std::vector<std::pair<size_t, Error>> give_up;
 		uint64_t now = now_us();

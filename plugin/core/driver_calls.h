@@ -81,6 +81,7 @@ struct PhaseProgress {
 	std::function<uint64_t(size_t job)> bytes;              // what job i has copied so far
 	unsigned stall_ms = 0;                                  // 0: no stall detection
 	unsigned every_ms = 3000;                               // a progress line this often
+	bool stall_needs_bytes = false;                         // see Progress
 };
 
 // Lets each job's restore thread run (on the calling thread, the tracer), runs the jobs on workers with

@@ -18,9 +18,10 @@ const char *unit(uint64_t scale) { return scale >= (1ULL << 30) ? "GiB" : "MiB";
 
 } // namespace
 
-Progress::Progress(std::string phase, std::vector<Proc> procs, uint64_t stall_us, uint64_t every_us, uint64_t start_us)
+Progress::Progress(std::string phase, std::vector<Proc> procs, uint64_t stall_us, uint64_t every_us, uint64_t start_us,
+		   bool stall_needs_bytes)
 	: phase_(std::move(phase)), procs_(std::move(procs)), state_(procs_.size()), stall_us_(stall_us),
-	  every_us_(every_us), last_line_us_(start_us)
+	  every_us_(every_us), stall_needs_bytes_(stall_needs_bytes), last_line_us_(start_us)
 {
 	for (State &s : state_)
 		s.moved_us = start_us;
@@ -75,7 +76,8 @@ std::optional<size_t> Progress::stalled(uint64_t now_us) const
 	if (!stall_us_)
 		return std::nullopt;
 	for (size_t i = 0; i < procs_.size(); i++)
-		if (!state_[i].finished && now_us >= state_[i].moved_us + stall_us_)
+		if (!state_[i].finished && now_us >= state_[i].moved_us + stall_us_ &&
+		    !(stall_needs_bytes_ && state_[i].last.bytes == 0))
 			return i;
 	return std::nullopt;
 }

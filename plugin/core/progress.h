@@ -24,7 +24,10 @@ public:
 		pid_t pid = 0;
 		uint64_t expected = 0; // bytes the phase will copy; 0 = unknown
 	};
-	Progress(std::string phase, std::vector<Proc> procs, uint64_t stall_us, uint64_t every_us, uint64_t start_us);
+	// stall_needs_bytes: a process counts as stalled only once its bytes have moved at least once (for a
+	// phase whose byte count may stay 0 until the end, the restore's GPU memory as NVML reports it).
+	Progress(std::string phase, std::vector<Proc> procs, uint64_t stall_us, uint64_t every_us, uint64_t start_us,
+		 bool stall_needs_bytes = false);
 
 	// Records a sample of process i at now_us; finished: its driver call has returned.
 	void observe(size_t i, const ProgressSample &s, bool finished, uint64_t now_us);
@@ -49,6 +52,7 @@ private:
 	std::vector<Proc> procs_;
 	std::vector<State> state_;
 	uint64_t stall_us_, every_us_;
+	bool stall_needs_bytes_;
 	uint64_t last_line_us_, last_line_bytes_ = 0;
 	unsigned lines_ = 0;
 };

@@ -126,6 +126,10 @@ void RestoreSession::restore_batch(const std::vector<pid_t> &candidates)
 PhaseProgress RestoreSession::restore_progress(const std::vector<pid_t> &pids)
 {
 	PhaseProgress progress{"restore", {}, {}, options_.stall_timeout_ms};
+	// On r580 NVML shows a restoring process's GPU memory only once its restore is done, and the driver's
+	// restore thread may wait on the GPU's copies without using CPU time: a restore is declared stalled
+	// only once its bytes have been seen to move.
+	progress.stall_needs_bytes = true;
 	for (pid_t pid : pids) {
 		uint64_t expected = 0;
 		if (image_)

@@ -60,6 +60,16 @@ TEST(Progress, NoStallDetectionWhenDisabledOrFinished)
 	EXPECT_FALSE(done.stalled(1000 * S));
 }
 
+TEST(Progress, AByteSignalThatNeverMovedDoesNotMakeAStall)
+{
+	Progress p("restore", {{10, 4 * GiB}}, 1 * S, 3 * S, 0, true);
+	p.observe(0, {0, 5}, false, 1);
+	EXPECT_FALSE(p.stalled(100 * S)); // no bytes seen yet: no stall on CPU time alone
+	p.observe(0, {GiB, 5}, false, 101 * S);
+	EXPECT_FALSE(p.stalled(101 * S));
+	EXPECT_TRUE(p.stalled(103 * S)); // moved once, then stopped
+}
+
 TEST(Progress, SmallPhasesInMiB)
 {
 	Progress p("restore", {{10, 256ULL << 20}}, 0, 3 * S, 10 * S);
