@@ -1,6 +1,8 @@
 #include "core/inherited_devices.h"
 
+#include <dirent.h>
 #include <fcntl.h>
+#include <unistd.h>
 #include <sys/sysmacros.h>
 
 #include <algorithm>
@@ -9,6 +11,7 @@
 
 #include "base/log.h"
 #include "os/nvidia_files.h"
+#include "os/proc.h"
 
 namespace cuda_criu {
 
@@ -23,6 +26,7 @@ Result<bool> InheritedDevicesDump::claim_mapping(int fd, const struct stat &st)
 	auto &paths = record_.mapped_paths;
 	if (std::find(paths.begin(), paths.end(), path) == paths.end()) {
 		paths.push_back(path);
+		describe_processes();
 		if (auto s = save(); !s)
 			return std::move(s).error();
 	}
@@ -42,10 +46,47 @@ Result<bool> InheritedDevicesDump::claim_file(int lfd, uint32_t id)
 		return errno_error("read the flags of file id %#x", id);
 	std::string path = fd_path(lfd);
 	record_.files.push_back({id, static_cast<uint32_t>(fl & (O_ACCMODE | O_NONBLOCK | O_APPEND)), path});
+	describe_processes();
 	if (auto s = save(); !s)
 		return std::move(s).error();
 	LOG_INFO("file %s (id %#x) inherited from the NVIDIA driver: restored as /dev/null", path.c_str(), id);
 	return true;
+}
+
+void InheritedDevicesDump::describe_processes()
+{
+	if (described_)
+		return;
+	described_ = true;
+	DIR *d = opendir("/proc");
+	if (!d) {
+		LOG_WARN("cannot list /proc (%s): cuda-criu inspect will not show which process held which NVIDIA "
+			 "device file",
+			 std::strerror(errno));
+		return;
+	}
+	const pid_t self = getpid();
+	while (dirent *de = readdir(d)) {
+		char *end = nullptr;
+		long pid = std::strtol(de->d_name, &end, 10);
+		if (pid <= 0 || *end)
+			continue;
+		auto st = read_task_status(static_cast<pid_t>(pid));
+		if (!st || st->tracer != self)
+			continue;
+		InheritedProcessRecord p;
+		p.pid = static_cast<int32_t>(pid);
+		p.ns_pid = st->innermost_pid;
+		for (const DeviceMapping &m : nvidia_device_mapping_list(p.pid))
+			p.mappings.push_back({m.start, m.end, m.offset, m.perms, m.path});
+		for (const DeviceFd &f : nvidia_device_fds(p.pid))
+			p.fds.push_back({f.fd, f.flags, f.path});
+		if (!p.mappings.empty() || !p.fds.empty())
+			record_.processes.push_back(std::move(p));
+	}
+	closedir(d);
+	std::sort(record_.processes.begin(), record_.processes.end(),
+		  [](const InheritedProcessRecord &a, const InheritedProcessRecord &b) { return a.pid < b.pid; });
 }
 
 Status InheritedDevicesDump::save()
