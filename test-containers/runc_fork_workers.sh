@@ -48,6 +48,12 @@ runc_checkpoint ct-fork "$T/img" || fail "runc checkpoint failed: $(tail -n 5 "$
 [ -z "$(plugin_errors "$T/dump.log")" ] || fail "plugin errors in the dump log: $(plugin_errors "$T/dump.log")"
 expect_log "$T/dump.log" "mapping of .*nvidia-mappable inherited from the NVIDIA driver" "no claim of the workers' mappings"
 [ -s "$T/img/cuda-plugin-devices.img" ] || fail "no cuda-plugin-devices.img in the image"
+# cuda-criu inspect names each worker by its host pid and its pid inside the container.
+"$BUILD_DIR/bin/cuda-criu" inspect "$T/img" >"$T/inspect.txt" || fail "cuda-criu inspect of the image failed"
+for w in $workers; do
+	grep -qE "^pid $w \(ns pid ${ns_before[$w]}\): 2 mapping\(s\)" "$T/inspect.txt" ||
+		fail "inspect: no line for worker $w (container pid ${ns_before[$w]}): $(cat "$T/inspect.txt")"
+done
 for p in $parent $workers; do wait_for "pid $p to exit" 10 test ! -e "/proc/$p"; done
 runc_ delete -f ct-fork 2>/dev/null || true
 before=$(state_value "$STATE" batches)
