@@ -85,6 +85,8 @@ void InheritedDevicesDump::describe_processes()
 			record_.processes.push_back(std::move(p));
 	}
 	closedir(d);
+	LOG_INFO("%zu process(es) of the tree hold NVIDIA device files inherited from a CUDA parent",
+		 record_.processes.size());
 	std::sort(record_.processes.begin(), record_.processes.end(),
 		  [](const InheritedProcessRecord &a, const InheritedProcessRecord &b) { return a.pid < b.pid; });
 }

@@ -91,6 +91,8 @@ wait_gone "$pid" $workers
 [ -s "$T/img/cuda-plugin-devices.img" ] || fail "no cuda-plugin-devices.img in the image"
 grep -q "mapping of .*nvidia-mappable inherited from the NVIDIA driver" "$T/dump.log" || fail "no claim of the mapping logged"
 grep -q "file .*nvidia-mappable (id .*) inherited from the NVIDIA driver" "$T/dump.log" || fail "no claim of the fd logged"
+grep -q "2 process(es) of the tree hold NVIDIA device files inherited from a CUDA parent" "$T/dump.log" ||
+	fail "the workers holding device files are not counted: $(grep 'process(es) of the tree' "$T/dump.log")"
 # cuda-criu inspect shows, per worker, what it inherited and what the restore puts in its place.
 if [ -x "$CUDA_CRIU" ]; then
 	cuda_criu inspect "$T/img" >"$T/inspect.txt" || fail "inspect of the image failed"
