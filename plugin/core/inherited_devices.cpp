@@ -1,9 +1,8 @@
 #include "core/inherited_devices.h"
 
-#include <dirent.h>
 #include <fcntl.h>
-#include <unistd.h>
 #include <sys/sysmacros.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstring>
@@ -58,37 +57,20 @@ void InheritedDevicesDump::describe_processes()
 	if (described_)
 		return;
 	described_ = true;
-	DIR *d = opendir("/proc");
-	if (!d) {
-		LOG_WARN("cannot list /proc (%s): cuda-criu inspect will not show which process held which NVIDIA "
-			 "device file",
-			 std::strerror(errno));
-		return;
-	}
-	const pid_t self = getpid();
-	while (dirent *de = readdir(d)) {
-		char *end = nullptr;
-		long pid = std::strtol(de->d_name, &end, 10);
-		if (pid <= 0 || *end)
-			continue;
-		auto st = read_task_status(static_cast<pid_t>(pid));
-		if (!st || st->tracer != self)
-			continue;
+	for (pid_t pid : processes_traced_by(getpid())) {
 		InheritedProcessRecord p;
-		p.pid = static_cast<int32_t>(pid);
-		p.ns_pid = st->innermost_pid;
-		for (const DeviceMapping &m : nvidia_device_mapping_list(p.pid))
+		p.pid = pid;
+		if (auto st = read_task_status(pid))
+			p.ns_pid = st->innermost_pid;
+		for (const DeviceMapping &m : nvidia_device_mapping_list(pid))
 			p.mappings.push_back({m.start, m.end, m.offset, m.perms, m.path});
-		for (const DeviceFd &f : nvidia_device_fds(p.pid))
+		for (const DeviceFd &f : nvidia_device_fds(pid))
 			p.fds.push_back({f.fd, f.flags, f.path});
 		if (!p.mappings.empty() || !p.fds.empty())
 			record_.processes.push_back(std::move(p));
 	}
-	closedir(d);
 	LOG_INFO("%zu process(es) of the tree hold NVIDIA device files inherited from a CUDA parent",
 		 record_.processes.size());
-	std::sort(record_.processes.begin(), record_.processes.end(),
-		  [](const InheritedProcessRecord &a, const InheritedProcessRecord &b) { return a.pid < b.pid; });
 }
 
 Status InheritedDevicesDump::save()

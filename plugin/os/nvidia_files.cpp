@@ -124,10 +124,9 @@ std::vector<DeviceMapping> nvidia_device_mapping_list(pid_t pid)
 	while (std::getline(in, line)) {
 		// "START-END PERMS OFFSET DEV INODE PATH"; only file mappings can be of a device.
 		std::istringstream f(line);
-		std::string range, perms, offset, dev, inode, path;
+		std::string range, perms, offset, dev, inode;
 		if (!(f >> range >> perms >> offset >> dev >> inode) || inode == "0")
 			continue;
-		std::getline(f >> std::ws, path);
 		// O_PATH: no driver open() call; the stat and the link are all that is needed.
 		UniqueFd fd(open((dir + "/map_files/" + range).c_str(), O_PATH | O_CLOEXEC));
 		struct stat st;
