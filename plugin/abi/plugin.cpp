@@ -33,6 +33,7 @@ extern "C" {
 #include "driver/libcuda.h"
 #include "driver/nvml.h"
 #include "image/image.h"
+#include "os/fs_context.h"
 #include "os/host.h"
 #include "os/nvidia_files.h"
 
@@ -326,6 +327,9 @@ static int cuda_plugin_post_forking()
 			auto warmup = std::make_shared<Warmup>();
 			std::string path = g_state->options.libcuda;
 			std::thread([warmup, path] {
+				// While this thread shares CRIU's fs_struct, CRIU's setns() into the container's
+				// mount namespace (cleaning ghost files after the restore) fails with EINVAL.
+				use_own_fs_context();
 				(void)load_libcuda(path);
 				(void)load_nvml(); // for the free-memory check of the GPU plan
 				std::lock_guard<std::mutex> g(warmup->mu);

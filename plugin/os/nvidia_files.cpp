@@ -115,6 +115,7 @@ std::vector<DeviceMapping> nvidia_device_mapping_list(pid_t pid)
 {
 	std::vector<DeviceMapping> out;
 	std::string dir = "/proc/" + std::to_string(pid);
+	std::string map_files = dir + "/map_files/";
 	// A large process (PyTorch) has thousands of mappings: more than the default 1 MiB of text.
 	auto maps = read_small_file(dir + "/maps", 64 << 20);
 	if (!maps)
@@ -128,7 +129,7 @@ std::vector<DeviceMapping> nvidia_device_mapping_list(pid_t pid)
 		if (!(f >> range >> perms >> offset >> dev >> inode) || inode == "0")
 			continue;
 		// O_PATH: no driver open() call; the stat and the link are all that is needed.
-		UniqueFd fd(open((dir + "/map_files/" + range).c_str(), O_PATH | O_CLOEXEC));
+		UniqueFd fd(open((map_files + range).c_str(), O_PATH | O_CLOEXEC));
 		struct stat st;
 		if (!fd.valid() || fstat(fd.get(), &st) != 0 || !is_nvidia_device_file(fd.get(), st))
 			continue;
