@@ -6,6 +6,7 @@
 
 #include "base/text.h"
 #include "cli.h"
+#include "image/devices_image.h"
 #include "image/image.h"
 #include "json.h"
 #include "os/unique_fd.h"
@@ -24,6 +25,102 @@ std::string utc_time(uint64_t unix_seconds)
 	if (!gmtime_r(&t, &tm) || !std::strftime(buf, sizeof(buf), "%Y-%m-%d %H:%M:%S UTC", &tm))
 		return "unknown";
 	return buf;
+}
+
+// Open-file status flags as names ("O_RDWR|O_NONBLOCK|O_CLOEXEC").
+std::string flag_names(uint32_t flags)
+{
+	int acc = static_cast<int>(flags) & O_ACCMODE;
+	std::string s = acc == O_RDONLY ? "O_RDONLY" : acc == O_WRONLY ? "O_WRONLY" : "O_RDWR";
+	if (flags & O_NONBLOCK)
+		s += "|O_NONBLOCK";
+	if (flags & O_APPEND)
+		s += "|O_APPEND";
+	if (flags & O_CLOEXEC)
+		s += "|O_CLOEXEC";
+	return s;
+}
+
+// What the restore puts in place of each (core/inherited_devices.h): the same flags the plugin opens
+// /dev/null with, close-on-exec kept by CRIU.
+uint32_t placeholder_flags(uint32_t flags) { return flags & (O_ACCMODE | O_NONBLOCK | O_APPEND | O_CLOEXEC); }
+std::string mapping_placeholder(const std::string &perms)
+{
+	bool shared = perms.size() >= 4 && perms[3] == 's';
+	return std::string("zero-filled ") + (shared ? "shared" : "private") + " memory (/dev/zero)";
+}
+
+void print_inherited_text(const InheritedDevicesRecord &r)
+{
+	std::printf("\nNVIDIA device files inherited by processes forked after CUDA started (%s), restored as "
+		    "placeholders:\n",
+		    kDevicesImageFileName);
+	if (r.processes.empty()) { // written by a plugin that did not record processes
+		for (const auto &p : r.mapped_paths)
+			std::printf("  mapped %s -> zero-filled memory (/dev/zero)\n", printable(p).c_str());
+		for (const auto &f : r.files)
+			std::printf("  file id %#x %s %s -> /dev/null %s\n", f.id, printable(f.path).c_str(),
+				    flag_names(f.flags).c_str(), flag_names(placeholder_flags(f.flags)).c_str());
+		return;
+	}
+	for (const InheritedProcessRecord &p : r.processes) {
+		std::printf("pid %d (ns pid %d): %zu mapping(s), %zu open file(s)\n", p.pid, p.ns_pid, p.mappings.size(),
+			    p.fds.size());
+		for (const auto &m : p.mappings)
+			std::printf("  map %llx-%llx %s offset %#llx %s -> %s\n", static_cast<unsigned long long>(m.start),
+				    static_cast<unsigned long long>(m.end), printable(m.perms).c_str(),
+				    static_cast<unsigned long long>(m.offset), printable(m.path).c_str(),
+				    mapping_placeholder(m.perms).c_str());
+		for (const auto &f : p.fds)
+			std::printf("  fd %d %s %s -> /dev/null %s\n", f.fd, printable(f.path).c_str(),
+				    flag_names(f.flags).c_str(), flag_names(placeholder_flags(f.flags)).c_str());
+	}
+}
+
+std::string hex(uint64_t v)
+{
+	char buf[32];
+	std::snprintf(buf, sizeof(buf), "%#llx", static_cast<unsigned long long>(v));
+	return buf;
+}
+
+void inherited_json(JsonWriter &j, const InheritedDevicesRecord &r)
+{
+	j.key("inherited_devices").begin_object();
+	j.key("mapped_paths").begin_array();
+	for (const auto &p : r.mapped_paths)
+		j.value(p);
+	j.end_array().key("files").begin_array();
+	for (const auto &f : r.files)
+		j.begin_object()
+			.field("id", f.id)
+			.field("path", f.path)
+			.field("flags", flag_names(f.flags))
+			.field("restored_as", "/dev/null " + flag_names(placeholder_flags(f.flags)))
+			.end_object();
+	j.end_array().key("processes").begin_array();
+	for (const InheritedProcessRecord &p : r.processes) {
+		j.begin_object().field("pid", p.pid).field("ns_pid", p.ns_pid).key("mappings").begin_array();
+		for (const auto &m : p.mappings)
+			j.begin_object()
+				.field("start", hex(m.start))
+				.field("end", hex(m.end))
+				.field("perms", m.perms)
+				.field("offset", m.offset)
+				.field("path", m.path)
+				.field("restored_as", mapping_placeholder(m.perms))
+				.end_object();
+		j.end_array().key("fds").begin_array();
+		for (const auto &f : p.fds)
+			j.begin_object()
+				.field("fd", f.fd)
+				.field("path", f.path)
+				.field("flags", flag_names(f.flags))
+				.field("restored_as", "/dev/null " + flag_names(placeholder_flags(f.flags)))
+				.end_object();
+		j.end_array().end_object();
+	}
+	j.end_array().end_object();
 }
 
 void print_text(const ImageRecord &r)
@@ -55,7 +152,8 @@ void print_text(const ImageRecord &r)
 	}
 }
 
-void print_json(const std::string &dir, const std::optional<ImageRecord> &img)
+void print_json(const std::string &dir, const std::optional<ImageRecord> &img,
+		const std::optional<InheritedDevicesRecord> &inherited)
 {
 	JsonWriter j;
 	j.begin_object().field("directory", dir).field("cuda_image", img.has_value());
@@ -95,6 +193,8 @@ void print_json(const std::string &dir, const std::optional<ImageRecord> &img)
 		}
 		j.end_array();
 	}
+	if (inherited) // absent when no process held an NVIDIA device file it inherited
+		inherited_json(j, *inherited);
 	j.end_object();
 	std::fputs(j.str().c_str(), stdout);
 }
@@ -116,17 +216,21 @@ int cmd_inspect(const Args &args)
 	auto img = read_image(fd.get());
 	if (!img)
 		return report_failure(format("%s: %s", dir.c_str(), img.error().message().c_str()));
+	auto inherited = read_devices_image(fd.get());
+	if (!inherited)
+		return report_failure(format("%s: %s", dir.c_str(), inherited.error().message().c_str()));
 	if (a.has("--json")) {
-		print_json(dir, *img);
+		print_json(dir, *img, *inherited);
 		return kExitOk;
 	}
-	if (!img->has_value()) {
+	if (!img->has_value())
 		std::printf("%s has no %s: no CUDA process was dumped by cuda_plugin.so (an image of CRIU's own CUDA "
 			    "plugin, or of processes without CUDA)\n",
 			    dir.c_str(), kImageFileName);
-		return kExitOk;
-	}
-	print_text(**img);
+	else
+		print_text(**img);
+	if (*inherited)
+		print_inherited_text(**inherited);
 	return kExitOk;
 }
 

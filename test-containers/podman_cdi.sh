@@ -39,7 +39,7 @@ device_fds() { # HOST-PID
 expect_devices() { # WHAT
 	local pid
 	pid=$(pod_pid pc-cdi)
-	pod exec pc-cdi test -f /dev/nvidia0 -a -f /dev/nvidiactl -a -f /dev/nvidia-uvm ||
+	pod exec pc-cdi test -e /dev/nvidia0 -a -e /dev/nvidiactl -a -e /dev/nvidia-uvm ||
 		fail "$1: the CDI device files are missing in the container"
 	local fds
 	fds=$(device_fds "$pid")

@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <sys/sysmacros.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstring>
@@ -9,6 +10,7 @@
 
 #include "base/log.h"
 #include "os/nvidia_files.h"
+#include "os/proc.h"
 
 namespace cuda_criu {
 
@@ -23,6 +25,7 @@ Result<bool> InheritedDevicesDump::claim_mapping(int fd, const struct stat &st)
 	auto &paths = record_.mapped_paths;
 	if (std::find(paths.begin(), paths.end(), path) == paths.end()) {
 		paths.push_back(path);
+		describe_processes();
 		if (auto s = save(); !s)
 			return std::move(s).error();
 	}
@@ -42,10 +45,32 @@ Result<bool> InheritedDevicesDump::claim_file(int lfd, uint32_t id)
 		return errno_error("read the flags of file id %#x", id);
 	std::string path = fd_path(lfd);
 	record_.files.push_back({id, static_cast<uint32_t>(fl & (O_ACCMODE | O_NONBLOCK | O_APPEND)), path});
+	describe_processes();
 	if (auto s = save(); !s)
 		return std::move(s).error();
 	LOG_INFO("file %s (id %#x) inherited from the NVIDIA driver: restored as /dev/null", path.c_str(), id);
 	return true;
+}
+
+void InheritedDevicesDump::describe_processes()
+{
+	if (described_)
+		return;
+	described_ = true;
+	for (pid_t pid : processes_traced_by(getpid())) {
+		InheritedProcessRecord p;
+		p.pid = pid;
+		if (auto st = read_task_status(pid))
+			p.ns_pid = st->innermost_pid;
+		for (const DeviceMapping &m : nvidia_device_mapping_list(pid))
+			p.mappings.push_back({m.start, m.end, m.offset, m.perms, m.path});
+		for (const DeviceFd &f : nvidia_device_fds(pid))
+			p.fds.push_back({f.fd, f.flags, f.path});
+		if (!p.mappings.empty() || !p.fds.empty())
+			record_.processes.push_back(std::move(p));
+	}
+	LOG_INFO("%zu process(es) of the tree hold NVIDIA device files inherited from a CUDA parent",
+		 record_.processes.size());
 }
 
 Status InheritedDevicesDump::save()

@@ -34,8 +34,13 @@ public:
 
 private:
 	Status save();
+	// For `cuda-criu inspect`: what each process CRIU dumps holds of NVIDIA device files, read from
+	// /proc once, at the first claim. The hooks do not say which process a file belongs to, but CRIU
+	// has seized (ptrace) every task of the tree before it dumps the first one.
+	void describe_processes();
 
 	int dir_fd_;
+	bool described_ = false;
 	InheritedDevicesRecord record_;
 };
 

@@ -35,8 +35,57 @@ std::vector<uint8_t> encode_devices_image(const InheritedDevicesRecord &record)
 		files[i].path = const_cast<char *>(record.files[i].path.c_str());
 		file_ptrs.push_back(&files[i]);
 	}
+	// Per process; the vectors are sized up front so that the pointers into them stay valid.
+	size_t nmaps = 0, nfds = 0;
+	for (const auto &p : record.processes) {
+		nmaps += p.mappings.size();
+		nfds += p.fds.size();
+	}
+	std::vector<CudaInheritedMapping> maps(nmaps);
+	std::vector<CudaInheritedMapping *> map_ptrs;
+	std::vector<CudaInheritedFd> fds(nfds);
+	std::vector<CudaInheritedFd *> fd_ptrs;
+	std::vector<CudaInheritedProcess> procs(record.processes.size());
+	std::vector<CudaInheritedProcess *> proc_ptrs;
+	map_ptrs.reserve(nmaps);
+	fd_ptrs.reserve(nfds);
+	for (size_t i = 0; i < record.processes.size(); i++) {
+		const InheritedProcessRecord &p = record.processes[i];
+		CudaInheritedProcess &m = procs[i];
+		cuda_inherited_process__init(&m);
+		m.pid = p.pid;
+		m.has_ns_pid = p.ns_pid != 0;
+		m.ns_pid = p.ns_pid;
+		m.n_mappings = p.mappings.size();
+		m.mappings = map_ptrs.data() + map_ptrs.size();
+		for (const auto &v : p.mappings) {
+			CudaInheritedMapping &e = maps[map_ptrs.size()];
+			cuda_inherited_mapping__init(&e);
+			e.start = v.start;
+			e.end = v.end;
+			e.has_offset = true;
+			e.offset = v.offset;
+			e.perms = const_cast<char *>(v.perms.c_str());
+			e.path = const_cast<char *>(v.path.c_str());
+			map_ptrs.push_back(&e);
+		}
+		m.n_fds = p.fds.size();
+		m.fds = fd_ptrs.data() + fd_ptrs.size();
+		for (const auto &f : p.fds) {
+			CudaInheritedFd &e = fds[fd_ptrs.size()];
+			cuda_inherited_fd__init(&e);
+			e.fd = f.fd;
+			e.has_flags = true;
+			e.flags = f.flags;
+			e.path = const_cast<char *>(f.path.c_str());
+			fd_ptrs.push_back(&e);
+		}
+		proc_ptrs.push_back(&m);
+	}
 	CudaInheritedDevices msg;
 	cuda_inherited_devices__init(&msg);
+	msg.n_processes = proc_ptrs.size();
+	msg.processes = proc_ptrs.data();
 	msg.version = kDevicesImageVersion;
 	msg.n_mapped_paths = paths.size();
 	msg.mapped_paths = paths.data();
@@ -75,6 +124,22 @@ Result<InheritedDevicesRecord> decode_devices_image(const uint8_t *data, size_t 
 	for (size_t i = 0; i < msg->n_files; i++) {
 		const CudaInheritedFile *f = msg->files[i];
 		r.files.push_back({f->id, f->has_flags ? f->flags : static_cast<uint32_t>(O_RDWR), f->path ? f->path : ""});
+	}
+	for (size_t i = 0; i < msg->n_processes; i++) {
+		const CudaInheritedProcess *p = msg->processes[i];
+		InheritedProcessRecord pr;
+		pr.pid = p->pid;
+		pr.ns_pid = p->has_ns_pid ? p->ns_pid : 0;
+		for (size_t k = 0; k < p->n_mappings; k++) {
+			const CudaInheritedMapping *m = p->mappings[k];
+			pr.mappings.push_back({m->start, m->end, m->has_offset ? m->offset : 0, m->perms ? m->perms : "",
+					       m->path ? m->path : ""});
+		}
+		for (size_t k = 0; k < p->n_fds; k++) {
+			const CudaInheritedFd *f = p->fds[k];
+			pr.fds.push_back({f->fd, f->has_flags ? f->flags : 0, f->path ? f->path : ""});
+		}
+		r.processes.push_back(std::move(pr));
 	}
 	return r;
 }

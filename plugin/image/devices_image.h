@@ -20,9 +20,28 @@ struct InheritedFileRecord {
 	std::string path;
 };
 
+// What one process held at dump, as /proc showed it: for `cuda-criu inspect` only.
+struct InheritedMappingRecord {
+	uint64_t start = 0, end = 0, offset = 0;
+	std::string perms; // "rw-s"
+	std::string path;
+};
+struct InheritedFdRecord {
+	int32_t fd = 0;
+	uint32_t flags = 0; // as in /proc/PID/fdinfo, O_CLOEXEC included
+	std::string path;
+};
+struct InheritedProcessRecord {
+	int32_t pid = 0;    // as CRIU saw it
+	int32_t ns_pid = 0; // in its own pid namespace; 0 when unknown
+	std::vector<InheritedMappingRecord> mappings;
+	std::vector<InheritedFdRecord> fds;
+};
+
 struct InheritedDevicesRecord {
 	std::vector<std::string> mapped_paths;
 	std::vector<InheritedFileRecord> files;
+	std::vector<InheritedProcessRecord> processes; // empty in images of older plugins
 };
 
 std::vector<uint8_t> encode_devices_image(const InheritedDevicesRecord &record);

@@ -5,6 +5,7 @@
 #include <sys/sysmacros.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <sstream>
@@ -108,6 +109,68 @@ std::vector<unsigned long> nvidia_device_mappings(pid_t pid)
 	}
 	closedir(d);
 	return starts;
+}
+
+std::vector<DeviceMapping> nvidia_device_mapping_list(pid_t pid)
+{
+	std::vector<DeviceMapping> out;
+	std::string dir = "/proc/" + std::to_string(pid);
+	std::string map_files = dir + "/map_files/";
+	// A large process (PyTorch) has thousands of mappings: more than the default 1 MiB of text.
+	auto maps = read_small_file(dir + "/maps", 64 << 20);
+	if (!maps)
+		return out;
+	std::istringstream in(*maps);
+	std::string line;
+	while (std::getline(in, line)) {
+		// "START-END PERMS OFFSET DEV INODE PATH"; only file mappings can be of a device.
+		std::istringstream f(line);
+		std::string range, perms, offset, dev, inode;
+		if (!(f >> range >> perms >> offset >> dev >> inode) || inode == "0")
+			continue;
+		// O_PATH: no driver open() call; the stat and the link are all that is needed.
+		UniqueFd fd(open((map_files + range).c_str(), O_PATH | O_CLOEXEC));
+		struct stat st;
+		if (!fd.valid() || fstat(fd.get(), &st) != 0 || !is_nvidia_device_file(fd.get(), st))
+			continue;
+		DeviceMapping m;
+		m.start = std::strtoul(range.c_str(), nullptr, 16);
+		m.end = std::strtoul(range.c_str() + range.find('-') + 1, nullptr, 16);
+		m.offset = std::strtoul(offset.c_str(), nullptr, 16);
+		m.perms = perms;
+		m.path = fd_path(fd.get());
+		out.push_back(std::move(m));
+	}
+	return out;
+}
+
+std::vector<DeviceFd> nvidia_device_fds(pid_t pid)
+{
+	std::vector<DeviceFd> out;
+	std::string dir = "/proc/" + std::to_string(pid);
+	DIR *d = opendir((dir + "/fd").c_str());
+	if (!d)
+		return out;
+	while (dirent *de = readdir(d)) {
+		if (de->d_name[0] == '.')
+			continue;
+		UniqueFd fd(openat(dirfd(d), de->d_name, O_PATH | O_CLOEXEC));
+		struct stat st;
+		if (!fd.valid() || fstat(fd.get(), &st) != 0 || !is_nvidia_device_file(fd.get(), st))
+			continue;
+		DeviceFd e;
+		e.fd = std::atoi(de->d_name);
+		e.path = fd_path(fd.get());
+		if (auto info = read_small_file(dir + "/fdinfo/" + de->d_name)) {
+			size_t at = info->find("flags:");
+			if (at != std::string::npos)
+				e.flags = static_cast<unsigned>(std::strtoul(info->c_str() + at + 6, nullptr, 8));
+		}
+		out.push_back(std::move(e));
+	}
+	closedir(d);
+	std::sort(out.begin(), out.end(), [](const DeviceFd &a, const DeviceFd &b) { return a.fd < b.fd; });
+	return out;
 }
 
 } // namespace cuda_criu

@@ -29,4 +29,18 @@ std::string fd_path(int fd);
 // Start addresses of pid's mappings of NVIDIA device files, from /proc/pid/map_files (root only).
 std::vector<unsigned long> nvidia_device_mappings(pid_t pid);
 
+// What pid holds of NVIDIA device files, as /proc shows it (root only).
+struct DeviceMapping {
+	unsigned long start = 0, end = 0, offset = 0;
+	std::string perms; // "rw-s"
+	std::string path;
+};
+struct DeviceFd {
+	int fd = 0;
+	unsigned flags = 0; // /proc/PID/fdinfo "flags:", O_CLOEXEC included
+	std::string path;
+};
+std::vector<DeviceMapping> nvidia_device_mapping_list(pid_t pid);
+std::vector<DeviceFd> nvidia_device_fds(pid_t pid);
+
 } // namespace cuda_criu

@@ -4,9 +4,11 @@
 #include <fcntl.h>
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <sstream>
 
 #include "base/text.h"
@@ -143,6 +145,25 @@ bool process_exists(pid_t pid)
 	std::snprintf(path, sizeof(path), "/proc/%d", pid);
 	struct stat st;
 	return stat(path, &st) == 0;
+}
+
+std::vector<pid_t> processes_traced_by(pid_t tracer)
+{
+	std::vector<pid_t> pids;
+	std::unique_ptr<DIR, int (*)(DIR *)> dir(opendir("/proc"), closedir);
+	if (!dir)
+		return pids;
+	while (dirent *de = readdir(dir.get())) {
+		char *end = nullptr;
+		long pid = std::strtol(de->d_name, &end, 10);
+		if (pid <= 0 || *end)
+			continue;
+		auto st = read_task_status(static_cast<pid_t>(pid));
+		if (st && st->tracer == tracer)
+			pids.push_back(static_cast<pid_t>(pid));
+	}
+	std::sort(pids.begin(), pids.end());
+	return pids;
 }
 
 } // namespace cuda_criu

@@ -41,4 +41,8 @@ uint64_t thread_cpu_ticks(pid_t pid, pid_t tid);
 // Whether /proc/PID exists.
 bool process_exists(pid_t pid);
 
+// The processes (thread-group leaders) that tracer has attached with ptrace, in pid order; empty when
+// /proc cannot be listed.
+std::vector<pid_t> processes_traced_by(pid_t tracer);
+
 } // namespace cuda_criu

@@ -87,6 +87,35 @@ expect_bad symlink "is a symbolic link: refusing to follow it"
 expect_bad nonexistent "cannot open image directory .*/nonexistent: No such file or directory"
 log "truncated, padded, corrupt, foreign, empty, newer, version 0, symlink, missing: each a clear error: ok"
 
+# 3. cuda-plugin-devices.img (processes forked after CUDA started; a real one in e2e.fork_workers):
+# its untrusted paths are escaped, in the old form (paths only) and per process.
+mkdir -p "$T/devs-old" "$T/devs-new"
+# version 1, mapped_paths "/\e[2J" (field 2), a file id 7 "/\e]0;x\a" (field 3)
+printf 'CUDADEVS\x16\x00\x00\x00\x08\x01\x12\x05/\x1b[2J\x1a\x0b\x08\x07\x1a\x07/\x1b]0;x\x07' >"$T/devs-old/cuda-plugin-devices.img"
+cuda_criu inspect "$T/devs-old" >"$T/devs-old.txt" || fail "inspect of an old-form devices image failed"
+grep -q "has no cuda-plugin.img" "$T/devs-old.txt" || fail "devs-old: no-image line: $(cat "$T/devs-old.txt")"
+grep -qF '  mapped /\x1b[2J -> zero-filled memory (/dev/zero)' "$T/devs-old.txt" || fail "devs-old: mapping: $(cat -v "$T/devs-old.txt")"
+grep -qF '  file id 0x7 /\x1b]0;x\x07 O_RDWR -> /dev/null O_RDWR' "$T/devs-old.txt" || fail "devs-old: file: $(cat -v "$T/devs-old.txt")"
+# version 1, process pid 42 (field 4) with a mapping 0x10000-0x11000 "rw-s" offset 0 path "/\e[2J"
+printf 'CUDADEVS\x1f\x00\x00\x00\x08\x01\x22\x1b\x08\x2a\x1a\x17\x08\x80\x80\x04\x10\x80\xa0\x04\x1a\x04rw-s\x20\x00\x2a\x05/\x1b[2J' \
+	>"$T/devs-new/cuda-plugin-devices.img"
+cuda_criu inspect "$T/devs-new" >"$T/devs-new.txt" || fail "inspect of a devices image failed"
+grep -qx 'pid 42 (ns pid 0): 1 mapping(s), 0 open file(s)' "$T/devs-new.txt" || fail "devs-new: process: $(cat -v "$T/devs-new.txt")"
+grep -qxF '  map 10000-11000 rw-s offset 0 /\x1b[2J -> zero-filled shared memory (/dev/zero)' "$T/devs-new.txt" ||
+	fail "devs-new: mapping: $(cat -v "$T/devs-new.txt")"
+! grep -q $'\x1b' "$T/devs-old.txt" "$T/devs-new.txt" || fail "an escape character reached the terminal"
+cuda_criu inspect --json "$T/devs-new" | py "
+p = d['inherited_devices']['processes']
+assert d['cuda_image'] is False and len(p) == 1 and p[0]['pid'] == 42, d
+assert p[0]['mappings'] == [{'start': '0x10000', 'end': '0x11000', 'perms': 'rw-s', 'offset': 0, 'path': '/\x1b[2J',
+                             'restored_as': 'zero-filled shared memory (/dev/zero)'}], p" || fail "devs-new: JSON"
+cuda_criu inspect --json "$T/img" | py "assert 'inherited_devices' not in d, d" || fail "inherited_devices in an image without the file"
+printf 'CUDADEVS\x09\x00\x00\x00\x08\x01' >"$T/devs-bad.img"; mkdir -p "$T/devs-bad"; mv "$T/devs-bad.img" "$T/devs-bad/cuda-plugin-devices.img"
+rc=0; cuda_criu inspect "$T/devs-bad" >/dev/null 2>"$T/devs-bad.err" || rc=$?
+[ $rc -eq 1 ] && grep -q "cuda-plugin-devices.img: truncated or padded devices image" "$T/devs-bad.err" ||
+	fail "devs-bad: exit $rc, $(cat "$T/devs-bad.err")"
+log "cuda-plugin-devices.img: per process and old form, escaped; a truncated one is a clear error: ok"
+
 rc=0; cuda_criu inspect 2>/dev/null || rc=$?
 [ $rc -eq 2 ] || fail "inspect without a directory exited $rc"
 rc=0; cuda_criu inspect "$T/img" "$T/none" 2>/dev/null || rc=$?

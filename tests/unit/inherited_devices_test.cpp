@@ -52,6 +52,42 @@ TEST(DevicesImage, RoundTripAndRejectsDamage)
 	EXPECT_NE(bad.error().message().find("bad magic"), std::string::npos);
 }
 
+TEST(DevicesImage, ProcessesRoundTrip)
+{
+	InheritedDevicesRecord r;
+	r.mapped_paths = {"/dev/nvidiactl"};
+	InheritedProcessRecord p;
+	p.pid = 4242;
+	p.ns_pid = 7;
+	p.mappings.push_back({0x200600000, 0x200800000, 0, "rw-s", "/dev/nvidiactl"});
+	p.mappings.push_back({0x7f0000000000, 0x7f0000001000, 0x1000, "r--s", "/dev/nvidia0"});
+	p.fds.push_back({5, O_RDWR | O_CLOEXEC, "/dev/nvidiactl"});
+	r.processes.push_back(p);
+	r.processes.push_back({4243, 0, {}, {{9, O_RDONLY, "/dev/nvidia-uvm"}}});
+	auto bytes = encode_devices_image(r);
+	auto back = decode_devices_image(bytes.data(), bytes.size());
+	ASSERT_TRUE(back) << back.error().message();
+	ASSERT_EQ(back->processes.size(), 2u);
+	const InheritedProcessRecord &a = back->processes[0];
+	EXPECT_EQ(a.pid, 4242);
+	EXPECT_EQ(a.ns_pid, 7);
+	ASSERT_EQ(a.mappings.size(), 2u);
+	EXPECT_EQ(a.mappings[1].start, 0x7f0000000000u);
+	EXPECT_EQ(a.mappings[1].end, 0x7f0000001000u);
+	EXPECT_EQ(a.mappings[1].offset, 0x1000u);
+	EXPECT_EQ(a.mappings[1].perms, "r--s");
+	EXPECT_EQ(a.mappings[1].path, "/dev/nvidia0");
+	ASSERT_EQ(a.fds.size(), 1u);
+	EXPECT_EQ(a.fds[0].fd, 5);
+	EXPECT_EQ(a.fds[0].flags, static_cast<uint32_t>(O_RDWR | O_CLOEXEC));
+	const InheritedProcessRecord &b = back->processes[1];
+	EXPECT_EQ(b.pid, 4243);
+	EXPECT_EQ(b.ns_pid, 0);
+	EXPECT_TRUE(b.mappings.empty());
+	ASSERT_EQ(b.fds.size(), 1u);
+	EXPECT_EQ(b.fds[0].path, "/dev/nvidia-uvm");
+}
+
 TEST(NvidiaFiles, OrdinaryFilesAreNotClaimed)
 {
 	unsetenv("FAKEGPU_DIR");
@@ -91,8 +127,15 @@ TEST(NvidiaFiles, FakeDeviceNodeIsClaimedAndRestoredAsPlaceholders)
 	ASSERT_EQ(fstat(fd.get(), &st), 0);
 	unsetenv("FAKEGPU_DIR");
 	EXPECT_FALSE(is_nvidia_device_file(fd.get(), st)); // no seam in production
+	EXPECT_TRUE(nvidia_device_fds(getpid()).empty());
 	setenv("FAKEGPU_DIR", dir.path.c_str(), 1);
 	EXPECT_TRUE(is_nvidia_device_file(fd.get(), st));
+	// What inspect records of a process: this one holds the node open.
+	auto held = nvidia_device_fds(getpid());
+	ASSERT_EQ(held.size(), 1u);
+	EXPECT_EQ(held[0].fd, fd.get());
+	EXPECT_EQ(held[0].path, node);
+	EXPECT_EQ(held[0].flags & (O_ACCMODE | O_NONBLOCK | O_CLOEXEC), unsigned(O_WRONLY | O_NONBLOCK | O_CLOEXEC));
 
 	InheritedDevicesDump dump(dir.fd.get());
 	auto m = dump.claim_mapping(fd.get(), st);
