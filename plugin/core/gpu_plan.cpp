@@ -43,17 +43,22 @@ const GpuInfo *find_here(const std::vector<GpuInfo> &here, const GpuUuid &uuid)
 	return nullptr;
 }
 
-// The map's pairs: each OLD a GPU of the dump (UUID or its ordinal there), each NEW a GPU here (UUID or
-// ordinal here), no GPU here twice.
-Status place_mapped(const DeviceMap &map, const std::vector<GpuRecord> &held, const std::vector<GpuInfo> &here,
-		    Placement &p)
+// The map's pairs: each OLD a GPU of the dump (UUID or its ordinal there; a GPU some process held, or one
+// of the dumping machine's others, which the driver wants paired too), each NEW a GPU here (UUID or ordinal
+// here), no GPU here twice.
+Status place_mapped(const DeviceMap &map, const std::vector<GpuRecord> &held, const std::vector<GpuRecord> &others,
+		    const std::vector<GpuInfo> &here, Placement &p)
 {
 	for (const DeviceMap::Entry &e : map.entries) {
-		auto from = std::find_if(held.begin(), held.end(),
-					 [&](const GpuRecord &g) { return e.from.matches(g.uuid, g.ordinal); });
-		if (from == held.end())
-			return make_error(EINVAL, "device map: %s is not a GPU of the image (it has %zu: %s)", e.from.str().c_str(),
-					  held.size(), held.empty() ? "none" : held[0].uuid.str().c_str());
+		auto matches = [&](const GpuRecord &g) { return e.from.matches(g.uuid, g.ordinal); };
+		auto from = std::find_if(held.begin(), held.end(), matches);
+		if (from == held.end()) {
+			from = std::find_if(others.begin(), others.end(), matches);
+			if (from == others.end())
+				return make_error(EINVAL, "device map: %s is not a GPU of the image (it has %zu: %s)",
+						  e.from.str().c_str(), held.size() + others.size(),
+						  held.empty() ? "none" : held[0].uuid.str().c_str());
+		}
 		auto to = std::find_if(here.begin(), here.end(), [&](const GpuInfo &g) { return e.to.matches(g.uuid, g.ordinal); });
 		if (to == here.end())
 			return make_error(ENODEV, "device map: GPU %s is not on this machine (GPUs here: %s)", e.to.str().c_str(),
@@ -148,6 +153,10 @@ void pair_all(const std::vector<GpuRecord> &held, const std::vector<GpuRecord> &
 	for (const GpuRecord &g : held)
 		listed.push_back(&g);
 	for (const GpuRecord &g : others) {
+		if (p.targets.count(g.uuid)) { // the device map placed it
+			listed.push_back(&g);
+			continue;
+		}
 		const GpuInfo *pick = nullptr;
 		for (const GpuInfo &h : all)
 			if (!p.used.count(h.uuid) && (h.uuid == g.uuid || (!pick && h.name == g.name)))
@@ -174,7 +183,7 @@ Result<GpuPlan> plan(const std::vector<GpuRecord> &held, const std::vector<GpuRe
 		     const std::vector<GpuInfo> &machine, const DeviceMap &map)
 {
 	Placement p;
-	if (auto st = place_mapped(map, held, here, p); !st)
+	if (auto st = place_mapped(map, held, others, here, p); !st)
 		return std::move(st).error();
 	if (auto st = place_unmapped(held, here, !map.empty(), p); !st)
 		return std::move(st).error();

@@ -173,6 +173,25 @@ TEST(GpuPlan, GpusNoProcessHeldArePairedWhenAnyGpuMoves)
 	EXPECT_NE(p->description.find("held by no process"), std::string::npos) << p->description;
 }
 
+TEST(GpuPlan, AMapMayPairTheGpusNoProcessHeldToo)
+{
+	// The driver wants every GPU paired: a map that says so for the GPU no process held is taken as is.
+	ImageRecord img = image_on({A0});
+	img.other_gpus.push_back(rec(A1));
+	std::string map = A0.uuid.str() + "=" + A1.uuid.str() + "," + A1.uuid.str() + "=" + A0.uuid.str();
+	auto p = plan_gpus(img, {A0, A1}, {A0, A1}, map);
+	ASSERT_TRUE(p.ok()) << p.error().message();
+	ASSERT_EQ(p->pairs.size(), 2u);
+	EXPECT_EQ(p->pairs[0].from, A0.uuid);
+	EXPECT_EQ(p->pairs[0].to, A1.uuid);
+	EXPECT_EQ(p->pairs[1].from, A1.uuid);
+	EXPECT_EQ(p->pairs[1].to, A0.uuid);
+	// a GPU of neither list is still refused
+	auto bad = plan_gpus(img, {A0, A1}, {A0, A1}, std::string("GPU-00000000-0000-0000-0000-00000000000f=") + A1.uuid.str());
+	ASSERT_FALSE(bad.ok());
+	EXPECT_NE(bad.error().message().find("is not a GPU of the image"), std::string::npos);
+}
+
 TEST(GpuPlan, GpusNoProcessHeldStayOnThemselvesWhenFree)
 {
 	ImageRecord img = image_on({A0});
