@@ -50,8 +50,9 @@ Status copy(Driver &d, pid_t pid, CopyState &c, Copy kind, const std::function<S
 {
 	if (auto tid = d.restore_thread_id(pid))
 		c.restore_tid = *tid;
-	if (auto st = read_task_status(pid))
-		c.rss_before = st->rss_bytes;
+	if (kind == Copy::Checkpoint)
+		if (auto st = read_task_status(pid))
+			c.rss_before = st->rss_bytes;
 	c.copy = kind;
 	Status st = call();
 	c.copy = Copy::Done;

@@ -2,7 +2,7 @@
 # Progress in cuda-criu (docs/cli.md, docs/roundtrip.md): a suspend and a resume whose copies run at
 # 48 MB/s show progress lines on stderr, as plain lines when stderr is no terminal and as one line
 # rewritten in place on a terminal; a copy that stops making progress is given up after the stall
-# timeout; a round trip of such a workload shows the plugin's progress lines from CRIU's log.
+# timeout; a round trip and a selftest of such a workload show the plugin's progress lines from CRIU's log.
 source "$(dirname "$0")/lib.sh"
 e2e_strict_setup
 start_fake_gpu
@@ -110,3 +110,11 @@ grep -q $'\r'"cuda-criu: criu dump: checkpoint: [0-9]* of $SLOW MiB" "$T/rt-tty.
 erased "$T/rt-tty.txt" "cuda-criu: criu " ||
 	fail "round trip on a tty: a progress line was left on its own line: $(cat -A "$T/rt-tty.txt")"
 log "round trip: the plugin's progress shown, plain and in place: ok"
+
+# 6. selftest shows the plugin's progress the same way (its workload copies at 48 MB/s too).
+FAKEGPU_COPY_MBPS=48 "${CLI_ENV[@]}" "$CUDA_CRIU" selftest --criu "$CRIU" --libdir "$PLUGIN_DIR" --mb $SLOW --dir "$T" \
+	>"$T/selftest.txt" 2>&1 || fail "slow selftest failed: $(cat "$T/selftest.txt")"
+grep -qE "^cuda-criu: criu dump: checkpoint: [0-9]+ of $SLOW MiB \([0-9.]+ [MG]B/s\), 0 of 1 process\(es\) done$" "$T/selftest.txt" ||
+	fail "selftest: no checkpoint progress: $(cat "$T/selftest.txt")"
+grep -qE "^cuda-criu: criu restore: restore: " "$T/selftest.txt" || fail "selftest: no restore progress: $(cat "$T/selftest.txt")"
+log "selftest: the plugin's progress shown: ok"
