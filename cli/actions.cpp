@@ -174,6 +174,7 @@ JobWatch watch_copies(Driver *d, const std::vector<pid_t> &pids, const std::vect
 			if (s->phase == Copy::Checkpoint)
 				gpu = gpu_bytes(d, s->nvml);
 			std::vector<Progress::Proc> procs;
+			procs.reserve(pids.size());
 			for (pid_t pid : pids)
 				procs.push_back({pid, gpu.count(pid) ? gpu[pid] : 0});
 			uint64_t every_us = display.in_place() ? 1000000 : 3000000;
