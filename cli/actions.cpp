@@ -1,20 +1,29 @@
 // lock, checkpoint, restore, unlock, suspend, resume, and the cuda-checkpoint compatible command line.
 // Every process is driven on its own worker (core/parallel.h), so that one that hangs in the driver does
-// not hold up the others and the wait for it can be bounded.
+// not hold up the others and the wait for it can be bounded. While a checkpoint or restore copies, a
+// progress line shows on stderr (core/progress.h, as the plugin's in CRIU's log), and a copy that stops
+// making progress is given up after the stall timeout.
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
 #include <cstdio>
+#include <functional>
+#include <map>
 #include <memory>
 
+#include "base/clock.h"
 #include "cli.h"
+#include "core/driver_calls.h"
 #include "core/gpu_plan.h"
 #include "core/options.h"
 #include "core/parallel.h"
+#include "core/progress.h"
 #include "json.h"
 #include "os/host.h"
+#include "os/proc.h"
 #include "process_errors.h"
+#include "progress_display.h"
 
 namespace cuda_criu::cli {
 namespace {
@@ -26,34 +35,68 @@ struct Plan {
 	std::vector<GpuPair> pairs;   // for restore
 };
 
-Status lock_then_checkpoint(Driver &d, pid_t pid, const Plan &plan, bool locked)
+// Which copy of the driver a job runs now, for the progress watch.
+enum class Copy { None, Checkpoint, Restore, Done };
+
+// What a job tells the progress watch (shared: a job abandoned at its deadline writes it late).
+struct CopyState {
+	std::atomic<Copy> copy{Copy::None};
+	std::atomic<uint64_t> rss_before{0};
+	std::atomic<pid_t> restore_tid{0}; // 0: unknown, the stall is then told by the bytes alone
+};
+
+// Runs the driver's copy (call: its checkpoint or restore of pid) with what the watch samples set first.
+Status copy(Driver &d, pid_t pid, CopyState &c, Copy kind, const std::function<Status()> &call)
+{
+	if (auto tid = d.restore_thread_id(pid))
+		c.restore_tid = *tid;
+	if (kind == Copy::Checkpoint)
+		if (auto st = read_task_status(pid))
+			c.rss_before = st->rss_bytes;
+	c.copy = kind;
+	Status st = call();
+	c.copy = Copy::Done;
+	return st;
+}
+
+Status checkpoint(Driver &d, pid_t pid, CopyState &c)
+{
+	return copy(d, pid, c, Copy::Checkpoint, [&] { return d.checkpoint(pid); });
+}
+
+Status restore(Driver &d, pid_t pid, const Plan &plan, CopyState &c)
+{
+	return copy(d, pid, c, Copy::Restore, [&] { return d.restore(pid, plan.pairs); });
+}
+
+Status lock_then_checkpoint(Driver &d, pid_t pid, const Plan &plan, bool locked, CopyState &c)
 {
 	if (!locked)
 		if (auto st = d.lock(pid, plan.lock_timeout_ms); !st)
 			return std::move(st).error().context("lock");
-	if (auto st = d.checkpoint(pid); !st)
+	if (auto st = checkpoint(d, pid, c); !st)
 		return std::move(st).error().context("checkpoint");
 	return {};
 }
 
-Status restore_then_unlock(Driver &d, pid_t pid, const Plan &plan, bool checkpointed)
+Status restore_then_unlock(Driver &d, pid_t pid, const Plan &plan, bool checkpointed, CopyState &c)
 {
 	if (checkpointed)
-		if (auto st = d.restore(pid, plan.pairs); !st)
+		if (auto st = restore(d, pid, plan, c); !st)
 			return std::move(st).error().context("restore");
 	if (auto st = d.unlock(pid); !st)
 		return std::move(st).error().context("unlock");
 	return {};
 }
 
-Status perform(Driver &d, pid_t pid, const Plan &plan)
+Status perform(Driver &d, pid_t pid, const Plan &plan, CopyState &c)
 {
 	if (plan.action == "lock")
 		return d.lock(pid, plan.lock_timeout_ms);
 	if (plan.action == "checkpoint")
-		return d.checkpoint(pid);
+		return checkpoint(d, pid, c);
 	if (plan.action == "restore")
-		return d.restore(pid, plan.pairs);
+		return restore(d, pid, plan, c);
 	if (plan.action == "unlock")
 		return d.unlock(pid);
 
@@ -66,20 +109,113 @@ Status perform(Driver &d, pid_t pid, const Plan &plan)
 	if (plan.action == "suspend") {
 		if (*state == CudaState::Checkpointed)
 			return {};
-		return lock_then_checkpoint(d, pid, plan, *state == CudaState::Locked);
+		return lock_then_checkpoint(d, pid, plan, *state == CudaState::Locked, c);
 	}
 	if (plan.action == "resume") {
 		if (*state == CudaState::Running)
 			return {};
-		return restore_then_unlock(d, pid, plan, *state == CudaState::Checkpointed);
+		return restore_then_unlock(d, pid, plan, *state == CudaState::Checkpointed, c);
 	}
 	// toggle: between running and checkpointed only, as cuda-checkpoint does.
 	if (*state == CudaState::Running)
-		return lock_then_checkpoint(d, pid, plan, false);
+		return lock_then_checkpoint(d, pid, plan, false, c);
 	if (*state == CudaState::Checkpointed)
-		return restore_then_unlock(d, pid, plan, true);
+		return restore_then_unlock(d, pid, plan, true, c);
 	return make_error(EINVAL, "the process is locked: --toggle goes between running and checkpointed only; use "
 				  "--action checkpoint or --action unlock");
+}
+
+// GPU memory of each process from NVML (empty when it cannot tell); asked on a worker, so that an NVML
+// that hangs costs a bounded wait, and not asked again after that (ok cleared).
+std::map<pid_t, uint64_t> gpu_bytes(Driver *d, bool &ok)
+{
+	if (!ok)
+		return {};
+	auto m = call_within<std::map<pid_t, uint64_t>>(2000, "ask NVML for the GPU memory of each process",
+							 [d]() -> Result<std::map<pid_t, uint64_t>> {
+								 if (auto m = d->gpu_bytes_by_process())
+									 return std::move(*m);
+								 return std::map<pid_t, uint64_t>();
+							 });
+	if (!m) {
+		ok = false;
+		return {};
+	}
+	return std::move(*m);
+}
+
+// The watch of run_jobs for the copies of the jobs (one per pid): from the first look that finds a copy
+// running, samples each process as the plugin does (checkpoint: the growth of its memory, of the GPU
+// memory NVML reported then; restore: its GPU memory again, of a total nobody here knows), shows a
+// line on display every second on a terminal (every 3 s otherwise; none for a call shorter than that),
+// gives up a copy that stalled.
+JobWatch watch_copies(Driver *d, const std::vector<pid_t> &pids, const std::vector<std::shared_ptr<CopyState>> &copies,
+		      unsigned stall_ms, ProgressDisplay &display, const std::string &prefix)
+{
+	struct State {
+		std::unique_ptr<Progress> progress;
+		Copy phase = Copy::None;
+		bool nvml = true;
+		uint64_t start_us = now_us();
+	};
+	auto s = std::make_shared<State>();
+	return [=, &display](const std::vector<bool> &ended) {
+		std::vector<std::pair<size_t, Error>> give_up;
+		uint64_t now = now_us();
+		if (!s->progress) {
+			for (const auto &c : copies)
+				if (Copy k = c->copy; k == Copy::Checkpoint || k == Copy::Restore) {
+					s->phase = k;
+					break;
+				}
+			if (s->phase == Copy::None)
+				return give_up;
+			std::map<pid_t, uint64_t> gpu;
+			if (s->phase == Copy::Checkpoint)
+				gpu = gpu_bytes(d, s->nvml);
+			std::vector<Progress::Proc> procs;
+			procs.reserve(pids.size());
+			for (pid_t pid : pids)
+				procs.push_back({pid, gpu.count(pid) ? gpu[pid] : 0});
+			uint64_t every_us = display.in_place() ? 1000000 : 3000000;
+			// A restore's bytes (NVML) may stay 0 until it is done: no stall on CPU time alone there.
+			s->progress = std::make_unique<Progress>(s->phase == Copy::Checkpoint ? "checkpoint" : "restore",
+								 std::move(procs), stall_ms * 1000ULL, every_us, s->start_us,
+								 s->phase == Copy::Restore);
+		}
+		std::map<pid_t, uint64_t> gpu;
+		if (s->phase == Copy::Restore)
+			gpu = gpu_bytes(d, s->nvml);
+		for (size_t k = 0; k < pids.size(); k++) {
+			const CopyState &c = *copies[k];
+			Copy now_copy = c.copy;
+			if (now_copy == Copy::None && !ended[k]) {
+				s->progress->waiting(k, now);
+				continue;
+			}
+			ProgressSample sample;
+			if (s->phase == Copy::Checkpoint) {
+				uint64_t rss = 0;
+				if (auto st = read_task_status(pids[k]))
+					rss = st->rss_bytes;
+				sample.bytes = rss > c.rss_before ? rss - c.rss_before : 0;
+			} else if (auto it = gpu.find(pids[k]); it != gpu.end()) {
+				sample.bytes = it->second;
+			}
+			if (pid_t tid = c.restore_tid)
+				sample.cpu_ticks = thread_cpu_ticks(pids[k], tid);
+			s->progress->observe(k, sample, ended[k] || now_copy == Copy::Done, now);
+		}
+		if (auto line = s->progress->line(now))
+			display.show(prefix + *line);
+		if (auto k = s->progress->stalled(now)) {
+			give_up.emplace_back(*k, make_error(ETIMEDOUT, "%s (raise CUDA_CRIU_STALL_TIMEOUT if the driver is "
+								       "only slow)",
+							    s->progress->stall_message(*k, now).c_str()));
+			s->progress->observe(*k, {}, true, now); // given up: not reported again
+		}
+		return give_up;
+	};
 }
 
 struct ActionResult {
@@ -88,23 +224,31 @@ struct ActionResult {
 	std::optional<CudaState> state_after;
 };
 
-// Runs plan on every pid at once. abandoned: set when a driver call was still running at its deadline
-// (its worker thread cannot be stopped; the caller must not run static destructors under it).
-std::vector<ActionResult> run_plan(Driver &d, const std::vector<pid_t> &pids, const Plan &plan, bool &abandoned)
+// Runs plan on every pid at once, showing the progress of the copies (prefix: "cuda-criu: ").
+// abandoned: set when a driver call was still running at its deadline or stalled (its worker thread
+// cannot be stopped; the caller must not run static destructors under it).
+std::vector<ActionResult> run_plan(Driver &d, const std::vector<pid_t> &pids, const Plan &plan, const Options &options,
+				   const std::string &prefix, bool &abandoned)
 {
 	std::vector<std::shared_ptr<std::atomic<bool>>> finished;
+	std::vector<std::shared_ptr<CopyState>> copies;
 	std::vector<Job> jobs;
 	for (pid_t pid : pids) {
 		auto done = std::make_shared<std::atomic<bool>>(false);
+		auto c = std::make_shared<CopyState>();
 		finished.push_back(done);
+		copies.push_back(c);
 		Driver *driver = &d;
-		jobs.push_back({format("%s pid %d", plan.action.c_str(), pid), [driver, pid, plan, done] {
-					Status st = perform(*driver, pid, plan);
+		jobs.push_back({format("%s pid %d", plan.action.c_str(), pid), [driver, pid, plan, done, c] {
+					Status st = perform(*driver, pid, plan, *c);
 					done->store(true);
 					return st;
 				}});
 	}
-	std::vector<Status> results = run_jobs(std::move(jobs), 0, plan.wait_ms);
+	ProgressDisplay display;
+	std::vector<Status> results = run_jobs(std::move(jobs), 0, plan.wait_ms,
+					       watch_copies(&d, pids, copies, options.stall_timeout_ms, display, prefix));
+	display.finish();
 	abandoned = false;
 	std::vector<ActionResult> out;
 	for (size_t i = 0; i < pids.size(); i++) {
@@ -241,7 +385,7 @@ int cmd_action(const std::string &action, const Args &args)
 	if (!d)
 		return report_failure(d.error().message());
 	bool abandoned = false;
-	std::vector<ActionResult> outcomes = run_plan(**d, pids, plan, abandoned);
+	std::vector<ActionResult> outcomes = run_plan(**d, pids, plan, *options, "cuda-criu: ", abandoned);
 
 	int rc = kExitOk;
 	JsonWriter j;
@@ -365,7 +509,7 @@ int cmd_compat(const std::string &program, const Args &args)
 	}
 	set_timeouts(plan, *options, timeout_ms);
 	bool abandoned = false;
-	std::vector<ActionResult> outcomes = run_plan(**d, {*pid}, plan, abandoned);
+	std::vector<ActionResult> outcomes = run_plan(**d, {*pid}, plan, *options, program + ": ", abandoned);
 	int rc = kExitOk;
 	if (!outcomes[0].status) {
 		std::fprintf(stderr, "%s: %s\n", program.c_str(), outcomes[0].status.error().message().c_str());

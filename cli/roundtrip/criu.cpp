@@ -1,8 +1,11 @@
 #include "roundtrip/criu.h"
 
 #include <sys/wait.h>
+#include <unistd.h>
 
+#include "base/clock.h"
 #include "base/format.h"
+#include "progress_display.h"
 #include "roundtrip/processes.h"
 #include "subprocess.h"
 
@@ -39,7 +42,21 @@ CriuResult Criu::run(const char *action, std::vector<std::string> args, const st
 		r.message = format("criu %s: %s", action, out.error().message().c_str());
 		return r;
 	}
-	auto st = run_tool(args, env, out->get(), timeout_ms);
+	// CRIU writes the log anew; an old one of this name must not show its progress lines as this run's.
+	::unlink(log.c_str());
+	LogFollower follow(log);
+	ProgressDisplay display;
+	uint64_t next_look_us = 0;
+	auto show_progress = [&] {
+		if (now_us() < next_look_us)
+			return;
+		next_look_us = now_us() + 250000;
+		for (const std::string &line : follow.new_lines())
+			if (auto msg = plugin_message(line); msg && is_progress_message(*msg))
+				display.show(format("cuda-criu: criu %s: %s", action, clean_line(*msg).c_str()));
+	};
+	auto st = run_tool(args, env, out->get(), timeout_ms, show_progress);
+	display.finish();
 	if (!st && st.error().errno_value() == EINTR) {
 		r.interrupted = true;
 		return r;

@@ -1,6 +1,7 @@
 // criu dump and criu restore as the round trip runs them (and selftest, its client): our plugin's
 // directory, a verbose log in the image directory, CRIU's output in the work directory, a deadline, and
-// the lines that explain a failure.
+// the lines that explain a failure. While CRIU runs, the plugin's progress lines of its log show on
+// stderr (cli/progress_display.h).
 #pragma once
 
 #include <sys/types.h>

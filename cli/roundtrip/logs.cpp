@@ -1,5 +1,9 @@
 #include "roundtrip/logs.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cctype>
 #include <cstdio>
@@ -166,6 +170,41 @@ std::optional<std::string_view> plugin_message(std::string_view line)
 		if (skip_literal(s, prefix))
 			return s;
 	return std::nullopt;
+}
+
+bool is_progress_message(std::string_view msg)
+{
+	constexpr std::string_view kDone = " process(es) done";
+	bool phase = msg.substr(0, 12) == "checkpoint: " || msg.substr(0, 9) == "restore: ";
+	return phase && msg.size() > kDone.size() && msg.substr(msg.size() - kDone.size()) == kDone;
+}
+
+std::vector<std::string> LogFollower::new_lines()
+{
+	std::vector<std::string> out;
+	int fd = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return out;
+	struct stat st = {};
+	if (fstat(fd, &st) == 0 && static_cast<uint64_t>(st.st_size) < offset_) {
+		offset_ = 0;
+		partial_.clear();
+	}
+	// At most 16 MiB a look: a verbose log of a large dump grows fast, and the next look goes on.
+	char buf[64 * 1024];
+	for (int i = 0; i < 256; i++) {
+		ssize_t n = pread(fd, buf, sizeof buf, static_cast<off_t>(offset_));
+		if (n <= 0)
+			break;
+		offset_ += static_cast<uint64_t>(n);
+		partial_.append(buf, static_cast<size_t>(n));
+	}
+	::close(fd);
+	size_t start = 0;
+	for (size_t nl; (nl = partial_.find('\n', start)) != std::string::npos; start = nl + 1)
+		out.push_back(partial_.substr(start, nl - start));
+	partial_.erase(0, start);
+	return out;
 }
 
 int restored_cuda_processes(const std::vector<std::string> &log_lines)

@@ -3,6 +3,7 @@
 // log, told apart from anything else there (a path or a name CRIU prints can hold any text).
 #pragma once
 
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -39,6 +40,23 @@ std::string hint_for(const std::vector<LogBlock> &logs);
 // restore: ..."), nullopt for any other line. Only CRIU's own prefixes (a timestamp, a pid) may come
 // before the plugin's prefix.
 std::optional<std::string_view> plugin_message(std::string_view line);
+
+// Whether msg (of plugin_message) is one of the plugin's progress lines during a checkpoint or restore
+// (plugin/core/progress.h): "checkpoint: 12.3 of 40.0 GiB (1.6 GB/s), 3 of 4 process(es) done".
+bool is_progress_message(std::string_view msg);
+
+// Follows a log that a running program (CRIU) writes: each look returns the complete lines added since
+// the last one. The log may not exist yet; one that shrank was begun again, and is read from its start.
+class LogFollower {
+public:
+	explicit LogFollower(std::string path) : path_(std::move(path)) {}
+	std::vector<std::string> new_lines();
+
+private:
+	std::string path_;
+	uint64_t offset_ = 0;
+	std::string partial_; // the start of a line not yet ended
+};
 
 // The count of the plugin's summary line "restore: N CUDA process(es), M failed, ..." in a CRIU log; -1
 // unless exactly one such line is there.

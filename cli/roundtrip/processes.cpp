@@ -111,7 +111,7 @@ Result<std::string> resolve_program(const std::string &name)
 }
 
 Result<int> run_tool(const std::vector<std::string> &argv, const std::vector<std::string> &env, int out_fd,
-		     unsigned timeout_ms)
+		     unsigned timeout_ms, const std::function<void()> &while_running)
 {
 	SpawnOptions so;
 	so.argv = argv;
@@ -131,6 +131,8 @@ Result<int> run_tool(const std::vector<std::string> &argv, const std::vector<std
 			return make_error(EINTR, "interrupted by %s (criu killed)", signal_name(caught_signal()).c_str());
 		if (Clock::now() >= deadline)
 			return make_error(ETIMEDOUT, "still running after %g s (killed)", timeout_ms / 1000.0);
+		if (while_running)
+			while_running();
 	}
 }
 

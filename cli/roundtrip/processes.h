@@ -6,6 +6,7 @@
 
 #include <sys/types.h>
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -33,8 +34,9 @@ bool kill_descendants(unsigned timeout_ms, size_t &left);
 Result<std::string> resolve_program(const std::string &name);
 
 // Runs argv (CRIU) with env added to ours and its output into out_fd; kills it after timeout_ms
-// (ETIMEDOUT) or on a signal (EINTR). Returns its wait status.
+// (ETIMEDOUT) or on a signal (EINTR). Returns its wait status. while_running: called every few
+// milliseconds while it runs (e.g. to follow its log).
 Result<int> run_tool(const std::vector<std::string> &argv, const std::vector<std::string> &env, int out_fd,
-		     unsigned timeout_ms);
+		     unsigned timeout_ms, const std::function<void()> &while_running = {});
 
 } // namespace cuda_criu::cli::roundtrip

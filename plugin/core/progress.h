@@ -31,6 +31,9 @@ public:
 
 	// Records a sample of process i at now_us; finished: its driver call has returned.
 	void observe(size_t i, const ProgressSample &s, bool finished, uint64_t now_us);
+	// Process i has not begun its copy yet (its lock still waits for the GPU's work): no stall until it
+	// has.
+	void waiting(size_t i, uint64_t now_us) { state_[i].moved_us = now_us; }
 	// The log line due now, if any (the first after a second, then one every every_us), e.g.
 	// "checkpoint: 12.3 of 40.0 GiB (1.6 GB/s), 3 of 4 processes done".
 	std::optional<std::string> line(uint64_t now_us);

@@ -55,6 +55,9 @@ struct client {
 	uint64_t next_off[FG_MAX_GPUS];
 	pthread_mutex_t mem_lock; /* allocs and the data in them */
 	struct alloc *allocs;
+	/* bytes of allocs, read without mem_lock (atomically): a copy holds mem_lock for its whole paced
+	 * transfer, and NVML's per-process query must not wait for it, as the real one does not */
+	uint64_t held;
 	/* the current job, protected by g_lock */
 	uint64_t job_seq;
 	enum job_phase job_phase;
@@ -203,6 +206,7 @@ static CUresult alloc_mem(struct client *cl, uint32_t gpu, uint64_t size, uint64
 	a->data = data;
 	a->next = cl->allocs;
 	cl->allocs = a;
+	__atomic_add_fetch(&cl->held, size, __ATOMIC_RELAXED);
 	*out = a;
 	return CUDA_SUCCESS;
 }
@@ -224,6 +228,7 @@ static void free_all(struct client *cl, uint64_t *per_gpu)
 		cl->allocs = a->next;
 		if (per_gpu)
 			per_gpu[a->gpu] += a->size;
+		__atomic_sub_fetch(&cl->held, a->size, __ATOMIC_RELAXED);
 		free_one(a);
 	}
 }
@@ -339,8 +344,10 @@ static int handle_main_op(struct conn *c, struct fg_msg *m)
 		for (pp = &cl->allocs; *pp && (*pp)->dptr != m->a[0]; pp = &(*pp)->next)
 			;
 		a = *pp;
-		if (a)
+		if (a) {
 			*pp = a->next;
+			__atomic_sub_fetch(&cl->held, a->size, __ATOMIC_RELAXED);
+		}
 		pthread_mutex_unlock(&cl->mem_lock);
 		if (!a)
 			return reply(c, CUDA_ERROR_INVALID_VALUE, 0, 0, 0, NULL, 0);
@@ -734,18 +741,14 @@ static int handle_usage(struct conn *c)
 	struct fg_usage u[256];
 	struct client *live[256];
 	uint64_t n = 0, k = 0;
-	/* client records are never freed; mem_lock is taken before g_lock elsewhere, so not under it */
+	/* client records are never freed */
 	pthread_mutex_lock(&g_lock);
 	for (struct client *cl = g_clients; cl && k < 256; cl = cl->next)
 		if (!cl->dead)
 			live[k++] = cl;
 	pthread_mutex_unlock(&g_lock);
 	for (uint64_t i = 0; i < k; i++) {
-		uint64_t bytes = 0;
-		pthread_mutex_lock(&live[i]->mem_lock);
-		for (struct alloc *a = live[i]->allocs; a; a = a->next)
-			bytes += a->size;
-		pthread_mutex_unlock(&live[i]->mem_lock);
+		uint64_t bytes = __atomic_load_n(&live[i]->held, __ATOMIC_RELAXED);
 		if (bytes)
 			u[n++] = (struct fg_usage){ .pid = live[i]->pid, .bytes = bytes };
 	}

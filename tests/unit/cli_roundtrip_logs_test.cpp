@@ -62,5 +62,39 @@ TEST(CriuLogExcerpt, PluginLinesAreOnlyOurs)
 	EXPECT_EQ(b.lines[0], "(00.000003) cuda_plugin: real");
 }
 
+TEST(ProgressMessage, OnlyThePluginsProgressForm)
+{
+	EXPECT_TRUE(is_progress_message("checkpoint: 12.3 of 40.0 GiB (1.6 GB/s), 3 of 4 process(es) done"));
+	EXPECT_TRUE(is_progress_message("restore: 64 MiB (0 MB/s), 0 of 1 process(es) done"));
+	EXPECT_FALSE(is_progress_message(kSummary));
+	EXPECT_FALSE(is_progress_message("checkpointing 2 CUDA process(es) in parallel"));
+	EXPECT_FALSE(is_progress_message("lock: 1 of 1 process(es) done"));
+	EXPECT_FALSE(is_progress_message(" process(es) done"));
+}
+
+TEST(LogFollower, NewCompleteLinesOnlyAndAgainAfterARestart)
+{
+	std::string path = ::testing::TempDir() + "/criu-follow-test.log";
+	std::remove(path.c_str());
+	LogFollower follow(path);
+	EXPECT_TRUE(follow.new_lines().empty()); // not there yet
+	FILE *f = std::fopen(path.c_str(), "w");
+	ASSERT_NE(f, nullptr);
+	std::fputs("one\ntw", f);
+	std::fflush(f);
+	EXPECT_EQ(follow.new_lines(), std::vector<std::string>{"one"});
+	std::fputs("o\nthree\n", f);
+	std::fflush(f);
+	EXPECT_EQ(follow.new_lines(), (std::vector<std::string>{"two", "three"}));
+	EXPECT_TRUE(follow.new_lines().empty());
+	std::fclose(f);
+	// Written anew (shorter): read from its start.
+	f = std::fopen(path.c_str(), "w");
+	ASSERT_NE(f, nullptr);
+	std::fputs("new\n", f);
+	std::fclose(f);
+	EXPECT_EQ(follow.new_lines(), std::vector<std::string>{"new"});
+}
+
 } // namespace
 } // namespace cuda_criu::cli::roundtrip

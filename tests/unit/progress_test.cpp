@@ -70,6 +70,15 @@ TEST(Progress, AByteSignalThatNeverMovedDoesNotMakeAStall)
 	EXPECT_TRUE(p.stalled(103 * S)); // moved once, then stopped
 }
 
+TEST(Progress, NoStallWhileWaitingToBeginTheCopy)
+{
+	Progress p("checkpoint", {{10, GiB}}, 2 * S, 5 * S, 0);
+	p.waiting(0, 3 * S); // its lock took 3 s
+	EXPECT_FALSE(p.stalled(4 * S));
+	p.observe(0, {0, 0}, false, 4 * S);
+	EXPECT_TRUE(p.stalled(5 * S));
+}
+
 TEST(Progress, SmallPhasesInMiB)
 {
 	Progress p("restore", {{10, 256ULL << 20}}, 0, 3 * S, 10 * S);
