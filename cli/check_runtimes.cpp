@@ -244,7 +244,7 @@ Verdict criu_in(const std::string &path, const std::string &criu_option)
 Verdict combine(const Verdict &criu, const Verdict &plugin)
 {
 	if (!criu.loads)
-		return {false, criu.detail + "; with one, CRIU " + (plugin.loads ? plugin.detail : "finds " + plugin.detail),
+		return {false, criu.detail + "; as for the plugin, CRIU " + (plugin.loads ? plugin.detail : "finds " + plugin.detail),
 			criu.fix + (plugin.loads ? "" : "; " + plugin.fix)};
 	if (!plugin.loads)
 		return {false, criu.detail + " will not load cuda_plugin.so: " + plugin.detail, plugin.fix};
