@@ -148,31 +148,6 @@ pid_t find_process(const std::string &binary)
 	return found;
 }
 
-// BinaryName in the runc runtime's options of a containerd configuration ("" if none), in either
-// configuration version: [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options] or
-// [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc.options].
-std::string containerd_runc_binary(const std::string &config)
-{
-	std::ifstream f(config);
-	std::string line, section, binary;
-	while (std::getline(f, line)) {
-		size_t b = line.find_first_not_of(" \t");
-		if (b == std::string::npos || line[b] == '#')
-			continue;
-		line = line.substr(b);
-		if (line[0] == '[') {
-			section = line;
-			continue;
-		}
-		if (section.find("runtimes.runc.options]") == std::string::npos || line.rfind("BinaryName", 0) != 0)
-			continue;
-		size_t q1 = line.find_first_of("\"'"), q2 = q1 == std::string::npos ? q1 : line.find(line[q1], q1 + 1);
-		if (q2 != std::string::npos)
-			binary = line.substr(q1 + 1, q2 - q1 - 1);
-	}
-	return binary;
-}
-
 struct Verdict {
 	bool loads = false;
 	std::string detail, fix;
@@ -397,6 +372,28 @@ RuntimeReport check_containerd(const std::string &binary, const std::string &cri
 }
 
 } // namespace
+
+std::string containerd_runc_binary(const std::string &config)
+{
+	std::ifstream f(config);
+	std::string line, section, binary;
+	while (std::getline(f, line)) {
+		size_t b = line.find_first_not_of(" \t");
+		if (b == std::string::npos || line[b] == '#')
+			continue;
+		line = line.substr(b);
+		if (line[0] == '[') {
+			section = line;
+			continue;
+		}
+		if (section.find("runtimes.runc.options]") == std::string::npos || line.rfind("BinaryName", 0) != 0)
+			continue;
+		size_t q1 = line.find_first_of("\"'"), q2 = q1 == std::string::npos ? q1 : line.find(line[q1], q1 + 1);
+		if (q2 != std::string::npos)
+			binary = line.substr(q1 + 1, q2 - q1 - 1);
+	}
+	return binary;
+}
 
 CriuEnv caller_criu_env()
 {

@@ -32,6 +32,11 @@ struct Libdir {
 };
 Libdir criu_libdir(const CriuEnv &env, const std::string &runtime_conf);
 
+// BinaryName in the runc runtime's options of a containerd configuration file ("" if none), in either
+// configuration version: [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options] (v2) or
+// [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc.options] (v3).
+std::string containerd_runc_binary(const std::string &config);
+
 struct RuntimeReport {
 	std::string name;    // runc, crun, podman, containerd
 	std::string binary;  // its path
