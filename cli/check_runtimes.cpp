@@ -47,9 +47,13 @@ std::string in_path(const std::string &name, const std::string &path)
 {
 	std::stringstream dirs(path);
 	std::string dir;
-	while (std::getline(dirs, dir, ':'))
-		if (!dir.empty() && dir[0] == '/' && is_executable_file(dir + "/" + name))
-			return dir + "/" + name;
+	while (std::getline(dirs, dir, ':')) {
+		if (dir.empty() || dir[0] != '/')
+			continue; // a relative PATH entry depends on the caller's directory
+		std::string file = format("%s/%s", dir.c_str(), name.c_str());
+		if (is_executable_file(file))
+			return file;
+	}
 	return "";
 }
 
@@ -419,7 +423,7 @@ Libdir criu_libdir(const CriuEnv &env, const std::string &runtime_conf)
 	Libdir found;
 	for (const auto &[file, label] : files)
 		if (std::string dir = config_libdir(file); !dir.empty())
-			found = {dir, "libdir in " + label + file};
+			found = {dir, format("libdir in %s%s", label.c_str(), file.c_str())};
 	if (found.dir.empty())
 		found = env.libs_dir.empty() ? Libdir{kCriuDefaultLibdir, "CRIU's default, no libdir set"}
 					     : Libdir{env.libs_dir, "$CRIU_LIBS_DIR"};
