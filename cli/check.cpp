@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <sstream>
 
 #include "cli.h"
 #include "core/options.h"
@@ -20,6 +21,7 @@
 #include "elf_file.h"
 #include "json.h"
 #include "preflight.h"
+#include "runtimes.h"
 
 namespace cuda_criu::cli {
 namespace {
@@ -46,6 +48,7 @@ struct Facts {
 	std::optional<CriuLocation> criu;
 	std::optional<CriuVersion> criu_version;
 	std::optional<bool> criu_patched;
+	std::vector<RuntimeReport> runtimes;
 };
 
 struct CheckOptions {
@@ -53,6 +56,8 @@ struct CheckOptions {
 	std::string criu;
 	std::string libdir;
 	std::string libcuda;
+	bool runtimes = true;
+	std::vector<std::string> only_runtimes; // empty: every runtime found
 };
 
 class Checks {
@@ -268,42 +273,31 @@ void check_criu(Checks &c, Facts &facts, const CheckOptions &o)
 
 void check_plugin(Checks &c, const CheckOptions &o)
 {
-	std::vector<PluginDir> dirs;
-	if (!o.libdir.empty())
-		dirs.push_back({o.libdir, {"criu -L " + o.libdir}, true});
-	else
-		dirs = plugin_dirs();
-	for (const PluginDir &d : dirs) {
-		std::string users;
-		for (size_t i = 0; i < d.users.size(); i++)
-			users += (i == 0 ? "" : i + 1 == d.users.size() ? " and " : ", ") + d.users[i];
-		std::string name = "plugin";
-		if (!d.used_by_criu)
-			name += d.users[0].rfind("runc", 0) == 0 ? "-runc" : "-crun";
-		const Level missing = d.used_by_criu ? Level::Fail : Level::Warn;
-		std::string file = d.dir + "/" + kPluginFileName;
-		const std::string install_hint =
-			"install it there: 'cmake --install BUILD' puts it into /usr/lib/criu (CRIU_PLUGIN_DIR); or copy "
-			"BUILD/plugin/cuda_plugin.so";
-		std::string error;
-		switch (classify_plugin(file, error)) {
-		case PluginFile::Missing:
-			c.add(name, missing, format("no %s in %s (the plugin directory of %s)", kPluginFileName, d.dir.c_str(), users.c_str()),
-			      install_hint);
-			break;
-		case PluginFile::Unreadable:
-			c.add(name, missing, error);
-			break;
-		case PluginFile::CriusOwn:
-			c.add(name, missing,
-			      format("%s is CRIU's own CUDA plugin (it runs cuda-checkpoint), not cuda-criu's (used by %s)",
-				     file.c_str(), users.c_str()),
-			      install_hint + " (it has the same file name)");
-			break;
-		case PluginFile::Ours:
-			c.add(name, Level::Ok, format("%s (used by %s)", file.c_str(), users.c_str()));
-			break;
-		}
+	const Libdir libdir = o.libdir.empty() ? criu_libdir(caller_criu_env(), "") : Libdir{o.libdir, "criu -L"};
+	const std::string file = libdir.dir + "/" + kPluginFileName;
+	const std::string install_hint =
+		"install it there: 'cmake --install BUILD' puts it into /usr/lib/criu (CRIU_PLUGIN_DIR); or copy "
+		"BUILD/plugin/cuda_plugin.so";
+	std::string error;
+	switch (classify_plugin(file, error)) {
+	case PluginFile::Missing:
+		c.add("plugin", Level::Fail,
+		      format("no %s in %s (the plugin directory of criu: %s)", kPluginFileName, libdir.dir.c_str(),
+			     libdir.source.c_str()),
+		      install_hint);
+		break;
+	case PluginFile::Unreadable:
+		c.add("plugin", Level::Fail, error);
+		break;
+	case PluginFile::CriusOwn:
+		c.add("plugin", Level::Fail,
+		      format("%s is CRIU's own CUDA plugin (it runs cuda-checkpoint), not cuda-criu's (%s)", file.c_str(),
+			     libdir.source.c_str()),
+		      install_hint + " (it has the same file name)");
+		break;
+	case PluginFile::Ours:
+		c.add("plugin", Level::Ok, format("%s (used by criu: %s)", file.c_str(), libdir.source.c_str()));
+		break;
 	}
 
 	auto options = load_options_from_environment();
@@ -316,6 +310,14 @@ void check_plugin(Checks &c, const CheckOptions &o)
 			     options->config_file.empty() ? "defaults (no option file)" : options->config_file.c_str(),
 			     options->lock_timeout_ms / 1000.0, options->checkpoint_timeout_ms / 1000.0,
 			     options->restore_timeout_ms / 1000.0));
+}
+
+// A runtime that cannot make CRIU load our plugin only warns: this machine may not use it.
+void check_runtime_lines(Checks &c, Facts &facts, const CheckOptions &o)
+{
+	facts.runtimes = check_runtimes(o.only_runtimes, o.criu);
+	for (const RuntimeReport &r : facts.runtimes)
+		c.add("runtime-" + r.name, r.loads ? Level::Ok : Level::Warn, r.detail, r.fix);
 }
 
 // ---- the host ----
@@ -432,6 +434,17 @@ void print_json(const Checks &c, const Facts &f)
 	} else {
 		j.key("criu").null();
 	}
+	j.key("runtimes").begin_array();
+	for (const RuntimeReport &r : f.runtimes)
+		j.begin_object()
+			.field("name", r.name)
+			.field("binary", r.binary)
+			.field("version", r.version)
+			.field("loads_plugin", r.loads)
+			.field("plugin_dir", r.plugin_dir)
+			.field("libdir_source", r.libdir_source)
+			.end_object();
+	j.end_array();
 	j.end_object();
 	std::fputs(j.str().c_str(), stdout);
 }
@@ -446,7 +459,8 @@ int cmd_check(const Args &args)
 				     {"--require-gpu", false, nullptr},
 				     {"--criu", true, nullptr},
 				     {"--libdir", true, nullptr},
-				     {"--libcuda", true, nullptr}},
+				     {"--libcuda", true, nullptr},
+				     {"--runtimes", true, nullptr}},
 				    a))
 		return *rc;
 	if (!a.positionals.empty())
@@ -459,6 +473,19 @@ int cmd_check(const Args &args)
 		o.libdir = *v;
 	if (const std::string *v = a.value("--libcuda"))
 		o.libcuda = *v;
+	if (const std::string *v = a.value("--runtimes")) {
+		std::stringstream names(*v);
+		std::string name;
+		while (std::getline(names, name, ',')) {
+			if (name == "none")
+				o.runtimes = false;
+			else if (name == "runc" || name == "crun" || name == "podman" || name == "containerd")
+				o.only_runtimes.push_back(name);
+			else
+				return usage_error("check", "--runtimes: unknown runtime '" + name +
+								    "' (runc, crun, podman, containerd or none)");
+		}
+	}
 
 	Checks c;
 	Facts facts;
@@ -471,6 +498,8 @@ int cmd_check(const Args &args)
 	check_persistence(c, facts.gpus);
 	check_criu(c, facts, o);
 	check_plugin(c, o);
+	if (o.runtimes)
+		check_runtime_lines(c, facts, o);
 	check_privileges(c);
 	check_kernel(c);
 

@@ -92,44 +92,4 @@ std::string config_libdir(const std::string &config_file)
 	return dir;
 }
 
-std::vector<PluginDir> plugin_dirs()
-{
-	const std::string default_conf = config_libdir("/etc/criu/default.conf");
-	const std::string runc_conf = config_libdir("/etc/criu/runc.conf");
-	const std::string crun_conf = config_libdir("/etc/criu/crun.conf");
-	const char *env = getenv("CRIU_LIBS_DIR");
-
-	std::vector<PluginDir> dirs;
-	auto add = [&](std::string dir, const std::string &user, bool criu) {
-		while (dir.size() > 1 && dir.back() == '/')
-			dir.pop_back();
-		for (PluginDir &d : dirs)
-			if (d.dir == dir) {
-				d.users.push_back(user);
-				d.used_by_criu |= criu;
-				return;
-			}
-		dirs.push_back({dir, {user}, criu});
-	};
-	if (!default_conf.empty())
-		add(default_conf, "criu (libdir in /etc/criu/default.conf)", true);
-	else if (env && *env)
-		add(env, "criu ($CRIU_LIBS_DIR)", true);
-	else
-		add(kCriuDefaultLibdir, "criu (default)", true);
-
-	if (!runc_conf.empty())
-		add(runc_conf, "runc (libdir in /etc/criu/runc.conf)", false);
-	else
-		add(default_conf.empty() ? kCriuDefaultLibdir : default_conf, "runc", false);
-
-	if (!crun_conf.empty())
-		add(crun_conf, "crun/podman (libdir in /etc/criu/crun.conf)", false);
-	else if (!runc_conf.empty())
-		add(runc_conf, "crun/podman (libdir in /etc/criu/runc.conf)", false);
-	else
-		add(default_conf.empty() ? kCriuDefaultLibdir : default_conf, "crun/podman", false);
-	return dirs;
-}
-
 } // namespace cuda_criu::cli

@@ -43,17 +43,4 @@ inline constexpr const char *kCriuDefaultLibdir = "/usr/lib/criu";
 // sets none or cannot be read.
 std::string config_libdir(const std::string &config_file);
 
-// A plugin directory and who loads plugins from it.
-struct PluginDir {
-	std::string dir;
-	std::vector<std::string> users; // "criu (default)", "runc (/etc/criu/runc.conf)", ...
-	bool used_by_criu = false;      // the criu command line itself looks here
-};
-
-// The directories criu, runc and crun/podman load plugins from, each once, the CLI's first:
-//   criu:  libdir of /etc/criu/default.conf, else $CRIU_LIBS_DIR, else /usr/lib/criu
-//   runc:  libdir of /etc/criu/runc.conf, else of default.conf, else /usr/lib/criu
-//   crun (podman): libdir of /etc/criu/crun.conf, else of runc.conf, else of default.conf, else /usr/lib/criu
-std::vector<PluginDir> plugin_dirs();
-
 } // namespace cuda_criu::cli

@@ -25,7 +25,7 @@ const char kActionExit[] = R"(0  every process reached the state asked for
 
 const Page kPages[] = {
 	{"check", "check that this machine can checkpoint and restore CUDA processes",
-	 "cuda-criu check [--json] [--require-gpu] [--criu PATH] [--libdir DIR] [--libcuda PATH]",
+	 "cuda-criu check [--json] [--require-gpu] [--criu PATH] [--libdir DIR] [--libcuda PATH] [--runtimes LIST]",
 	 R"(A preflight in the spirit of `criu check`. Each check prints one line
 
     ok|warn|fail  NAME  DETAIL
@@ -48,9 +48,13 @@ and a `hint:` line below a warn or fail that says how to fix it. The checks:
   criu-patch        CRIU carries this project's patch (its symbol criu_resume_devices_late_errors_fatal),
                     which makes a failed GPU restore fail the restore instead of leaving the process
                     running without its GPU state
-  plugin            cuda_plugin.so (ours, not CRIU's own plugin of the same name) is where CRIU, runc
-                    and crun/podman load plugins from: /usr/lib/criu, $CRIU_LIBS_DIR, and `libdir` in
-                    /etc/criu/default.conf, runc.conf and crun.conf; or in --libdir DIR
+  plugin            cuda_plugin.so (ours, not CRIU's own plugin of the same name) is where criu loads
+                    plugins from: the last `libdir` of /etc/criu/default.conf, $HOME/.criu/default.conf
+                    and $CRIU_CONFIG_FILE, else $CRIU_LIBS_DIR, else /usr/lib/criu; or in --libdir DIR
+  runtime-NAME      for each container runtime installed (runc, crun, podman, containerd): whether the
+                    CRIU it runs loads our plugin, from which directory and why (runc.conf, crun.conf,
+                    the environment the runtime passes), that its criu is 4.0 or newer, and the fix when
+                    not; a warning only, as the machine may not use that runtime
   plugin-options    the plugin's options (CUDA_CRIU_* variables, /etc/criu/cuda_plugin.conf) parse
   privileges        root, or CAP_SYS_PTRACE with CAP_CHECKPOINT_RESTORE (or CAP_SYS_ADMIN)
   kernel            checkpoint/restore support (CONFIG_CHECKPOINT_RESTORE: /proc/sys/kernel/ns_last_pid,
@@ -58,15 +62,22 @@ and a `hint:` line below a warn or fail that says how to fix it. The checks:
   ptrace            the Yama ptrace policy allows CRIU to attach
 
 On a machine without an NVIDIA GPU (no /proc/driver/nvidia/gpus entry and no CUDA_CRIU_LIBCUDA) the
-driver checks warn instead of failing, unless --require-gpu is given.)",
+driver checks warn instead of failing, unless --require-gpu is given.
+
+CUDA_CRIU_CRIU_CONFIG_DIR, when set, is read in place of /etc/criu for CRIU's configuration files
+(default.conf, runc.conf, crun.conf): for tests, which must not touch the machine's.)",
 	 R"(--json            print one JSON object instead of lines: "result" (ok, warn or fail), "checks"
-                  (a list of {"name", "status", "detail", "hint"}), "driver", "gpus" and "criu"
+                  (a list of {"name", "status", "detail", "hint"}), "driver", "gpus", "criu" and
+                  "runtimes" (a list of {"name", "binary", "version", "loads_plugin", "plugin_dir",
+                  "libdir_source"})
 --require-gpu     a missing driver or GPU is a failure even on a machine without NVIDIA GPUs
 --criu PATH       check this CRIU binary instead of searching the usual places
 --libdir DIR      check the plugin in DIR, the directory given to `criu -L`, instead of the places
                   CRIU and the container runtimes look by default
 --libcuda PATH    the driver library to check (default: CUDA_CRIU_LIBCUDA, else libcuda.so.1 through
-                  the loader's search path))",
+                  the loader's search path)
+--runtimes LIST   the runtimes to report on, comma-separated (runc, crun, podman, containerd), or
+                  none (default: every one installed))",
 	 R"(0  no check failed (warnings allowed)
 1  at least one check failed
 2  bad usage)",

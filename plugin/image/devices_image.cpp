@@ -1,20 +1,17 @@
 #include "image/devices_image.h"
 
 #include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include <cstring>
 #include <memory>
 
 #include "cuda_plugin.pb-c.h"
-#include "os/unique_fd.h"
+#include "image/image_file.h"
 
 namespace cuda_criu {
 namespace {
 
 constexpr char kMagic[8] = {'C', 'U', 'D', 'A', 'D', 'E', 'V', 'S'};
-constexpr size_t kHeader = sizeof(kMagic) + 4;
 constexpr size_t kMaxBytes = 4 << 20;
 
 } // namespace
@@ -92,26 +89,18 @@ std::vector<uint8_t> encode_devices_image(const InheritedDevicesRecord &record)
 	msg.n_files = file_ptrs.size();
 	msg.files = file_ptrs.data();
 	size_t len = cuda_inherited_devices__get_packed_size(&msg);
-	std::vector<uint8_t> out(kHeader + len);
-	std::memcpy(out.data(), kMagic, sizeof(kMagic));
-	for (int i = 0; i < 4; i++)
-		out[sizeof(kMagic) + i] = static_cast<uint8_t>(len >> (8 * i));
-	cuda_inherited_devices__pack(&msg, out.data() + kHeader);
+	std::vector<uint8_t> out = framed_buffer(kMagic, len);
+	cuda_inherited_devices__pack(&msg, out.data() + kImageHeaderBytes);
 	return out;
 }
 
 Result<InheritedDevicesRecord> decode_devices_image(const uint8_t *data, size_t size)
 {
-	if (size < kHeader || std::memcmp(data, kMagic, sizeof(kMagic)) != 0)
-		return make_error(EINVAL, "not a cuda_plugin devices image (bad magic or truncated header)");
-	uint32_t len = 0;
-	for (int i = 0; i < 4; i++)
-		len |= static_cast<uint32_t>(data[sizeof(kMagic) + i]) << (8 * i);
-	if (len != size - kHeader)
-		return make_error(EINVAL, "truncated or padded devices image: header says %u bytes, file has %zu", len,
-				  size - kHeader);
+	auto len = unframe(data, size, kMagic, "devices image");
+	if (!len)
+		return std::move(len).error();
 	std::unique_ptr<CudaInheritedDevices, void (*)(CudaInheritedDevices *)> msg(
-		cuda_inherited_devices__unpack(nullptr, len, data + kHeader),
+		cuda_inherited_devices__unpack(nullptr, *len, data + kImageHeaderBytes),
 		[](CudaInheritedDevices *p) { cuda_inherited_devices__free_unpacked(p, nullptr); });
 	if (!msg)
 		return make_error(EINVAL, "corrupt devices image: its data does not parse");
@@ -146,50 +135,17 @@ Result<InheritedDevicesRecord> decode_devices_image(const uint8_t *data, size_t 
 
 Status write_devices_image(int dir_fd, const InheritedDevicesRecord &record)
 {
-	std::vector<uint8_t> bytes = encode_devices_image(record);
-	UniqueFd fd(openat(dir_fd, kDevicesImageFileName, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW,
-			   0644));
-	if (!fd.valid())
-		return errno_error("create %s in the image directory", kDevicesImageFileName);
-	size_t off = 0;
-	while (off < bytes.size()) {
-		ssize_t n = write(fd.get(), bytes.data() + off, bytes.size() - off);
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n <= 0)
-			return errno_error("write %s", kDevicesImageFileName);
-		off += static_cast<size_t>(n);
-	}
-	return {};
+	return write_image_file(dir_fd, kDevicesImageFileName, encode_devices_image(record));
 }
 
 Result<std::optional<InheritedDevicesRecord>> read_devices_image(int dir_fd)
 {
-	UniqueFd fd(openat(dir_fd, kDevicesImageFileName, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK));
-	if (!fd.valid()) {
-		if (errno == ENOENT)
-			return std::optional<InheritedDevicesRecord>();
-		return errno_error("open %s", kDevicesImageFileName);
-	}
-	struct stat st;
-	if (fstat(fd.get(), &st) != 0)
-		return errno_error("stat %s", kDevicesImageFileName);
-	if (!S_ISREG(st.st_mode) || static_cast<uint64_t>(st.st_size) > kMaxBytes)
-		return make_error(EINVAL, "%s is not a regular file of at most %zu bytes", kDevicesImageFileName,
-				  kMaxBytes);
-	std::vector<uint8_t> data(static_cast<size_t>(st.st_size));
-	size_t off = 0;
-	while (off < data.size()) {
-		ssize_t n = read(fd.get(), data.data() + off, data.size() - off);
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n < 0)
-			return errno_error("read %s", kDevicesImageFileName);
-		if (n == 0)
-			break;
-		off += static_cast<size_t>(n);
-	}
-	auto rec = decode_devices_image(data.data(), off);
+	auto data = read_image_file(dir_fd, kDevicesImageFileName, kMaxBytes);
+	if (!data)
+		return std::move(data).error();
+	if (!*data)
+		return std::optional<InheritedDevicesRecord>();
+	auto rec = decode_devices_image((*data)->data(), (*data)->size());
 	if (!rec)
 		return std::move(rec).error().context("%s", kDevicesImageFileName);
 	return std::optional<InheritedDevicesRecord>(std::move(*rec));

@@ -1,8 +1,5 @@
 #include "image/image.h"
 
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include <cinttypes>
 #include <cstdlib>
@@ -11,13 +8,12 @@
 
 #include "base/text.h"
 #include "cuda_plugin.pb-c.h"
-#include "os/unique_fd.h"
+#include "image/image_file.h"
 
 namespace cuda_criu {
 namespace {
 
 constexpr char kMagic[8] = {'C', 'U', 'D', 'A', 'C', 'R', 'I', 'U'};
-constexpr size_t kHeader = sizeof(kMagic) + 4;
 
 // protobuf-c keeps pointers into these; they must outlive the pack call.
 struct PackedStrings {
@@ -178,30 +174,20 @@ std::vector<uint8_t> encode_image(const ImageRecord &record)
 	img.hostname = keep.keep(record.hostname);
 
 	size_t len = cuda_plugin_image__get_packed_size(&img);
-	std::vector<uint8_t> out(kHeader + len);
-	std::memcpy(out.data(), kMagic, sizeof(kMagic));
-	for (int i = 0; i < 4; i++)
-		out[sizeof(kMagic) + i] = static_cast<uint8_t>(len >> (8 * i));
-	cuda_plugin_image__pack(&img, out.data() + kHeader);
+	std::vector<uint8_t> out = framed_buffer(kMagic, len);
+	cuda_plugin_image__pack(&img, out.data() + kImageHeaderBytes);
 	return out;
 }
 
 Result<ImageRecord> decode_image(const uint8_t *data, size_t size)
 {
-	if (size < kHeader)
-		return make_error(EINVAL, "truncated image: %zu bytes, shorter than its %zu-byte header", size, kHeader);
-	if (std::memcmp(data, kMagic, sizeof(kMagic)) != 0)
-		return make_error(EINVAL, "not a cuda_plugin image (bad magic): the file is corrupt or of another kind");
-	uint32_t len = 0;
-	for (int i = 0; i < 4; i++)
-		len |= static_cast<uint32_t>(data[sizeof(kMagic) + i]) << (8 * i);
-	if (len != size - kHeader)
-		return make_error(EINVAL, "truncated or padded image: header says %u bytes of data, file has %zu", len,
-				  size - kHeader);
+	auto len = unframe(data, size, kMagic, "image");
+	if (!len)
+		return std::move(len).error();
 	DecodeBudget budget;
 	ProtobufCAllocator allocator = {DecodeBudget::alloc, DecodeBudget::release, &budget};
 	auto free_image = [&allocator](CudaPluginImage *p) { cuda_plugin_image__free_unpacked(p, &allocator); };
-	std::unique_ptr<CudaPluginImage, decltype(free_image)> img(cuda_plugin_image__unpack(&allocator, len, data + kHeader),
+	std::unique_ptr<CudaPluginImage, decltype(free_image)> img(cuda_plugin_image__unpack(&allocator, *len, data + kImageHeaderBytes),
 								  free_image);
 	if (!img)
 		return make_error(EINVAL, "corrupt image: its data does not parse%s",
@@ -267,55 +253,17 @@ Result<ImageRecord> decode_image(const uint8_t *data, size_t size)
 
 Status write_image(int dir_fd, const ImageRecord &record)
 {
-	std::vector<uint8_t> bytes = encode_image(record);
-	UniqueFd fd(openat(dir_fd, kImageFileName, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644));
-	if (!fd.valid())
-		return errno_error("create %s in the image directory", kImageFileName);
-	size_t off = 0;
-	while (off < bytes.size()) {
-		ssize_t n = write(fd.get(), bytes.data() + off, bytes.size() - off);
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n <= 0)
-			return errno_error("write %s", kImageFileName);
-		off += static_cast<size_t>(n);
-	}
-	if (fsync(fd.get()) != 0 && errno != EINVAL)
-		return errno_error("fsync %s", kImageFileName);
-	return {};
+	return write_image_file(dir_fd, kImageFileName, encode_image(record));
 }
 
 Result<std::optional<ImageRecord>> read_image(int dir_fd)
 {
-	UniqueFd fd(openat(dir_fd, kImageFileName, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK));
-	if (!fd.valid()) {
-		if (errno == ENOENT)
-			return std::optional<ImageRecord>();
-		if (errno == ELOOP)
-			return make_error(ELOOP, "%s is a symbolic link: refusing to follow it", kImageFileName);
-		return errno_error("open %s", kImageFileName);
-	}
-	struct stat st;
-	if (fstat(fd.get(), &st) != 0)
-		return errno_error("stat %s", kImageFileName);
-	if (!S_ISREG(st.st_mode))
-		return make_error(EINVAL, "%s is not a regular file", kImageFileName);
-	if (static_cast<uint64_t>(st.st_size) > kImageMaxBytes)
-		return make_error(EFBIG, "%s is %lld bytes, more than any image this plugin writes (%zu): corrupt?",
-				  kImageFileName, static_cast<long long>(st.st_size), kImageMaxBytes);
-	std::vector<uint8_t> data(static_cast<size_t>(st.st_size));
-	size_t off = 0;
-	while (off < data.size()) {
-		ssize_t n = read(fd.get(), data.data() + off, data.size() - off);
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n < 0)
-			return errno_error("read %s", kImageFileName);
-		if (n == 0)
-			break;
-		off += static_cast<size_t>(n);
-	}
-	auto rec = decode_image(data.data(), off);
+	auto data = read_image_file(dir_fd, kImageFileName, kImageMaxBytes);
+	if (!data)
+		return std::move(data).error();
+	if (!*data)
+		return std::optional<ImageRecord>();
+	auto rec = decode_image((*data)->data(), (*data)->size());
 	if (!rec)
 		return std::move(rec).error().context("%s", kImageFileName);
 	return std::optional<ImageRecord>(std::move(*rec));

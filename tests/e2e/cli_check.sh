@@ -6,7 +6,8 @@ e2e_strict_setup
 
 # py CODE < JSON: runs CODE with the parsed document in d (and fails on a document that does not parse).
 status_of() { py "print([c['status'] for c in d['checks'] if c['name'] == '$1'][0])" <"$2"; }
-CHECK=("$CUDA_CRIU" check --criu "$CRIU" --libdir "$PLUGIN_DIR")
+# The runtime lines depend on the machine's runtimes; section 8 checks them, the others leave them out.
+CHECK=("$CUDA_CRIU" check --criu "$CRIU" --libdir "$PLUGIN_DIR" --runtimes none)
 CRIU_ROOT=$(cd "$(dirname "$CRIU")/.." && pwd) # install prefix of CRIU: lib/criu-intree has CRIU's own plugin
 
 # 1. No driver at all (the library path names nothing): driver checks warn, unless --require-gpu.
@@ -101,4 +102,83 @@ log "broken option file: fail naming file and line: ok"
 # 7. Usage errors exit 2.
 rc=0; "$CUDA_CRIU" check --bogus 2>"$T/usage.err" || rc=$?
 [ $rc -eq 2 ] && grep -q "unknown option '--bogus'" "$T/usage.err" || fail "check --bogus: exit $rc"
+rc=0; "$CUDA_CRIU" check --runtimes runc,docker 2>"$T/usage.err" || rc=$?
+[ $rc -eq 2 ] && grep -q "unknown runtime 'docker'" "$T/usage.err" || fail "check --runtimes docker: exit $rc"
+
+# 8. Runtimes: whether the CRIU each one runs loads our plugin, and the fix when not. CRIU's
+# configuration is a private directory (CUDA_CRIU_CRIU_CONFIG_DIR, in place of /etc/criu), $HOME and
+# $CRIU_CONFIG_FILE; criu is found through PATH, as the runtimes find it.
+mkdir -p "$T/etc-criu" "$T/bin" "$T/home/.criu" "$T/empty"
+ln -s "$CRIU" "$T/bin/criu"
+# rt NAME [VAR=value...]: check --runtimes NAME in that environment; its JSON in $T/rt.json.
+rt() {
+	local name=$1
+	shift
+	env -u CRIU_LIBS_DIR -u CRIU_CONFIG_FILE HOME="$T/no-home" PATH="$T/bin:$PATH" \
+		CUDA_CRIU_CRIU_CONFIG_DIR="$T/etc-criu" "$@" \
+		"$CUDA_CRIU" check --criu "$CRIU" --libdir "$PLUGIN_DIR" --runtimes "$name" --json >"$T/rt.json" ||
+		fail "check --runtimes $name: $(cat "$T/rt.json")"
+}
+# expect_rt NAME STATUS SOURCE_REGEX [DETAIL_REGEX]: the check line and JSON entry of NAME in $T/rt.json.
+expect_rt() {
+	NAME=$1 STATUS=$2 SOURCE=$3 DETAIL=${4:-.} py "import os, re
+c = [c for c in d['checks'] if c['name'] == 'runtime-' + os.environ['NAME']][0]
+r = [r for r in d['runtimes'] if r['name'] == os.environ['NAME']][0]
+assert re.fullmatch(os.environ['STATUS'], c['status']), c
+assert re.search(os.environ['SOURCE'], r['libdir_source']), r
+assert re.search(os.environ['DETAIL'], c['detail']), c
+assert (c['status'] == 'ok') == r['loads_plugin'] and (c['hint'] is None) == (c['status'] == 'ok'), (c, r)" \
+		<"$T/rt.json" || fail "runtime-$1: expected $2 ($3, ${4:-}): $(cat "$T/rt.json")"
+}
+if [ -x /usr/sbin/runc ] || [ -x /usr/bin/runc ]; then
+	# Will load: libdir from $CRIU_CONFIG_FILE, from $HOME/.criu/default.conf, or $CRIU_LIBS_DIR.
+	echo "libdir $PLUGIN_DIR" >"$T/ours.conf"
+	rt runc CRIU_CONFIG_FILE="$T/ours.conf"
+	expect_rt runc ok "^libdir in \\\$CRIU_CONFIG_FILE $T/ours.conf\$" "loads $PLUGIN_DIR/cuda_plugin.so"
+	py "assert d['runtimes'][0]['plugin_dir'] == '$PLUGIN_DIR', d['runtimes']" <"$T/rt.json" || fail "plugin_dir"
+	echo "libdir=$PLUGIN_DIR # ours" >"$T/home/.criu/default.conf"
+	rt runc HOME="$T/home"
+	expect_rt runc ok "^libdir in $T/home/.criu/default.conf\$"
+	rt runc CRIU_LIBS_DIR="$PLUGIN_DIR"
+	expect_rt runc ok '^\$CRIU_LIBS_DIR$'
+	# Will not load: the runtime's own file (runc.conf) is parsed last and wins over $CRIU_CONFIG_FILE.
+	echo "libdir $T/empty" >"$T/etc-criu/runc.conf"
+	rt runc CRIU_CONFIG_FILE="$T/ours.conf"
+	expect_rt runc warn "^libdir in $T/etc-criu/runc.conf\$" "will not load cuda_plugin.so: no cuda_plugin.so in $T/empty"
+	py "h = [c for c in d['checks'] if c['name'] == 'runtime-runc'][0]['hint']
+assert 'install cuda_plugin.so into $T/empty' in h and '$T/etc-criu/runc.conf' in h, h" <"$T/rt.json" ||
+		fail "runc: the fix does not name the directory and runc.conf"
+	# CRIU's own plugin is not ours; and a libdir set anywhere hides $CRIU_LIBS_DIR.
+	echo "libdir $CRIU_ROOT/lib/criu-intree" >"$T/etc-criu/runc.conf"
+	rt runc CRIU_LIBS_DIR="$PLUGIN_DIR"
+	expect_rt runc warn 'runc.conf$' "is CRIU's own CUDA plugin"
+	# No criu in PATH: runc cannot checkpoint at all.
+	echo "libdir $PLUGIN_DIR" >"$T/etc-criu/runc.conf"
+	rt runc PATH=/nonexistent
+	expect_rt runc warn 'runc.conf$' "no criu in PATH"
+	log "runtime-runc: loads (CRIU_CONFIG_FILE, HOME, CRIU_LIBS_DIR), runc.conf wins, CRIU's own plugin, no criu: ok"
+fi
+if [ -x /usr/bin/crun ] && ! crun --version | grep -q +CRIU; then
+	rt crun
+	expect_rt crun warn '^$' "built without CRIU .*: it cannot checkpoint"
+	log "runtime-crun: a crun without CRIU cannot checkpoint: ok"
+fi
+if command -v podman >/dev/null; then
+	# podman passes no environment to CRIU: $CRIU_CONFIG_FILE never counts.
+	rm -f "$T/etc-criu/runc.conf"
+	rt podman CRIU_CONFIG_FILE="$T/ours.conf"
+	case "$(podman info --format '{{.Host.OCIRuntime.Name}}')" in
+	runc) expect_rt podman warn "^CRIU's default" "run by podman" ;;
+	crun) expect_rt podman warn "" "crun .*run by podman" ;;
+	esac
+	log "runtime-podman: its OCI runtime, without the caller's environment: ok"
+fi
+if command -v containerd >/dev/null; then
+	rt containerd
+	case "$(containerd --version | awk '{print $3}')" in
+	v1.* | 1.*) expect_rt containerd "ok|warn" "" "only ctr and nerdctl checkpoint" ;;
+	*) expect_rt containerd "ok|warn" "" "the kubelet's checkpoint API works" ;;
+	esac
+	log "runtime-containerd: its version and its runc: ok"
+fi
 log PASS

@@ -13,7 +13,7 @@ done
 
 # command: options its page must mention
 pages=(
-	"check --json --require-gpu --criu --libdir --libcuda"
+	"check --json --require-gpu --criu --libdir --libcuda --runtimes"
 	"inspect --json"
 	"ps --json"
 	"status --json"

@@ -787,31 +787,24 @@ static const struct {
 	{ CUDA_ERROR_UNKNOWN, "CUDA_ERROR_UNKNOWN", "unknown error" },
 };
 
-CUresult CUDAAPI cuGetErrorName(CUresult error, const char **pStr)
+/* The name (name_not_text) or the description of error, as cuGetErrorName and cuGetErrorString give
+ * them. */
+static CUresult error_text(CUresult error, const char **pStr, int name_not_text)
 {
 	if (!pStr)
 		return CUDA_ERROR_INVALID_VALUE;
 	for (size_t i = 0; i < sizeof(g_errors) / sizeof(g_errors[0]); i++)
 		if (g_errors[i].code == error) {
-			*pStr = g_errors[i].name;
+			*pStr = name_not_text ? g_errors[i].name : g_errors[i].text;
 			return CUDA_SUCCESS;
 		}
 	*pStr = NULL;
 	return CUDA_ERROR_INVALID_VALUE;
 }
 
-CUresult CUDAAPI cuGetErrorString(CUresult error, const char **pStr)
-{
-	if (!pStr)
-		return CUDA_ERROR_INVALID_VALUE;
-	for (size_t i = 0; i < sizeof(g_errors) / sizeof(g_errors[0]); i++)
-		if (g_errors[i].code == error) {
-			*pStr = g_errors[i].text;
-			return CUDA_SUCCESS;
-		}
-	*pStr = NULL;
-	return CUDA_ERROR_INVALID_VALUE;
-}
+CUresult CUDAAPI cuGetErrorName(CUresult error, const char **pStr) { return error_text(error, pStr, 1); }
+
+CUresult CUDAAPI cuGetErrorString(CUresult error, const char **pStr) { return error_text(error, pStr, 0); }
 
 #ifndef FAKEGPU_NO_CHECKPOINT_API
 

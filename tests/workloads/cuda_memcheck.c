@@ -216,6 +216,21 @@ static void run(int device, unsigned interval_ms)
 	}
 }
 
+/* fork(); the child dies with parent (this process), also when parent died before the child could ask.
+ * Returns 0 in the child, like fork. */
+static pid_t fork_tied(pid_t parent)
+{
+	pid_t p = fork();
+	if (p < 0)
+		fail("fork: %s", strerror(errno));
+	if (p == 0) {
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		if (getppid() != parent)
+			_exit(0);
+	}
+	return p;
+}
+
 static void usage(void)
 {
 	fprintf(stderr, "usage: cuda_memcheck --mb N [--device I] [--state FILE] [--interval-ms MS] "
@@ -267,27 +282,14 @@ int main(int argc, char **argv)
 	g_state = state;
 
 	pid_t parent = getpid();
-	for (int k = 0; k < plain; k++) {
-		pid_t p = fork();
-		if (p < 0)
-			fail("fork: %s", strerror(errno));
-		if (p == 0) {
-			prctl(PR_SET_PDEATHSIG, SIGKILL);
-			if (getppid() != parent)
-				_exit(0);
+	for (int k = 0; k < plain; k++)
+		if (fork_tied(parent) == 0)
 			for (;;)
 				sleep(1);
-		}
-	}
 	for (int k = 0; k < children; k++) {
 		fflush(stdout);
-		pid_t p = fork();
-		if (p < 0)
-			fail("fork: %s", strerror(errno));
+		pid_t p = fork_tied(parent);
 		if (p == 0) {
-			prctl(PR_SET_PDEATHSIG, SIGKILL);
-			if (getppid() != parent)
-				_exit(0);
 			static char path[4096];
 			if (state) {
 				snprintf(path, sizeof(path), "%s.%d", state, k);

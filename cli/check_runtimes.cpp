@@ -1,0 +1,458 @@
+// The runtime lines of cuda-criu check. Each runtime starts CRIU in its own way; what decides whether our
+// plugin is loaded is the plugin directory (CRIU's configuration files and environment as that runtime
+// passes them), what lies in it, and the criu the runtime runs.
+#include "runtimes.h"
+
+#include <dirent.h>
+#include <dlfcn.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <climits>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+
+#include "base/format.h"
+#include "cli.h"
+#include "criu_info.h"
+#include "elf_file.h"
+#include "preflight.h"
+#include "subprocess.h"
+
+namespace cuda_criu::cli {
+namespace {
+
+// Where packages install runtimes; also the directories whose criu check trusts enough to run.
+const char *const kSystemDirs[] = {"/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin"};
+// systemd's PATH, which a containerd started by it has.
+constexpr const char *kServicePath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+// `podman info` starts podman's whole storage layer; it may take a while on a busy machine.
+constexpr unsigned kPodmanInfoMs = 20000;
+
+bool is_executable_file(const std::string &path)
+{
+	struct stat st;
+	return stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) && access(path.c_str(), X_OK) == 0;
+}
+
+std::string env_or_empty(const char *name)
+{
+	const char *v = getenv(name);
+	return v ? v : "";
+}
+
+std::string in_path(const std::string &name, const std::string &path)
+{
+	std::stringstream dirs(path);
+	std::string dir;
+	while (std::getline(dirs, dir, ':')) {
+		if (dir.empty() || dir[0] != '/')
+			continue; // a relative PATH entry depends on the caller's directory
+		std::string file = format("%s/%s", dir.c_str(), name.c_str());
+		if (is_executable_file(file))
+			return file;
+	}
+	return "";
+}
+
+std::string find_system_binary(const std::string &name)
+{
+	for (const char *d : kSystemDirs)
+		if (is_executable_file(std::string(d) + "/" + name))
+			return std::string(d) + "/" + name;
+	return "";
+}
+
+std::string real_path(const std::string &path)
+{
+	char buf[PATH_MAX];
+	return realpath(path.c_str(), buf) ? buf : path;
+}
+
+std::string first_line(const std::string &text)
+{
+	std::string line = text.substr(0, text.find('\n'));
+	while (!line.empty() && (line.back() == '\r' || line.back() == ' '))
+		line.pop_back();
+	return line;
+}
+
+// `binary --version`, all of its output; "" when it cannot be run.
+std::string version_output(const std::string &binary)
+{
+	int status = 0;
+	auto out = run_capture({binary, "--version"}, kGraceMs, status);
+	return out && WIFEXITED(status) && WEXITSTATUS(status) == 0 ? *out : "";
+}
+
+// The word after "version" in "runc version 1.1.5+ds1" or "crun version 1.8.1"; for containerd
+// ("containerd github.com/containerd/containerd v2.0.4 <commit>") the third word without its 'v'.
+std::string version_word(const std::string &line, bool third_word = false)
+{
+	std::stringstream words(line);
+	std::string w, prev;
+	int i = 0;
+	while (words >> w) {
+		if (third_word ? ++i == 3 : prev == "version")
+			return !w.empty() && w[0] == 'v' ? w.substr(1) : w;
+		prev = w;
+	}
+	return "";
+}
+
+// CRIU's environment as the process pid has it (containerd's); false if it cannot be read.
+bool process_env(pid_t pid, CriuEnv &env)
+{
+	std::ifstream f(format("/proc/%d/environ", pid), std::ios::binary);
+	if (!f)
+		return false;
+	std::string var;
+	bool has_path = false;
+	while (std::getline(f, var, '\0')) {
+		auto value = [&](const char *name) { return var.substr(std::string(name).size() + 1); };
+		if (var.rfind("HOME=", 0) == 0)
+			env.home = value("HOME");
+		else if (var.rfind("CRIU_CONFIG_FILE=", 0) == 0)
+			env.config_file = value("CRIU_CONFIG_FILE");
+		else if (var.rfind("CRIU_LIBS_DIR=", 0) == 0)
+			env.libs_dir = value("CRIU_LIBS_DIR");
+		else if (var.rfind("PATH=", 0) == 0) {
+			env.path = value("PATH");
+			has_path = true;
+		}
+	}
+	if (!has_path)
+		env.path = kServicePath;
+	return true;
+}
+
+// The pid of a running process whose executable is binary; 0 if none.
+pid_t find_process(const std::string &binary)
+{
+	const std::string want = real_path(binary);
+	DIR *proc = opendir("/proc");
+	if (!proc)
+		return 0;
+	pid_t found = 0;
+	while (dirent *e = readdir(proc)) {
+		char *end = nullptr;
+		long pid = std::strtol(e->d_name, &end, 10);
+		if (pid <= 0 || *end)
+			continue;
+		char buf[PATH_MAX];
+		ssize_t n = readlink(format("/proc/%ld/exe", pid).c_str(), buf, sizeof(buf) - 1);
+		if (n > 0 && std::string(buf, static_cast<size_t>(n)) == want) {
+			found = static_cast<pid_t>(pid);
+			break;
+		}
+	}
+	closedir(proc);
+	return found;
+}
+
+struct Verdict {
+	bool loads = false;
+	std::string detail, fix;
+};
+
+// What CRIU finds in dir: our plugin and nothing else that registers as cuda_plugin.
+Verdict plugin_in(const Libdir &libdir, const std::string &conf_to_edit)
+{
+	const std::string file = libdir.dir + "/" + kPluginFileName;
+	const std::string where = format("%s (%s)", libdir.dir.c_str(), libdir.source.c_str());
+	const std::string install = format("install cuda_plugin.so into %s ('cmake --install BUILD' puts it into "
+					   "/usr/lib/criu), or add 'libdir DIR_OF_cuda_plugin.so' to %s",
+					   libdir.dir.c_str(), conf_to_edit.c_str());
+	std::string error;
+	switch (classify_plugin(file, error)) {
+	case PluginFile::Missing:
+		return {false, "no cuda_plugin.so in " + where, install};
+	case PluginFile::Unreadable:
+		return {false, error, "make " + file + " a readable file"};
+	case PluginFile::CriusOwn:
+		return {false, file + " is CRIU's own CUDA plugin, not cuda-criu's (" + libdir.source + ")",
+			"replace it with cuda-criu's plugin (same file name), or " + install.substr(install.find("add "))};
+	case PluginFile::Ours:
+		break;
+	}
+	// CRIU loads every *.so there; a second one named cuda_plugin (CRIU's own under another file name)
+	// takes the CUDA processes before ours or fails the restore's inventory check.
+	if (DIR *d = opendir(libdir.dir.c_str())) {
+		std::string others;
+		while (dirent *e = readdir(d)) {
+			std::string name = e->d_name;
+			if (name == kPluginFileName || name.size() < 4 || name.compare(name.size() - 3, 3, ".so") != 0)
+				continue;
+			auto has = file_contains(libdir.dir + "/" + name, "cuda_plugin");
+			if (has && *has)
+				others += (others.empty() ? "" : ", ") + name;
+		}
+		closedir(d);
+		if (!others.empty())
+			return {false, format("%s in %s also registers as cuda_plugin", others.c_str(), where.c_str()),
+				"remove " + others + " from " + libdir.dir + " (CRIU loads every .so there)"};
+	}
+	return {true, "loads " + file + " (" + libdir.source + ")", ""};
+}
+
+// The criu found in path: it must be CRIU 4.0 or newer. Run only where check trusts it.
+Verdict criu_in(const std::string &path, const std::string &criu_option)
+{
+	std::string criu = in_path("criu", path);
+	if (criu.empty())
+		return {false, "no criu in PATH (" + path + ")",
+			"install CRIU 4.0 or newer into /usr/local/sbin or /usr/sbin"};
+	bool trusted = !criu_option.empty() && real_path(criu) == real_path(criu_option);
+	for (const char *d : kSystemDirs)
+		trusted |= criu.rfind(std::string(d) + "/", 0) == 0;
+	if (!trusted)
+		return {false, "criu " + criu + " (found through PATH only: not run, its version is unknown)",
+			"pass --criu " + criu + " to check it"};
+	auto v = criu_version(criu);
+	if (!v)
+		return {false, v.error().message(), "is " + criu + " a working CRIU?"};
+	if (!has_device_hooks(*v))
+		return {false, format("%s is CRIU %s, older than 4.0: no device hooks", criu.c_str(), v->text.c_str()),
+			"install CRIU 4.0 or newer"};
+	return {true, format("CRIU %s (%s)", v->text.c_str(), criu.c_str()), ""};
+}
+
+// criu first (a runtime without a usable criu cannot checkpoint at all), then the plugin directory.
+Verdict combine(const Verdict &criu, const Verdict &plugin)
+{
+	if (!criu.loads)
+		return {false, criu.detail + "; as for the plugin, CRIU " + (plugin.loads ? plugin.detail : "finds " + plugin.detail),
+			criu.fix + (plugin.loads ? "" : "; " + plugin.fix)};
+	if (!plugin.loads)
+		return {false, criu.detail + " will not load cuda_plugin.so: " + plugin.detail, plugin.fix};
+	return {true, criu.detail + " " + plugin.detail, ""};
+}
+
+RuntimeReport report(const std::string &name, const std::string &binary)
+{
+	RuntimeReport r;
+	r.name = name;
+	r.binary = binary;
+	return r;
+}
+
+void fill(RuntimeReport &r, const Verdict &v, const Libdir &libdir, const std::string &prefix)
+{
+	r.loads = v.loads;
+	r.plugin_dir = libdir.dir;
+	r.libdir_source = libdir.source;
+	r.detail = prefix + v.detail;
+	r.fix = v.fix;
+}
+
+// runc reads CONFIG_DIR/runc.conf (a container's org.criu.config annotation may name another file) and
+// starts criu from its PATH with its own environment. how: "" for a direct call, else who called it.
+RuntimeReport check_runc(const std::string &binary, const CriuEnv &env, const std::string &how,
+			 const std::string &criu_option)
+{
+	RuntimeReport r = report("runc", binary);
+	r.version = version_word(first_line(version_output(binary)));
+	const std::string conf = criu_config_dir() + "/runc.conf";
+	Libdir libdir = criu_libdir(env, conf);
+	Verdict v = combine(criu_in(env.path, criu_option), plugin_in(libdir, conf));
+	fill(r, v, libdir,
+	     format("runc %s (%s%s): ", r.version.empty() ? "?" : r.version.c_str(), binary.c_str(), how.c_str()));
+	return r;
+}
+
+// crun checkpoints through libcriu (criu from its PATH, its environment) only when built with it; it
+// reads CONFIG_DIR/crun.conf (else runc.conf) only when the binary knows that file.
+RuntimeReport check_crun(const std::string &binary, const CriuEnv &env, const std::string &how,
+			 const std::string &criu_option)
+{
+	RuntimeReport r = report("crun", binary);
+	std::string out = version_output(binary);
+	r.version = version_word(first_line(out));
+	const std::string prefix =
+		format("crun %s (%s%s): ", r.version.empty() ? "?" : r.version.c_str(), binary.c_str(), how.c_str());
+	if (out.find("+CRIU") == std::string::npos) {
+		r.detail = prefix + "built without CRIU (no +CRIU in 'crun --version'): it cannot checkpoint";
+		r.fix = "install a crun built with CRIU support, or use runc";
+		return r;
+	}
+	if (void *h = dlopen("libcriu.so.2", RTLD_NOW | RTLD_LOCAL)) {
+		dlclose(h);
+	} else {
+		const char *why = dlerror();
+		r.detail = prefix + "cannot load libcriu.so.2: " + (why ? why : "unknown error");
+		r.fix = "install CRIU's library libcriu.so.2 (package libcriu2 or criu-libs)";
+		return r;
+	}
+	auto knows_conf = file_contains(binary, "/etc/criu/crun.conf");
+	const bool reads_conf = knows_conf && *knows_conf;
+	// Such a crun falls back to runc.conf when crun.conf does not exist.
+	std::string conf;
+	if (reads_conf) {
+		struct stat st;
+		conf = criu_config_dir() + (stat((criu_config_dir() + "/crun.conf").c_str(), &st) == 0 ? "/crun.conf"
+												    : "/runc.conf");
+	}
+	Libdir libdir = criu_libdir(env, conf);
+	Verdict v = combine(criu_in(env.path, criu_option),
+			    plugin_in(libdir, reads_conf ? conf : criu_config_dir() + "/default.conf"));
+	fill(r, v, libdir, prefix + (reads_conf ? "" : "reads no crun.conf; "));
+	return r;
+}
+
+// podman needs criu in its PATH, and so does the OCI runtime it runs with that PATH; CRIU's other
+// variables ($HOME, $CRIU_CONFIG_FILE, $CRIU_LIBS_DIR) of podman's caller never reach CRIU.
+RuntimeReport check_podman(const std::string &binary, const std::string &criu_option)
+{
+	RuntimeReport r = report("podman", binary);
+	r.version = version_word(first_line(version_output(binary)));
+	const std::string prefix = format("podman %s (%s)", r.version.empty() ? "?" : r.version.c_str(), binary.c_str());
+	int status = 0;
+	auto out = run_capture({binary, "info", "--format", "{{.Host.OCIRuntime.Name}} {{.Host.OCIRuntime.Path}}"},
+			       kPodmanInfoMs, status);
+	std::stringstream words(out ? first_line(*out) : "");
+	std::string name, path;
+	words >> name >> path;
+	if (!out || !WIFEXITED(status) || WEXITSTATUS(status) != 0 || path.empty() || path[0] != '/') {
+		r.detail = prefix + ": cannot tell its OCI runtime: " + (out ? first_line(*out) : out.error().message());
+		r.fix = "run 'podman info' to see what fails";
+		return r;
+	}
+	CriuEnv none;
+	none.path = caller_criu_env().path;
+	const std::string how = ", run by podman";
+	RuntimeReport inner;
+	if (name == "runc") {
+		inner = check_runc(path, none, how, criu_option);
+	} else if (name == "crun") {
+		inner = check_crun(path, none, how, criu_option);
+		if (inner.fix.find("or use runc") != std::string::npos)
+			inner.fix += " (podman --runtime runc, or runtime = \"runc\" in containers.conf)";
+	}
+	else {
+		r.detail = prefix + ": its OCI runtime " + name + " (" + path + ") is neither runc nor crun";
+		r.fix = "use runc or crun with podman (--runtime, or runtime in containers.conf)";
+		return r;
+	}
+	inner.name = r.name;
+	inner.binary = r.binary;
+	inner.version = r.version;
+	inner.detail = prefix + ": " + inner.detail;
+	return inner;
+}
+
+// containerd runs runc (BinaryName, else runc from its PATH) with containerd's own environment.
+RuntimeReport check_containerd(const std::string &binary, const std::string &criu_option)
+{
+	RuntimeReport r = report("containerd", binary);
+	r.version = version_word(first_line(version_output(binary)), true);
+	int major = 0, minor = 0;
+	std::sscanf(r.version.c_str(), "%d.%d", &major, &minor);
+	const std::string prefix =
+		format("containerd %s (%s; %s): ", r.version.empty() ? "?" : r.version.c_str(), binary.c_str(),
+		       major >= 2 ? "the kubelet's checkpoint API works"
+				  : "only ctr and nerdctl checkpoint, the kubelet's API needs containerd 2.0");
+	CriuEnv env;
+	env.path = kServicePath;
+	std::string env_note = ", containerd's environment";
+	if (pid_t pid = find_process(binary); !pid || !process_env(pid, env))
+		env_note = ", containerd not running: its environment taken as systemd's";
+	const std::string config = "/etc/containerd/config.toml";
+	std::string runc = containerd_runc_binary(config);
+	if (runc.empty())
+		runc = in_path("runc", env.path);
+	if (runc.empty() || !is_executable_file(runc)) {
+		r.detail = prefix + "no runc to run (" + (runc.empty() ? "none in its PATH" : runc + " is not executable") + ")";
+		r.fix = "install runc, or set BinaryName in the runc runtime's options in " + config;
+		return r;
+	}
+	RuntimeReport inner = check_runc(runc, env, ", run by containerd" + env_note, criu_option);
+	inner.name = r.name;
+	inner.binary = r.binary;
+	inner.version = r.version;
+	inner.detail = prefix + inner.detail;
+	return inner;
+}
+
+} // namespace
+
+std::string containerd_runc_binary(const std::string &config)
+{
+	std::ifstream f(config);
+	std::string line, section, binary;
+	while (std::getline(f, line)) {
+		size_t b = line.find_first_not_of(" \t");
+		if (b == std::string::npos || line[b] == '#')
+			continue;
+		line = line.substr(b);
+		if (line[0] == '[') {
+			section = line;
+			continue;
+		}
+		if (section.find("runtimes.runc.options]") == std::string::npos || line.rfind("BinaryName", 0) != 0)
+			continue;
+		size_t q1 = line.find_first_of("\"'"), q2 = q1 == std::string::npos ? q1 : line.find(line[q1], q1 + 1);
+		if (q2 != std::string::npos)
+			binary = line.substr(q1 + 1, q2 - q1 - 1);
+	}
+	return binary;
+}
+
+CriuEnv caller_criu_env()
+{
+	return {env_or_empty("HOME"), env_or_empty("CRIU_CONFIG_FILE"), env_or_empty("CRIU_LIBS_DIR"),
+		env_or_empty("PATH")};
+}
+
+std::string criu_config_dir()
+{
+	std::string dir = env_or_empty("CUDA_CRIU_CRIU_CONFIG_DIR");
+	return dir.empty() ? "/etc/criu" : dir;
+}
+
+Libdir criu_libdir(const CriuEnv &env, const std::string &runtime_conf)
+{
+	std::vector<std::pair<std::string, std::string>> files = {{criu_config_dir() + "/default.conf", ""}};
+	if (!env.home.empty())
+		files.push_back({env.home + "/.criu/default.conf", ""});
+	if (!env.config_file.empty())
+		files.push_back({env.config_file, "$CRIU_CONFIG_FILE "});
+	if (!runtime_conf.empty())
+		files.push_back({runtime_conf, ""});
+	Libdir found;
+	for (const auto &[file, label] : files)
+		if (std::string dir = config_libdir(file); !dir.empty())
+			found = {dir, format("libdir in %s%s", label.c_str(), file.c_str())};
+	if (found.dir.empty())
+		found = env.libs_dir.empty() ? Libdir{kCriuDefaultLibdir, "CRIU's default, no libdir set"}
+					     : Libdir{env.libs_dir, "$CRIU_LIBS_DIR"};
+	while (found.dir.size() > 1 && found.dir.back() == '/')
+		found.dir.pop_back();
+	return found;
+}
+
+std::vector<RuntimeReport> check_runtimes(const std::vector<std::string> &only, const std::string &criu_option)
+{
+	std::vector<RuntimeReport> reports;
+	for (const char *name : {"runc", "crun", "podman", "containerd"}) {
+		bool wanted = only.empty();
+		for (const std::string &o : only)
+			wanted |= o == name;
+		std::string binary = wanted ? find_system_binary(name) : "";
+		if (binary.empty())
+			continue;
+		const std::string n = name;
+		if (n == "runc")
+			reports.push_back(check_runc(binary, caller_criu_env(), "", criu_option));
+		else if (n == "crun")
+			reports.push_back(check_crun(binary, caller_criu_env(), "", criu_option));
+		else if (n == "podman")
+			reports.push_back(check_podman(binary, criu_option));
+		else
+			reports.push_back(check_containerd(binary, criu_option));
+	}
+	return reports;
+}
+
+} // namespace cuda_criu::cli
