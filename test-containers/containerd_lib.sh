@@ -14,26 +14,6 @@ CTRD_PID=""
 
 ctrd_() { ctr --address "$CTRD_SOCK" --namespace "$CTRD_NS" "$@"; }
 
-# criu_conf_setup: our plugin through CRIU's configuration, as runc has CRIU read it under any runtime:
-# `libdir` in /etc/criu/runc.conf, the plugin's options in /etc/criu/cuda_plugin.conf. Files there are
-# kept aside and put back at exit.
-criu_conf_setup() {
-	if [ ! -d /etc/criu ]; then
-		mkdir /etc/criu
-		on_exit 'rmdir /etc/criu' # runs after the files below are removed
-	fi
-	local f
-	for f in runc.conf cuda_plugin.conf; do
-		if [ -e "/etc/criu/$f" ]; then
-			mv "/etc/criu/$f" "$T/saved-$f"
-			on_exit "mv '$T/saved-$f' '/etc/criu/$f'"
-		fi
-		on_exit "rm -f '/etc/criu/$f'"
-	done
-	echo "libdir $PLUGIN_DIR" >/etc/criu/runc.conf
-	echo "libcuda=$FAKE_LIB" >/etc/criu/cuda_plugin.conf
-}
-
 # runc_wrapper: $T/bin/runc, the runtime binary the containers are given. It adds only what the test
 # needs and a node would not: our CRIU (`runc --criu`) and FAKEGPU_DIR for the fake libcuda that the
 # plugin loads inside CRIU. Neither the plugin's directory nor its options go through it. It also copies

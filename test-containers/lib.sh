@@ -249,6 +249,14 @@ export FAKEGPU_DIR=$FAKEGPU_DIR
 exec $(command -v runc) --criu $CRIU "\$@"
 EOR
 	chmod +x "$T/bin/runc"
+	criu_conf_setup
+	pod_import_image
+}
+
+# criu_conf_setup: our plugin through CRIU's configuration, as runc has CRIU read it under any runtime:
+# `libdir` in /etc/criu/runc.conf, the plugin's options in /etc/criu/cuda_plugin.conf. Files there are
+# kept aside and put back at exit.
+criu_conf_setup() {
 	if [ ! -d /etc/criu ]; then
 		mkdir /etc/criu
 		on_exit 'rmdir /etc/criu' # runs after the files below are removed
@@ -263,7 +271,6 @@ EOR
 	done
 	echo "libdir $PLUGIN_DIR" >/etc/criu/runc.conf
 	echo "libcuda=$FAKE_LIB" >/etc/criu/cuda_plugin.conf
-	pod_import_image
 }
 
 # The busybox image, imported from setup.sh's tarball into the current store (no registry here).
