@@ -44,6 +44,7 @@ Status check_checkpoint_memory(const std::vector<CheckpointNeed> &needs, std::op
 	}
 	if (host_available && total > *host_available) {
 		std::vector<const CheckpointNeed *> all;
+		all.reserve(needs.size());
 		for (const CheckpointNeed &n : needs)
 			all.push_back(&n);
 		return make_error(ENOMEM,

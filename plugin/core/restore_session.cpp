@@ -164,6 +164,7 @@ void RestoreSession::restore_all(std::vector<ProcJob> jobs)
 {
 	LOG_INFO("restoring %zu CUDA process(es)%s", jobs.size(), jobs.size() > 1 ? " in parallel" : "");
 	std::vector<pid_t> pids;
+	pids.reserve(jobs.size());
 	for (const ProcJob &j : jobs)
 		pids.push_back(j.pid);
 	PhaseProgress progress = restore_progress(pids);
