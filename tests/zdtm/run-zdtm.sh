@@ -131,8 +131,10 @@ cmp -s "$PLUGIN" "$libs/cuda_plugin.so" || fail "zdtm --criu-plugin cuda did not
 [ "$(ls "$libs"/*.so | wc -l)" -eq 1 ] || fail "$libs holds other plugins than ours: $(ls "$libs")"
 rm -rf "$WORK/load" && mkdir -p "$WORK/load"
 setsid sleep 600 </dev/null >/dev/null 2>&1 &
-CRIU_LIBS_DIR=$libs "$WORK/src/criu/criu" dump -t $! -D "$WORK/load" -v4 -o dump.log ||
-	{ kill $! 2>/dev/null; fail "dump of a sleeping process with $libs failed (log: $WORK/load/dump.log)"; }
+sleeper=$!
+disown # the dump kills it: no job-control noise
+CRIU_LIBS_DIR=$libs "$WORK/src/criu/criu" dump -t $sleeper -D "$WORK/load" -v4 -o dump.log ||
+	{ kill $sleeper 2>/dev/null; fail "dump of a sleeping process with $libs failed (log: $WORK/load/dump.log)"; }
 grep -q 'Plugin "cuda_plugin"' "$WORK/load/dump.log" ||
 	fail "criu with CRIU_LIBS_DIR=$libs did not load cuda_plugin (log: $WORK/load/dump.log)"
 grep -q 'cuda_plugin: ready to dump CUDA processes' "$WORK/load/dump.log" ||
