@@ -139,12 +139,12 @@ build_one() {
 	local ver=$1
 	[ -n "${SHA256[$ver]:-}" ] || die "unknown CRIU version $ver (known: ${!SHA256[*]})"
 	local root="$build/criu/$ver" fp; fp=$(fingerprint "$ver")
-	# The sanitized CRIU (CRIU's own ASAN=1: its parasite and restorer blobs stay unsanitized) has neither
-	# the in-tree CUDA plugin nor a place in build/criu, which the ordinary test runs use.
-	local make_opts=() targets=(criu cuda_plugin)
+	# The sanitized CRIU (CRIU's own ASAN=1: its parasite and restorer blobs, and the in-tree plugin, which
+	# has flags of its own, stay uninstrumented) lies apart from build/criu, which the ordinary test runs use.
+	local make_opts=()
 	if [ "$asan" = 1 ]; then
 		root="$build/criu-asan/$ver" fp=$(echo "$fp asan" | sha256sum | cut -d' ' -f1)
-		make_opts=(ASAN=1) targets=(criu)
+		make_opts=(ASAN=1)
 	fi
 	if [ -x "$root/install/sbin/criu" ] && [ "$(cat "$root/stamp" 2>/dev/null)" = "$fp" ]; then
 		log "criu $ver is up to date in $root/install"; return
@@ -160,12 +160,11 @@ build_one() {
 	done
 	log "building criu $ver ${make_opts[*]} ($jobs jobs)"
 	# The in-tree CUDA plugin is built too: it is the baseline of the benchmarks.
-	make -C "$root/src" -j"$jobs" "${make_opts[@]}" "${targets[@]}" >"$root/build.log" 2>&1 ||
+	make -C "$root/src" -j"$jobs" "${make_opts[@]}" criu cuda_plugin >"$root/build.log" 2>&1 ||
 		{ tail -n 30 "$root/build.log" >&2; die "criu $ver build failed (log: $root/build.log)"; }
 	make -C "$root/src" "${make_opts[@]}" PREFIX="$root/install" install-criu >>"$root/build.log" 2>&1 ||
 		die "criu $ver install failed (log: $root/build.log)"
-	[ "$asan" = 1 ] ||
-		install -D -m 755 "$root/src/plugins/cuda/cuda_plugin.so" "$root/install/lib/criu-intree/cuda_plugin.so"
+	install -D -m 755 "$root/src/plugins/cuda/cuda_plugin.so" "$root/install/lib/criu-intree/cuda_plugin.so"
 	echo "$fp" >"$root/stamp"
 	log "criu $ver installed in $root/install ($("$root/install/sbin/criu" --version | head -n1))"
 }
