@@ -2,8 +2,8 @@
 # The end-to-end and container tests with sanitizers inside CRIU: CRIU built with AddressSanitizer
 # (scripts/build-criu.sh --asan, build/criu-asan/4.2.1) loads our plugin built with ASan+UBSan
 # (build/asan/plugin), so that a bad access of the plugin inside CRIU's process stops the dump or the
-# restore with a report. The tests, workloads and fake GPU are those of build/. Nightly-style, about 25 min on
-# 2 cores (docs/hardening.md):
+# restore with a report. The tests, workloads and fake GPU are those of build/. Nightly-style, about
+# 10 min on 2 cores (docs/hardening.md):
 #   scripts/test-sanitized.sh [ctest options...]       or   CUDA_CRIU_SANITIZED_CRIU=1 scripts/test.sh
 # Every sanitizer report, also one from a process whose failure fails no test (the plugin's guards, forked
 # from CRIU), goes to build/asan/sanitizer-logs/ and fails the run.

@@ -2,7 +2,7 @@
 # Sets everything up and runs the whole test suite: the unit tests built with ASan+UBSan (build/asan) and
 # with TSan (build/tsan), clang-tidy, then every test in build/ (tests that need a GPU or root are reported
 # as skipped). CUDA_CRIU_SANITIZED_CRIU=1 adds, at the end, the end-to-end and container tests with CRIU
-# built with AddressSanitizer and the plugin with ASan+UBSan (scripts/test-sanitized.sh, ~25 min: nightly).
+# built with AddressSanitizer and the plugin with ASan+UBSan (scripts/test-sanitized.sh, ~10 min: nightly).
 #   scripts/test.sh [ctest options...]     e.g. scripts/test.sh -L e2e
 set -euo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)

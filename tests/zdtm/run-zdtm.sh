@@ -3,7 +3,7 @@
 # of any test. Each test that passes without the plugin and fails with it fails this check.
 #
 #   tests/zdtm/run-zdtm.sh            a representative subset (files, memory, processes, pipes, sockets,
-#                                     IPC, signals, timers, namespaces): about 2 x 2 min on 2 cores
+#                                     IPC, signals, timers, namespaces): about 2 x 70 s on 2 cores
 #   ZDTM_FULL=1 tests/zdtm/run-zdtm.sh   every zdtm test (zdtm.py run -a): about 2 x 7 min on 2 cores
 #
 # Environment: BUILD_DIR (our build tree: plugin/cuda_plugin.so), CRIU_SRC (the built CRIU source tree,
