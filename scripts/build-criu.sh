@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Builds CRIU from Debian's source package into build/criu/<version>/install.
 #
-#   scripts/build-criu.sh [VERSION...]      (default: 4.2.1)
+#   scripts/build-criu.sh [VERSION...]          (default: 4.2.1)
+#   scripts/build-criu.sh --asan [VERSION...]   the same CRIU built with AddressSanitizer (make ASAN=1), into
+#                                               build/criu-asan/<version>/install: scripts/test-sanitized.sh
 #
 # Each version is downloaded once (cached in build/downloads), checked against its sha256, patched with
 # criu-patches/<version>/series (or criu-patches/series for the default version) and installed into a
@@ -130,10 +132,20 @@ EOT
 	echo "$dest/$file"
 }
 
+# 1: build_one makes the sanitized variant (set by --asan).
+asan=0
+
 build_one() {
 	local ver=$1
 	[ -n "${SHA256[$ver]:-}" ] || die "unknown CRIU version $ver (known: ${!SHA256[*]})"
 	local root="$build/criu/$ver" fp; fp=$(fingerprint "$ver")
+	# The sanitized CRIU (CRIU's own ASAN=1: its parasite and restorer blobs, and the in-tree plugin, which
+	# has flags of its own, stay uninstrumented) lies apart from build/criu, which the ordinary test runs use.
+	local make_opts=()
+	if [ "$asan" = 1 ]; then
+		root="$build/criu-asan/$ver" fp=$(echo "$fp asan" | sha256sum | cut -d' ' -f1)
+		make_opts=(ASAN=1)
+	fi
 	if [ -x "$root/install/sbin/criu" ] && [ "$(cat "$root/stamp" 2>/dev/null)" = "$fp" ]; then
 		log "criu $ver is up to date in $root/install"; return
 	fi
@@ -146,11 +158,11 @@ build_one() {
 		log "applying $(basename "$p")"
 		patch -d "$root/src" -p1 --forward --quiet <"$p" || die "patch $p does not apply to criu $ver"
 	done
-	log "building criu $ver ($jobs jobs)"
+	log "building criu $ver ${make_opts[*]} ($jobs jobs)"
 	# The in-tree CUDA plugin is built too: it is the baseline of the benchmarks.
-	make -C "$root/src" -j"$jobs" criu cuda_plugin >"$root/build.log" 2>&1 ||
+	make -C "$root/src" -j"$jobs" "${make_opts[@]}" criu cuda_plugin >"$root/build.log" 2>&1 ||
 		{ tail -n 30 "$root/build.log" >&2; die "criu $ver build failed (log: $root/build.log)"; }
-	make -C "$root/src" PREFIX="$root/install" install-criu >>"$root/build.log" 2>&1 ||
+	make -C "$root/src" "${make_opts[@]}" PREFIX="$root/install" install-criu >>"$root/build.log" 2>&1 ||
 		die "criu $ver install failed (log: $root/build.log)"
 	install -D -m 755 "$root/src/plugins/cuda/cuda_plugin.so" "$root/install/lib/criu-intree/cuda_plugin.so"
 	echo "$fp" >"$root/stamp"
@@ -160,6 +172,7 @@ build_one() {
 # Sourced (the tests of debian_mirror): the functions only.
 [ "${BASH_SOURCE[0]}" = "$0" ] || return 0
 
+[ "${1:-}" != --asan ] || { asan=1; shift; }
 [ $# -gt 0 ] || set -- 4.2.1
 "$top/scripts/install-deps.sh"
 for v in "$@"; do build_one "$v"; done

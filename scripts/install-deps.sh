@@ -11,6 +11,8 @@ pkgs=(
 	libnl-3-dev libnet1-dev libcap-dev libbsd-dev libgnutls28-dev libnftables-dev uuid-dev libaio-dev
 	# CRIU's run-time helpers and the download of its source
 	iproute2 iptables curl ca-certificates xz-utils patch
+	# CRIU's own test suite, zdtm (tests/zdtm/run-zdtm.sh)
+	python3-yaml libnl-route-3-dev
 	# the GPU bundle: its binaries' RUNPATH (scripts/gpu-bundle.sh)
 	patchelf
 )

@@ -243,9 +243,12 @@ on_pod_exit() {
 podman_setup() {
 	mkdir -p "$T/bin"
 	ln -s "$CRIU" "$T/bin/criu"
+	# The sanitizer options of a sanitized CRIU (scripts/test-sanitized.sh) must reach it too.
 	cat >"$T/bin/runc" <<EOR
 #!/bin/sh
 export FAKEGPU_DIR=$FAKEGPU_DIR
+${ASAN_OPTIONS:+export ASAN_OPTIONS='$ASAN_OPTIONS'}
+${UBSAN_OPTIONS:+export UBSAN_OPTIONS='$UBSAN_OPTIONS'}
 exec $(command -v runc) --criu $CRIU "\$@"
 EOR
 	chmod +x "$T/bin/runc"
