@@ -31,7 +31,7 @@ work=${GPU_TESTS_WORK:-/var/tmp/cuda-criu-gpu-tests}
 python=${GPU_TESTS_PYTHON:-python3}
 all_tests=(memcheck-4g torch tree leave-running managed-refused progress-16g cgroup-limit remap-self refuse-map
 	remap-gpu1 tree-2gpu torch-2gpu auto-remap remap-visible refuse-free refuse-driver cli-steps roundtrip-torch runc runc-remap load
-	torch-dataloader torch-forkpool)
+	torch-dataloader torch-forkpool jax cupy transformers)
 memcheck_mb=${MEMCHECK_MB:-4096}
 torch_gb=${TORCH_GB:-4}
 tree_mb=${TREE_MB:-1024}
@@ -520,6 +520,23 @@ test_roundtrip_torch() {
 	sed 's/^/  | /' "$dir/rt-r.txt" | tail -n 20
 	[ "$rc" = 0 ] || { failed $name "cuda-criu roundtrip --leave-running exited $rc"; return; }
 	passed $name "2 cycles, and 1 with --leave-running, of a 2 GiB PyTorch program"
+}
+
+# cuda-criu roundtrip against a JAX, CuPy or transformers program (tests/gpu/framework_workload.py): two
+# cycles, the result compared bit for bit by the program after each restore. Skipped where python lacks it.
+test_framework() {
+	local name=$1 module=$1 dir=$work/$1 rc
+	if ! "$python" -c "import $module" 2>/dev/null; then skipped $name "$python has no $module"; return; fi
+	mkdir -p "$dir"
+	local health='f='"$dir"'/state; a=$(sed -n "s/^iterations=//p" $f); sleep 1; b=$(sed -n "s/^iterations=//p" $f); grep -qx status=ok $f && [ "$b" -gt "$a" ]'
+	cli roundtrip --criu "$bundle/sbin/criu" --criu-env "LD_LIBRARY_PATH=$bundle/lib" --libdir "$bundle/plugin" \
+		--require-cuda --health-cmd "$health" --start-timeout 240 --repeat 2 --dir "$dir/rt" --name "$name" \
+		-- env -u LD_LIBRARY_PATH "$python" -u "$bundle/framework_workload.py" "$module" --mb 1024 --state "$dir/state" \
+		>"$dir/rt.txt" 2>&1
+	rc=$?
+	sed 's/^/  | /' "$dir/rt.txt" | tail -n 16
+	[ "$rc" = 0 ] || { failed $name "cuda-criu roundtrip --repeat 2 exited $rc"; return; }
+	passed $name "2 cycles of a $module program, its result equal bit for bit after each restore"
 }
 
 # runc_prepare DIR: what a runc test needs in DIR: libseccomp for runc, rootfs/ (the host's top directories
@@ -1106,6 +1123,7 @@ for t in "$@"; do
 	load) test_load ;;
 	torch-dataloader) test_torch_fork torch-dataloader dataloader ;;
 	torch-forkpool) test_torch_fork torch-forkpool forkpool ;;
+	jax | cupy | transformers) test_framework "$t" ;;
 	*) failed "$t" "no such test (known: ${all_tests[*]})"; continue ;;
 	esac
 	mapfile -t left < <(pids_in "$work/$t") # whatever a failed test left running
