@@ -56,8 +56,8 @@ for b in /bin/busybox /usr/bin/busybox $(command -v busybox || true); do
 done
 [ -n "$busybox" ] || { log "no static busybox: install busybox-static"; exit 1; }
 
-# Rebuilt when missing or older than this script.
-if [ -f "$out/rootfs.tar" ] && [ "$out/rootfs.tar" -nt "$0" ]; then
+# Rebuilt when missing, damaged or older than this script.
+if [ -f "$out/rootfs.tar" ] && [ "$out/rootfs.tar" -nt "$0" ] && [ -x "$rootfs/bin/sh" ]; then
 	exit 0
 fi
 log "building the busybox root file system in $rootfs"

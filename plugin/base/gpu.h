@@ -29,6 +29,8 @@ struct GpuUuid {
 struct GpuPair {
 	GpuUuid from; // GPU the process was checkpointed on
 	GpuUuid to;   // GPU to restore it onto
+
+	bool operator==(const GpuPair &) const = default;
 };
 
 struct GpuInfo {

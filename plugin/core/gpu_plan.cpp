@@ -43,31 +43,48 @@ const GpuInfo *find_here(const std::vector<GpuInfo> &here, const GpuUuid &uuid)
 	return nullptr;
 }
 
+const GpuInfo *find_ref(const std::vector<GpuInfo> &gpus, const GpuRef &ref)
+{
+	auto it = std::find_if(gpus.begin(), gpus.end(), [&](const GpuInfo &g) { return ref.matches(g.uuid, g.ordinal); });
+	return it == gpus.end() ? nullptr : &*it;
+}
+
 // The map's pairs: each OLD a GPU of the dump (UUID or its ordinal there; a GPU some process held, or one
 // of the dumping machine's others, which the driver wants paired too), each NEW a GPU here (UUID or ordinal
-// here), no GPU here twice.
+// here), no GPU here twice. A GPU no process held may also go to a GPU of this machine hidden from CRIU
+// (`all`): inside a container's device cgroup CRIU sees only the container's GPUs, while the driver still
+// wants the others paired.
 Status place_mapped(const DeviceMap &map, const std::vector<GpuRecord> &held, const std::vector<GpuRecord> &others,
-		    const std::vector<GpuInfo> &here, Placement &p)
+		    const std::vector<GpuInfo> &here, const std::vector<GpuInfo> &all, Placement &p)
 {
 	for (const DeviceMap::Entry &e : map.entries) {
 		auto matches = [&](const GpuRecord &g) { return e.from.matches(g.uuid, g.ordinal); };
 		auto from = std::find_if(held.begin(), held.end(), matches);
-		if (from == held.end()) {
+		const bool held_gpu = from != held.end();
+		if (!held_gpu) {
 			from = std::find_if(others.begin(), others.end(), matches);
 			if (from == others.end())
 				return make_error(EINVAL, "device map: %s is not a GPU of the image (it has %zu: %s)",
 						  e.from.str().c_str(), held.size() + others.size(),
 						  held.empty() ? "none" : held[0].uuid.str().c_str());
 		}
-		auto to = std::find_if(here.begin(), here.end(), [&](const GpuInfo &g) { return e.to.matches(g.uuid, g.ordinal); });
-		if (to == here.end())
+		const GpuInfo *to = find_ref(here, e.to);
+		if (!to && !held_gpu && e.to.uuid) // by UUID only: ordinals name the GPUs CRIU sees
+			to = find_ref(all, e.to);
+		if (!to && find_ref(all, e.to))
+			return make_error(ENODEV,
+					  "device map: GPU %s, the target of a process's GPU, is hidden from CRIU here (GPUs "
+					  "CRIU sees: %s): CUDA_VISIBLE_DEVICES in CRIU's environment, or the container's "
+					  "devices, must include it",
+					  e.to.str().c_str(), list_here(here).c_str());
+		if (!to)
 			return make_error(ENODEV, "device map: GPU %s is not on this machine (GPUs here: %s)", e.to.str().c_str(),
 					  list_here(here).c_str());
 		if (p.targets.count(from->uuid))
 			return make_error(EINVAL, "device map: %s is mapped twice", from->uuid.str().c_str());
 		if (!p.used.insert(to->uuid).second)
 			return make_error(EINVAL, "device map: two GPUs of the image are mapped onto %s", to->uuid.str().c_str());
-		p.targets[from->uuid] = {&*to, "device map"};
+		p.targets[from->uuid] = {to, "device map"};
 	}
 	return {};
 }
@@ -183,7 +200,7 @@ Result<GpuPlan> plan(const std::vector<GpuRecord> &held, const std::vector<GpuRe
 		     const std::vector<GpuInfo> &machine, const DeviceMap &map)
 {
 	Placement p;
-	if (auto st = place_mapped(map, held, others, here, p); !st)
+	if (auto st = place_mapped(map, held, others, here, machine.empty() ? here : machine, p); !st)
 		return std::move(st).error();
 	if (auto st = place_unmapped(held, here, !map.empty(), p); !st)
 		return std::move(st).error();

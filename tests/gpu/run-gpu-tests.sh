@@ -17,7 +17,7 @@
 #   MEMCHECK_MB, TORCH_GB, TREE_MB, LEAVE_MB   workload sizes (4096, 4, 1024, 1024); the test names stay
 #   LOAD_PROCS, LOAD_ROUNDS, LOAD_MB   the load test (16 processes, 20 rounds, 64 MiB each)
 #   FORK_STEPS       training steps of torch-dataloader and torch-forkpool (400)
-#   GPU_TESTS_RUNC_REMAP  how runc-remap pairs the GPUs: map (CUDA_CRIU_DEVICE_MAP, default) or auto
+#   GPU_TESTS_RUNC_REMAP  how runc-remap pairs the GPUs: map (CUDA_CRIU_DEVICE_MAP, default) or auto (no map)
 #   GPU_TESTS_RUNC_REMAP_KEEP0  if set, runc-remap's restored container keeps /dev/nvidia0 beside nvidia1
 set -uo pipefail
 
@@ -740,7 +740,9 @@ test_runc_remap() {
 	[ -n "${GPU_TESTS_RUNC_REMAP_KEEP0:-}" ] && devs1+=(/dev/nvidia0)
 	case "$how" in
 	map) renv="CUDA_CRIU_DEVICE_MAP=$u0=$u1,$u1=$u0" ;;
-	auto) renv=CUDA_VISIBLE_DEVICES=1 ;;
+	# runc puts CRIU into the container's device cgroup before it restores: CRIU sees GPU 1 only and the
+	# plugin pairs GPU 0 of the image with it by itself (CUDA_VISIBLE_DEVICES=1 would hide GPU 1 too).
+	auto) renv=CUDA_CRIU_DEVICE_MAP= ;;
 	*) failed $name "GPU_TESTS_RUNC_REMAP=$how: want map or auto"; return ;;
 	esac
 	runc_prepare "$dir"

@@ -192,6 +192,32 @@ TEST(GpuPlan, AMapMayPairTheGpusNoProcessHeldToo)
 	EXPECT_NE(bad.error().message().find("is not a GPU of the image"), std::string::npos);
 }
 
+// Restored inside a container's device cgroup (measured on two H200s with runc): CRIU sees only A1, the
+// machine has A0 and A1. The map pairs the GPU no process held onto the GPU hidden from CRIU, as the
+// automatic plan does; a held GPU's target must still be one CRIU sees.
+TEST(GpuPlan, AMapMayPairTheGpusNoProcessHeldOntoGpusHiddenFromCriu)
+{
+	ImageRecord img = image_on({A0});
+	img.other_gpus.push_back(rec(A1));
+	std::string map = A0.uuid.str() + "=" + A1.uuid.str() + "," + A1.uuid.str() + "=" + A0.uuid.str();
+	auto p = plan_gpus(img, {A1}, {A0, A1}, map);
+	ASSERT_TRUE(p.ok()) << p.error().message();
+	ASSERT_EQ(p->pairs.size(), 2u);
+	EXPECT_EQ(p->pairs[0].to, A1.uuid);
+	EXPECT_EQ(p->pairs[1].from, A1.uuid);
+	EXPECT_EQ(p->pairs[1].to, A0.uuid);
+	auto automatic = plan_gpus(img, {A1}, {A0, A1}, "");
+	ASSERT_TRUE(automatic.ok()) << automatic.error().message();
+	EXPECT_EQ(automatic->pairs, p->pairs);
+
+	auto hidden = plan_gpus(image_on({A1}), {A1}, {A0, A1}, A1.uuid.str() + "=" + A0.uuid.str());
+	ASSERT_FALSE(hidden.ok());
+	EXPECT_NE(hidden.error().message().find("hidden from CRIU"), std::string::npos) << hidden.error().message();
+	auto absent = plan_gpus(img, {A1}, {A0, A1}, A0.uuid.str() + "=" + A1.uuid.str() + "," + A1.uuid.str() + "=" + B0.uuid.str());
+	ASSERT_FALSE(absent.ok());
+	EXPECT_NE(absent.error().message().find("is not on this machine"), std::string::npos) << absent.error().message();
+}
+
 TEST(GpuPlan, GpusNoProcessHeldStayOnThemselvesWhenFree)
 {
 	ImageRecord img = image_on({A0});
