@@ -217,16 +217,20 @@ void DumpSession::note_gpus(Proc &p, const TaskInfo &info, uint64_t deadline)
 			machine_gpus_ = std::move(*gpus);
 		kernel_gpus_ = host_.machine_gpus();
 	}
-	for (unsigned minor : info.nvidia_minors) {
-		std::optional<GpuUuid> uuid;
+	auto uuid_of = [&](unsigned minor) -> std::optional<GpuUuid> {
 		for (const GpuInfo &g : kernel_gpus_)
 			if (g.ordinal == static_cast<int>(minor))
-				uuid = g.uuid;
+				return g.uuid;
 		if (kernel_gpus_.empty() && minor < machine_gpus_.size()) // no /proc/driver/nvidia: minors follow ordinals
-			uuid = machine_gpus_[minor].uuid;
-		if (uuid)
+			return machine_gpus_[minor].uuid;
+		return std::nullopt;
+	};
+	for (unsigned minor : info.nvidia_minors)
+		if (auto uuid = uuid_of(minor))
 			p.gpu_uuids.push_back(*uuid);
-	}
+	for (unsigned minor : info.reachable_minors)
+		if (auto uuid = uuid_of(minor))
+			p.reachable_gpus.push_back(*uuid);
 }
 
 Status DumpSession::lock(Proc &p, uint64_t deadline)
@@ -418,19 +422,29 @@ Status DumpSession::finish(bool dump_failed, bool leave_running)
 
 // The machine's GPUs, those some process held (used) or the others: the driver's list (ordinals,
 // memory), then those only the kernel driver lists (hidden from CRIU by CUDA_VISIBLE_DEVICES).
+// used: the GPUs some process held; else the machine's others that the processes' driver knew of: all,
+// unless every process has a /dev of its own with GPU nodes (a container given some GPUs), then those
+// whose nodes are there. The driver wants just these paired on a restore that moves a GPU.
 std::vector<GpuRecord> DumpSession::machine_gpu_records(bool used) const
 {
-	std::set<GpuUuid> held, listed;
-	for (const Proc &p : procs_)
+	std::set<GpuUuid> held, listed, reachable;
+	bool all_reachable = false;
+	for (const Proc &p : procs_) {
 		held.insert(p.gpu_uuids.begin(), p.gpu_uuids.end());
+		reachable.insert(p.reachable_gpus.begin(), p.reachable_gpus.end());
+		all_reachable |= p.reachable_gpus.empty();
+	}
+	auto wanted = [&](const GpuUuid &u) {
+		return used ? held.count(u) > 0 : !held.count(u) && (all_reachable || reachable.count(u));
+	};
 	std::vector<GpuRecord> out;
 	for (const GpuInfo &g : machine_gpus_) {
 		listed.insert(g.uuid);
-		if (held.count(g.uuid) == used)
+		if (wanted(g.uuid))
 			out.push_back({g.uuid, g.name, g.memory_bytes, g.pci_bus_id, g.ordinal});
 	}
 	for (const GpuInfo &g : kernel_gpus_)
-		if (!listed.count(g.uuid) && held.count(g.uuid) == used)
+		if (!listed.count(g.uuid) && wanted(g.uuid))
 			out.push_back({g.uuid, g.name, 0, g.pci_bus_id, -1});
 	return out;
 }

@@ -58,6 +58,7 @@ private:
 		bool checkpointed_by_us = false;
 		std::optional<Error> checkpoint_error;
 		std::vector<GpuUuid> gpu_uuids;
+		std::vector<GpuUuid> reachable_gpus; // GPUs whose nodes are in its /dev (empty: unknown)
 		uint64_t rss_before = 0;
 		uint64_t gpu_bytes = 0; // GPU memory in use before the checkpoint (NVML); 0 = unknown
 		uint64_t state_bytes = 0;

@@ -26,6 +26,9 @@ struct TaskInfo {
 	pid_t ns_pid = 0;                     // pid inside the task's own pid namespace
 	uint64_t rss_bytes = 0;               // resident memory
 	std::vector<unsigned> nvidia_minors;  // minors of the NVIDIA GPU device nodes it holds open
+	// Minors of the NVIDIA GPU device nodes in the /dev of its mount namespace (empty: none, or unknown).
+	// A container given some GPUs has only their nodes: its driver never knew the others.
+	std::vector<unsigned> reachable_minors;
 };
 
 class Host {

@@ -1,12 +1,14 @@
 #include "os/host.h"
 
 #include <dirent.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstring>
 #include <set>
 
 #include "os/nvidia.h"
@@ -37,6 +39,26 @@ bool is_nvidia_gpu_node(const struct stat &st)
 
 bool SystemHost::uses_libcuda(pid_t pid) { return maps_libcuda(pid); }
 
+namespace {
+
+// The minors of the NVIDIA GPU nodes in dir (a process's /dev, seen through /proc/PID/root).
+std::vector<unsigned> gpu_nodes_in(const std::string &dir)
+{
+	std::set<unsigned> minors;
+	if (DIR *d = opendir(dir.c_str())) {
+		while (dirent *de = readdir(d)) {
+			struct stat st;
+			if (std::strncmp(de->d_name, "nvidia", 6) == 0 && fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+			    is_nvidia_gpu_node(st))
+				minors.insert(minor(st.st_rdev));
+		}
+		closedir(d);
+	}
+	return {minors.begin(), minors.end()};
+}
+
+} // namespace
+
 TaskInfo SystemHost::task_info(pid_t pid)
 {
 	TaskInfo info;
@@ -60,6 +82,7 @@ TaskInfo SystemHost::task_info(pid_t pid)
 	}
 	closedir(d);
 	info.nvidia_minors.assign(minors.begin(), minors.end());
+	info.reachable_minors = gpu_nodes_in("/proc/" + std::to_string(pid) + "/root/dev");
 	return info;
 }
 

@@ -66,6 +66,7 @@ public:
 	std::set<pid_t> dead;
 	std::map<pid_t, pid_t> ns_pids;   // host pid -> ns pid (default: same)
 	std::map<pid_t, std::vector<unsigned>> minors; // /dev/nvidiaN a process holds (default: none)
+	std::map<pid_t, std::vector<unsigned>> reachable; // /dev/nvidiaN in its /dev (default: none)
 	int let_runs = 0;
 
 	bool uses_libcuda(pid_t pid) override { return cuda_pids.count(pid) > 0; }

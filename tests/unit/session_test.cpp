@@ -112,6 +112,30 @@ TEST_F(DumpTest, ImageRecordsTheGpusHeldAndTheMachinesOthers)
 	EXPECT_EQ(rec.other_gpus[0].ordinal, -1) << "no CUDA ordinal: CRIU's driver did not list it";
 }
 
+TEST_F(DumpTest, AContainerGivenSomeGpusRecordsOnlyTheOthersItCouldReach)
+{
+	// Measured with runc on two H200s: the container's /dev had nvidia0 only; the driver, restoring it
+	// onto GPU 1, refused a pair for GPU 1 (CUDA_ERROR_INVALID_VALUE), as the process never knew of it.
+	add_cuda(10);
+	GpuInfo f = driver.gpus()->front(), second, third;
+	f.ordinal = 0;
+	second.ordinal = 1;
+	second.uuid.bytes[0] = 0xcd;
+	third.ordinal = 2;
+	third.uuid.bytes[0] = 0xce;
+	host.all_gpus = {f, second, third};
+	host.minors[10] = {0};
+	host.reachable[10] = {0, 2};
+	DumpSession s(options, host, source());
+	ASSERT_TRUE(s.pause(10).ok());
+	ASSERT_TRUE(s.checkpoint(10).ok());
+	ASSERT_TRUE(s.finish(false, false).ok());
+	ImageRecord rec = s.image_record();
+	ASSERT_EQ(rec.gpus.size(), 1u);
+	ASSERT_EQ(rec.other_gpus.size(), 1u) << "only the GPU whose node the container had";
+	EXPECT_EQ(rec.other_gpus[0].uuid, third.uuid);
+}
+
 TEST_F(DumpTest, LeaveRunningReturnsEveryProcessToItsState)
 {
 	add_cuda(10, CudaState::Running);
