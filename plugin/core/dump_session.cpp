@@ -208,7 +208,9 @@ Status DumpSession::check_memory(uint64_t deadline)
 	return st;
 }
 
-// The GPUs whose device nodes the process holds: every GPU visible to it.
+// The GPUs the process holds: those whose device nodes it has open, narrowed to those it has a CUDA
+// context on when NVML tells (a framework may open every GPU's node and use one: JAX under
+// CUDA_VISIBLE_DEVICES=0 holds /dev/nvidia1 too). The nodes in its /dev are the GPUs its driver knew.
 void DumpSession::note_gpus(Proc &p, const TaskInfo &info, uint64_t deadline)
 {
 	if (machine_gpus_.empty()) {
@@ -216,6 +218,14 @@ void DumpSession::note_gpus(Proc &p, const TaskInfo &info, uint64_t deadline)
 							  [](Driver &d) { return d.gpus(); }))
 			machine_gpus_ = std::move(*gpus);
 		kernel_gpus_ = host_.machine_gpus();
+		if (auto c = ask<std::map<pid_t, std::vector<GpuUuid>>>(
+			    driver_, limit_ms(deadline, kDriverGraceMs), "ask NVML which GPUs each process uses",
+			    [](Driver &d) -> Result<std::map<pid_t, std::vector<GpuUuid>>> {
+				    if (auto m = d.gpus_by_process())
+					    return std::move(*m);
+				    return make_error(ENOSYS, "%s", "NVML cannot tell");
+			    }))
+			contexts_ = std::move(*c);
 	}
 	auto uuid_of = [&](unsigned minor) -> std::optional<GpuUuid> {
 		for (const GpuInfo &g : kernel_gpus_)
@@ -225,12 +235,24 @@ void DumpSession::note_gpus(Proc &p, const TaskInfo &info, uint64_t deadline)
 			return machine_gpus_[minor].uuid;
 		return std::nullopt;
 	};
+	std::vector<GpuUuid> open;
 	for (unsigned minor : info.nvidia_minors)
 		if (auto uuid = uuid_of(minor))
-			p.gpu_uuids.push_back(*uuid);
+			open.push_back(*uuid);
 	for (unsigned minor : info.reachable_minors)
 		if (auto uuid = uuid_of(minor))
 			p.reachable_gpus.push_back(*uuid);
+	if (!p.reachable_gpus.empty()) // a node it has open counts as known even if its /dev lacks it
+		p.reachable_gpus.insert(p.reachable_gpus.end(), open.begin(), open.end());
+	auto ctx = contexts_.find(p.pid);
+	for (const GpuUuid &u : open)
+		if (ctx == contexts_.end() || std::find(ctx->second.begin(), ctx->second.end(), u) != ctx->second.end())
+			p.gpu_uuids.push_back(u);
+	if (p.gpu_uuids.empty()) // NVML knows it by another pid (another pid namespace): its nodes say it all
+		p.gpu_uuids = std::move(open);
+	else if (p.gpu_uuids.size() < open.size())
+		LOG_DEBUG("pid %d: %zu GPU node(s) open, a CUDA context on %zu of them (NVML)", p.pid, open.size(),
+			  p.gpu_uuids.size());
 }
 
 Status DumpSession::lock(Proc &p, uint64_t deadline)

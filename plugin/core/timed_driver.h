@@ -45,6 +45,10 @@ public:
 	{
 		return timed([&] { return inner_.gpu_bytes_by_process(); });
 	}
+	std::optional<std::map<pid_t, std::vector<GpuUuid>>> gpus_by_process() override
+	{
+		return timed([&] { return inner_.gpus_by_process(); });
+	}
 
 private:
 	Driver &inner_;

@@ -34,6 +34,8 @@ public:
 	virtual uint64_t free_bytes(const GpuUuid &uuid) = 0;
 	// GPU memory each process uses now (over all GPUs), by pid; nullopt when the driver cannot tell.
 	virtual std::optional<std::map<pid_t, uint64_t>> gpu_bytes_by_process() { return std::nullopt; }
+	// The GPUs on which each process has a CUDA context now, by pid; nullopt when the driver cannot tell.
+	virtual std::optional<std::map<pid_t, std::vector<GpuUuid>>> gpus_by_process() { return std::nullopt; }
 };
 
 } // namespace cuda_criu

@@ -2,6 +2,7 @@
 
 #include <dlfcn.h>
 
+#include <algorithm>
 #include <map>
 #include <mutex>
 #include <vector>
@@ -33,6 +34,7 @@ struct Nvml {
 	NvmlReturn (*by_uuid)(const char *, NvmlDevice *) = nullptr;
 	NvmlReturn (*memory)(NvmlDevice, NvmlMemory *) = nullptr;
 	NvmlReturn (*persistence)(NvmlDevice, int *) = nullptr; // nvmlEnableState_t: 1 = enabled
+	NvmlReturn (*uuid)(NvmlDevice, char *, unsigned) = nullptr; // optional
 };
 
 const Nvml *load_once()
@@ -51,6 +53,7 @@ const Nvml *load_once()
 	api.by_index = reinterpret_cast<decltype(api.by_index)>(dlsym(lib, "nvmlDeviceGetHandleByIndex_v2"));
 	api.processes =
 		reinterpret_cast<decltype(api.processes)>(dlsym(lib, "nvmlDeviceGetComputeRunningProcesses_v3"));
+	api.uuid = reinterpret_cast<decltype(api.uuid)>(dlsym(lib, "nvmlDeviceGetUUID"));
 	if (!api.init || !api.by_uuid || !api.memory) {
 		LOG_DEBUG("%s", "libnvidia-ml.so.1 lacks the functions used: free GPU memory is not checked");
 		return nullptr;
@@ -102,17 +105,19 @@ std::optional<bool> nvml_persistence_mode(const GpuUuid &uuid)
 	return mode == 1;
 }
 
-std::optional<std::map<pid_t, uint64_t>> nvml_gpu_bytes_by_process()
+namespace {
+
+// Calls each(device, its compute processes) for every GPU NVML knows; false when NVML cannot tell.
+template <typename Each>
+bool for_each_device_processes(const Nvml *api, Each each)
 {
-	const Nvml *api = nvml();
 	unsigned devices = 0;
 	if (!api || !api->count || !api->by_index || !api->processes || api->count(&devices) != 0)
-		return std::nullopt;
-	std::map<pid_t, uint64_t> out;
+		return false;
 	for (unsigned d = 0; d < devices; d++) {
 		NvmlDevice dev = nullptr;
 		if (api->by_index(d, &dev) != 0)
-			return std::nullopt;
+			return false;
 		std::vector<NvmlProcessInfo> infos(64);
 		unsigned n = static_cast<unsigned>(infos.size());
 		NvmlReturn r = api->processes(dev, &n, infos.data());
@@ -122,14 +127,47 @@ std::optional<std::map<pid_t, uint64_t>> nvml_gpu_bytes_by_process()
 			r = api->processes(dev, &n, infos.data());
 		}
 		if (r != 0)
-			return std::nullopt;
-		for (unsigned i = 0; i < n && i < infos.size(); i++) {
-			if (infos[i].used_gpu_memory == ~0ULL) // NVML_VALUE_NOT_AVAILABLE (e.g. no permission)
-				return std::nullopt;
-			out[static_cast<pid_t>(infos[i].pid)] += infos[i].used_gpu_memory;
-		}
+			return false;
+		infos.resize(std::min<size_t>(n, infos.size()));
+		if (!each(dev, infos))
+			return false;
 	}
-	return out;
+	return true;
+}
+
+} // namespace
+
+std::optional<std::map<pid_t, uint64_t>> nvml_gpu_bytes_by_process()
+{
+	std::map<pid_t, uint64_t> out;
+	bool ok = for_each_device_processes(nvml(), [&](NvmlDevice, const std::vector<NvmlProcessInfo> &infos) {
+		for (const NvmlProcessInfo &p : infos) {
+			if (p.used_gpu_memory == ~0ULL) // NVML_VALUE_NOT_AVAILABLE (e.g. no permission)
+				return false;
+			out[static_cast<pid_t>(p.pid)] += p.used_gpu_memory;
+		}
+		return true;
+	});
+	return ok ? std::optional(std::move(out)) : std::nullopt;
+}
+
+std::optional<std::map<pid_t, std::vector<GpuUuid>>> nvml_gpus_by_process()
+{
+	const Nvml *api = nvml();
+	std::map<pid_t, std::vector<GpuUuid>> out;
+	bool ok = api && api->uuid &&
+		  for_each_device_processes(api, [&](NvmlDevice dev, const std::vector<NvmlProcessInfo> &infos) {
+			  char text[96] = {};
+			  if (api->uuid(dev, text, sizeof(text) - 1) != 0)
+				  return false;
+			  auto uuid = GpuUuid::parse(text);
+			  if (!uuid)
+				  return false;
+			  for (const NvmlProcessInfo &p : infos)
+				  out[static_cast<pid_t>(p.pid)].push_back(*uuid);
+			  return true;
+		  });
+	return ok ? std::optional(std::move(out)) : std::nullopt;
 }
 
 } // namespace cuda_criu

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <map>
 #include <optional>
+#include <vector>
 
 #include "driver/driver.h"
 
@@ -26,5 +27,9 @@ std::optional<bool> nvml_persistence_mode(const GpuUuid &uuid);
 // GPU memory each process uses now, over all GPUs, by pid (as this process's pid namespace sees it);
 // nullopt when NVML cannot tell. What a checkpoint will copy into the process's memory.
 std::optional<std::map<pid_t, uint64_t>> nvml_gpu_bytes_by_process();
+
+// The GPUs on which each process has a CUDA context now, by pid; nullopt when NVML cannot tell. A
+// process may hold the device nodes of more GPUs than that (a framework that enumerates them all).
+std::optional<std::map<pid_t, std::vector<GpuUuid>>> nvml_gpus_by_process();
 
 } // namespace cuda_criu

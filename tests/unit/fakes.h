@@ -48,6 +48,8 @@ public:
 	Result<std::vector<GpuInfo>> gpus() override;
 	std::map<std::string, uint64_t> free; // free_bytes() by uuid; 0 (unknown) when absent
 	uint64_t free_bytes(const GpuUuid &uuid) override { return free.count(uuid.str()) ? free[uuid.str()] : 0; }
+	std::optional<std::map<pid_t, std::vector<GpuUuid>>> contexts; // gpus_by_process() (default: unknown)
+	std::optional<std::map<pid_t, std::vector<GpuUuid>>> gpus_by_process() override { return contexts; }
 
 private:
 	class Call;

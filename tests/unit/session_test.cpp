@@ -136,6 +136,33 @@ TEST_F(DumpTest, AContainerGivenSomeGpusRecordsOnlyTheOthersItCouldReach)
 	EXPECT_EQ(rec.other_gpus[0].uuid, third.uuid);
 }
 
+TEST_F(DumpTest, AGpuWhoseNodeIsOpenWithoutAContextIsNotHeld)
+{
+	// Measured with JAX under CUDA_VISIBLE_DEVICES=0 on two H200s: /dev/nvidia1 open, a context on GPU 0
+	// only (NVML). GPU 1 is one the driver knew, not one the process used: restoring onto GPU 0 alone
+	// must not need a second GPU.
+	add_cuda(10);
+	add_cuda(11);
+	GpuInfo f = driver.gpus()->front(), second;
+	f.ordinal = 0;
+	second.ordinal = 1;
+	second.uuid.bytes[0] = 0xcd;
+	second.name = f.name;
+	host.all_gpus = {f, second};
+	host.minors[10] = {0, 1};
+	host.minors[11] = {0, 1};
+	driver.contexts = std::map<pid_t, std::vector<GpuUuid>>{{10, {f.uuid}}}; // 11: in no list NVML gave
+	DumpSession s(options, host, source());
+	ASSERT_TRUE(s.pause(10).ok());
+	ASSERT_TRUE(s.pause(11).ok());
+	ASSERT_TRUE(s.checkpoint(10).ok());
+	ASSERT_TRUE(s.finish(false, false).ok());
+	ImageRecord rec = s.image_record();
+	ASSERT_EQ(rec.processes.size(), 2u);
+	EXPECT_EQ(rec.processes[0].gpu_uuids, std::vector<GpuUuid>{f.uuid});
+	EXPECT_EQ(rec.processes[1].gpu_uuids, (std::vector<GpuUuid>{f.uuid, second.uuid})) << "unknown to NVML: its nodes";
+}
+
 TEST_F(DumpTest, LeaveRunningReturnsEveryProcessToItsState)
 {
 	add_cuda(10, CudaState::Running);
