@@ -64,7 +64,8 @@ public:
 	virtual std::string images(unsigned cycle) const { return "images-" + std::to_string(cycle); }
 	// The file the program's output goes to, in the work directory.
 	virtual std::string log_name() const { return "program.log"; }
-	// Whether the work directory stays after a run that failed past setup (its images and logs).
+	// Whether the work directory stays after a run that failed past setup (its images and logs), unless
+	// it was interrupted.
 	virtual bool keep_after_failure() const { return false; }
 
 	// ---- its own evidence (instead of the engine's --ready and --health-cmd criterion) ----

@@ -68,6 +68,8 @@ private:
 	bool await_ready(Step &s, Baseline &b, std::string &what);
 	bool await_client(Step &s, Clock::time_point deadline, const char *phase, std::string &what);
 	// readiness and health
+	std::string root_ended();
+	std::string ended_message(const std::string &how) const;
 	bool root_alive(std::string &why);
 	bool await_health(Step &s, Baseline &b, Clock::time_point deadline, const char *phase, std::string &what);
 	bool health_timed_out(Step &s, const Baseline &b, const std::string &last);
@@ -322,13 +324,7 @@ bool Roundtrip::await_client(Step &s, Clock::time_point deadline, const char *ph
 	for (;;) {
 		if (interrupted())
 			return fail_interrupted(s);
-		std::string ended;
-		if (program_.running()) {
-			if (auto st = program_.wait(1); st)
-				ended = describe_wait_status(*st);
-		} else if (!process_exists(root_) || is_zombie(root_)) {
-			ended = "ended";
-		}
+		std::string ended = root_ended();
 		Check c = client_.look(phase, root_, ended);
 		if (c.verdict == Check::Verdict::Ok && ended.empty()) {
 			what = std::move(c.detail);
@@ -337,7 +333,7 @@ bool Roundtrip::await_client(Step &s, Clock::time_point deadline, const char *ph
 		if (c.verdict == Check::Verdict::Failed)
 			return conclude(s, std::move(c), {});
 		if (!ended.empty())
-			return fail(s, format("the program (pid %d) %s", root_, ended.c_str()), {tail_of(program_log_)});
+			return fail(s, ended_message(ended), {tail_of(program_log_)});
 		if (Clock::now() >= deadline)
 			return conclude(s, client_.not_met(phase), {});
 		pause_ms(kPollMs);
@@ -346,23 +342,28 @@ bool Roundtrip::await_client(Step &s, Clock::time_point deadline, const char *ph
 
 // ---- readiness and health ----
 
-// Whether the program's root process still runs; why not, in why.
-bool Roundtrip::root_alive(std::string &why)
+// How the program's root process ended ("exited with status 1", "has ended"), "" while it runs.
+std::string Roundtrip::root_ended()
 {
 	if (program_.running()) {
 		auto st = program_.wait(1);
-		if (st) {
-			std::string how = describe_wait_status(*st);
-			why = format("the program (pid %d) %s%s", root_, how.rfind("killed", 0) == 0 ? "was " : "", how.c_str());
-			return false;
-		}
-		return true;
+		return st ? describe_wait_status(*st) : std::string();
 	}
-	if (!process_exists(root_) || is_zombie(root_)) {
-		why = format("the program (pid %d) has ended", root_);
-		return false;
-	}
-	return true;
+	return !process_exists(root_) || is_zombie(root_) ? "has ended" : "";
+}
+
+std::string Roundtrip::ended_message(const std::string &how) const
+{
+	return format("the program (pid %d) %s%s", root_, how.rfind("killed", 0) == 0 ? "was " : "", how.c_str());
+}
+
+// Whether the program's root process still runs; why not, in why.
+bool Roundtrip::root_alive(std::string &why)
+{
+	std::string how = root_ended();
+	if (!how.empty())
+		why = ended_message(how);
+	return how.empty();
 }
 
 // Waits until deadline for the program to be healthy: the health command passes when there is one, else
@@ -682,8 +683,9 @@ void Roundtrip::cleanup()
 			    kCleanupMs / 1000);
 	if (work_.path().empty())
 		return;
+	// An interrupted run removes what it made, as its message says.
 	const Step *failed = failed_step(steps_);
-	if (o_.keep_images || (failed && failed->name != "setup" && client_.keep_after_failure())) {
+	if (o_.keep_images || (failed && failed->name != "setup" && !caught_signal() && client_.keep_after_failure())) {
 		kept_ = true;
 		return;
 	}
