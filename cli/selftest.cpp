@@ -258,22 +258,22 @@ private:
 int cmd_selftest(const Args &args)
 {
 	ParsedArgs a;
-	if (auto rc = parse_command("selftest", args,
-				    {{"--criu", true, nullptr},
-				     {"--libdir", true, nullptr},
-				     {"--mb", true, nullptr},
-				     {"--libcuda", true, nullptr},
-				     {"--dir", true, nullptr},
-				     {"--keep", false, nullptr}},
-				    a))
+	if (auto rc = parse_options_only("selftest", args,
+					 {{"--criu", true, nullptr},
+					  {"--libdir", true, nullptr},
+					  {"--mb", true, nullptr},
+					  {"--libcuda", true, nullptr},
+					  {"--dir", true, nullptr},
+					  {"--keep", false, nullptr}},
+					 a))
 		return *rc;
-	if (!a.positionals.empty())
-		return usage_error("selftest", "takes no arguments, got '" + a.positionals[0] + "'");
 	SelftestOptions o;
 	if (const std::string *v = a.value("--criu"))
 		o.criu = *v;
 	// CRIU runs in its image directory: paths handed to it must not be relative.
-	auto absolute = [](const std::string &p) { return p.empty() || p[0] == '/' ? p : std::string(std::filesystem::absolute(p)); };
+	auto absolute = [](const std::string &p) {
+		return p.empty() || p[0] == '/' ? p : std::string(std::filesystem::absolute(p));
+	};
 	if (const std::string *v = a.value("--libdir"))
 		o.libdir = absolute(*v);
 	if (const std::string *v = a.value("--libcuda"))

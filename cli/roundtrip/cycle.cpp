@@ -70,7 +70,7 @@ private:
 	// readiness and health
 	std::string root_ended();
 	std::string ended_message(const std::string &how) const;
-	bool root_alive(std::string &why);
+	bool going_on(Step &s, const std::string &before, const std::string &after);
 	bool await_health(Step &s, Baseline &b, Clock::time_point deadline, const char *phase, std::string &what);
 	bool health_timed_out(Step &s, const Baseline &b, const std::string &last);
 	bool settle(Step &s, std::string &what);
@@ -295,11 +295,8 @@ bool Roundtrip::await_ready(Step &s, Baseline &b, std::string &what)
 {
 	auto deadline = deadline_in(o_.start_ms);
 	for (;;) {
-		if (interrupted())
-			return fail_interrupted(s);
-		std::string why;
-		if (!root_alive(why))
-			return fail(s, why + " before it was ready", {tail_of(program_log_)});
+		if (!going_on(s, "", " before it was ready"))
+			return false;
 		if (probe_->met(b, what))
 			break;
 		if (Clock::now() >= deadline)
@@ -357,13 +354,14 @@ std::string Roundtrip::ended_message(const std::string &how) const
 	return format("the program (pid %d) %s%s", root_, how.rfind("killed", 0) == 0 ? "was " : "", how.c_str());
 }
 
-// Whether the program's root process still runs; why not, in why.
-bool Roundtrip::root_alive(std::string &why)
+// Whether a wait for the program goes on: s fails when this program is interrupted, or when the
+// program's root process has ended (its message: before, how it ended, after).
+bool Roundtrip::going_on(Step &s, const std::string &before, const std::string &after)
 {
+	if (interrupted())
+		return fail_interrupted(s);
 	std::string how = root_ended();
-	if (!how.empty())
-		why = ended_message(how);
-	return how.empty();
+	return how.empty() || fail(s, before + ended_message(how) + after, {tail_of(program_log_)});
 }
 
 // Waits until deadline for the program to be healthy: the health command passes when there is one, else
@@ -372,11 +370,8 @@ bool Roundtrip::await_health(Step &s, Baseline &b, Clock::time_point deadline, c
 {
 	std::string last;
 	for (;;) {
-		if (interrupted())
-			return fail_interrupted(s);
-		std::string why;
-		if (!root_alive(why))
-			return fail(s, why, {tail_of(program_log_)});
+		if (!going_on(s, "", ""))
+			return false;
 		if (!o_.health_cmd.empty()) {
 			Outcome r = run_health_cmd(deadline, s.cycle, phase, last);
 			if (r == Outcome::Interrupted)
@@ -384,8 +379,8 @@ bool Roundtrip::await_health(Step &s, Baseline &b, Clock::time_point deadline, c
 			if (r == Outcome::NotRun)
 				return fail(s, "the health command: " + last);
 			if (r == Outcome::Passed) {
-				if (!root_alive(why))
-					return fail(s, why, {tail_of(program_log_)});
+				if (std::string how = root_ended(); !how.empty())
+					return fail(s, ended_message(how), {tail_of(program_log_)});
 				what = "the health command passed";
 				return true;
 			}
@@ -416,13 +411,9 @@ bool Roundtrip::settle(Step &s, std::string &what)
 {
 	auto until = deadline_in(o_.settle_ms);
 	for (;;) {
-		if (interrupted())
-			return fail_interrupted(s);
-		std::string why;
-		if (!root_alive(why))
-			return fail(s, format("%s, then %s within the %g s it had to live on (--settle)", what.c_str(),
-					      why.c_str(), o_.settle_ms / 1000.0),
-				    {tail_of(program_log_)});
+		if (!going_on(s, what + ", then ",
+			      format(" within the %g s it had to live on (--settle)", o_.settle_ms / 1000.0)))
+			return false;
 		if (Clock::now() >= until)
 			break;
 		pause_ms(kPollMs);
