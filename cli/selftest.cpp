@@ -2,8 +2,6 @@
 // its data checked afterwards. A client of the round trip engine (roundtrip/client.h): the engine runs
 // the steps; the workload's state file tells when it is ready and whether its data survived, and each
 // step prints one line with its time.
-#include <unistd.h>
-
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -11,6 +9,7 @@
 #include <map>
 
 #include "cli.h"
+#include "image/image.h"
 #include "roundtrip/client.h"
 #include "roundtrip/cycle.h"
 #include "roundtrip/logs.h"

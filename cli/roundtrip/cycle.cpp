@@ -687,11 +687,10 @@ void Roundtrip::cleanup()
 
 int run_roundtrip(RoundtripOptions o, Client &client) { return Roundtrip(std::move(o), client).run(); }
 
-int run_roundtrip(RoundtripOptions o)
+int run_roundtrip(const RoundtripOptions &o)
 {
 	RoundtripClient client(o);
-	return run_roundtrip(o, client); // a copy: the client refers to o
-
+	return run_roundtrip(o, client);
 }
 
 } // namespace cuda_criu::cli::roundtrip

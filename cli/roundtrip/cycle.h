@@ -13,6 +13,6 @@ class Client;
 // status.
 int run_roundtrip(RoundtripOptions o, Client &client);
 // cuda-criu roundtrip's: prints its table and writes its reports.
-int run_roundtrip(RoundtripOptions o);
+int run_roundtrip(const RoundtripOptions &o);
 
 } // namespace cuda_criu::cli::roundtrip
