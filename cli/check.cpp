@@ -454,17 +454,15 @@ void print_json(const Checks &c, const Facts &f)
 int cmd_check(const Args &args)
 {
 	ParsedArgs a;
-	if (auto rc = parse_command("check", args,
-				    {{"--json", false, nullptr},
-				     {"--require-gpu", false, nullptr},
-				     {"--criu", true, nullptr},
-				     {"--libdir", true, nullptr},
-				     {"--libcuda", true, nullptr},
-				     {"--runtimes", true, nullptr}},
-				    a))
+	if (auto rc = parse_options_only("check", args,
+					 {{"--json", false, nullptr},
+					  {"--require-gpu", false, nullptr},
+					  {"--criu", true, nullptr},
+					  {"--libdir", true, nullptr},
+					  {"--libcuda", true, nullptr},
+					  {"--runtimes", true, nullptr}},
+					 a))
 		return *rc;
-	if (!a.positionals.empty())
-		return usage_error("check", "takes no arguments, got '" + a.positionals[0] + "'");
 	CheckOptions o;
 	o.require_gpu = a.has("--require-gpu");
 	if (const std::string *v = a.value("--criu"))

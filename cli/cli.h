@@ -51,6 +51,9 @@ int report_failure(const std::string &message);
 // --help printed), nullopt to go on with out filled in.
 std::optional<int> parse_command(const std::string &command, const Args &args, const std::vector<OptionSpec> &specs,
 				 ParsedArgs &out);
+// parse_command for a command that takes options only: an argument is bad usage.
+std::optional<int> parse_options_only(const std::string &command, const Args &args,
+				      const std::vector<OptionSpec> &specs, ParsedArgs &out);
 
 // The driver, loaded once: libcuda_override if not empty, else the plugin's libcuda option
 // (CUDA_CRIU_LIBCUDA or the config file), else libcuda.so.1 through the loader's search path.

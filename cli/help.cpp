@@ -252,7 +252,7 @@ every byte, rewrites a part, and records its progress in a state file. The selft
            goes on making progress
 
 and prints each step's result and time. Needs root (CRIU does). The work directory (images and logs)
-is removed on success and kept on failure.)",
+is removed on success and kept when a step after setup fails; an interrupted run removes it.)",
 	 R"(--criu PATH       the CRIU binary (default: /usr/local/sbin/criu, /usr/sbin/criu or /usr/bin/criu)
 --libdir DIR      the plugin directory given to CRIU with -L (default: /usr/lib/criu); it must hold
                   this project's cuda_plugin.so

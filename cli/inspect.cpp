@@ -84,6 +84,14 @@ std::string hex(uint64_t v)
 	return buf;
 }
 
+// An inherited file's path and flags, and the placeholder the restore opens instead.
+JsonWriter &file_json(JsonWriter &j, const std::string &path, uint32_t flags)
+{
+	return j.field("path", path)
+		.field("flags", flag_names(flags))
+		.field("restored_as", "/dev/null " + flag_names(placeholder_flags(flags)));
+}
+
 void inherited_json(JsonWriter &j, const InheritedDevicesRecord &r)
 {
 	j.key("inherited_devices").begin_object();
@@ -92,12 +100,7 @@ void inherited_json(JsonWriter &j, const InheritedDevicesRecord &r)
 		j.value(p);
 	j.end_array().key("files").begin_array();
 	for (const auto &f : r.files)
-		j.begin_object()
-			.field("id", f.id)
-			.field("path", f.path)
-			.field("flags", flag_names(f.flags))
-			.field("restored_as", "/dev/null " + flag_names(placeholder_flags(f.flags)))
-			.end_object();
+		file_json(j.begin_object().field("id", f.id), f.path, f.flags).end_object();
 	j.end_array().key("processes").begin_array();
 	for (const InheritedProcessRecord &p : r.processes) {
 		j.begin_object().field("pid", p.pid).field("ns_pid", p.ns_pid).key("mappings").begin_array();
@@ -112,12 +115,7 @@ void inherited_json(JsonWriter &j, const InheritedDevicesRecord &r)
 				.end_object();
 		j.end_array().key("fds").begin_array();
 		for (const auto &f : p.fds)
-			j.begin_object()
-				.field("fd", f.fd)
-				.field("path", f.path)
-				.field("flags", flag_names(f.flags))
-				.field("restored_as", "/dev/null " + flag_names(placeholder_flags(f.flags)))
-				.end_object();
+			file_json(j.begin_object().field("fd", f.fd), f.path, f.flags).end_object();
 		j.end_array().end_object();
 	}
 	j.end_array().end_object();

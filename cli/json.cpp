@@ -113,14 +113,15 @@ void JsonWriter::before_value()
 	}
 }
 
-void JsonWriter::open(char c)
+JsonWriter &JsonWriter::open(char c)
 {
 	before_value();
 	out_ += c;
 	has_items_.push_back(false);
+	return *this;
 }
 
-void JsonWriter::close(char c)
+JsonWriter &JsonWriter::close(char c)
 {
 	bool had_items = has_items_.back();
 	has_items_.pop_back();
@@ -129,29 +130,6 @@ void JsonWriter::close(char c)
 	out_ += c;
 	if (has_items_.empty())
 		out_ += '\n';
-}
-
-JsonWriter &JsonWriter::begin_object()
-{
-	open('{');
-	return *this;
-}
-
-JsonWriter &JsonWriter::end_object()
-{
-	close('}');
-	return *this;
-}
-
-JsonWriter &JsonWriter::begin_array()
-{
-	open('[');
-	return *this;
-}
-
-JsonWriter &JsonWriter::end_array()
-{
-	close(']');
 	return *this;
 }
 

@@ -12,10 +12,10 @@ namespace cuda_criu::cli {
 
 class JsonWriter {
 public:
-	JsonWriter &begin_object();
-	JsonWriter &end_object();
-	JsonWriter &begin_array();
-	JsonWriter &end_array();
+	JsonWriter &begin_object() { return open('{'); }
+	JsonWriter &end_object() { return close('}'); }
+	JsonWriter &begin_array() { return open('['); }
+	JsonWriter &end_array() { return close(']'); }
 	// The key of the next value inside an object.
 	JsonWriter &key(std::string_view name);
 
@@ -42,8 +42,8 @@ public:
 
 private:
 	void before_value();
-	void open(char c);
-	void close(char c);
+	JsonWriter &open(char c);
+	JsonWriter &close(char c);
 	void newline();
 
 	std::string out_;

@@ -1,13 +1,7 @@
 // cuda-criu selftest: a built-in CUDA workload checkpointed and restored through CRIU with our plugin,
-// its data checked afterwards. Each step prints one line with its time.
-#include <fcntl.h>
-#include <signal.h>
-#include <sys/prctl.h>
-#include <sys/stat.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
-#include <chrono>
+// its data checked afterwards. A client of the round trip engine (roundtrip/client.h): the engine runs
+// the steps; the workload's state file tells when it is ready and whether its data survived, and each
+// step prints one line with its time.
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -16,25 +10,18 @@
 
 #include "cli.h"
 #include "image/image.h"
-#include "os/proc.h"
-#include "os/unique_fd.h"
-#include "preflight.h"
-#include "roundtrip/criu.h"
+#include "roundtrip/client.h"
+#include "roundtrip/cycle.h"
 #include "roundtrip/logs.h"
-#include "roundtrip/processes.h"
-#include "roundtrip/signals.h"
-#include "roundtrip/workdir.h"
 #include "subprocess.h"
 #include "units.h"
 
 namespace cuda_criu::cli {
 namespace {
 
-using roundtrip::Clock;
-using roundtrip::LogBlock;
-using roundtrip::seconds_since;
-
-constexpr unsigned kCriuMs = 600 * 1000;
+using roundtrip::Check;
+using roundtrip::Step;
+using roundtrip::StepStatus;
 
 struct SelftestOptions {
 	std::string criu;
@@ -68,300 +55,201 @@ std::string status_of(const std::map<std::string, std::string> &state)
 	return it == state.end() ? "" : it->second;
 }
 
-class Selftest {
+// The time the workload has to be ready, and to make progress again after the restore.
+unsigned start_limit_s(unsigned long mb) { return 120 + static_cast<unsigned>(mb / 16); }
+unsigned verify_limit_s(unsigned long mb) { return 60 + static_cast<unsigned>(mb / 16); }
+
+class SelftestClient final : public roundtrip::Client {
 public:
-	explicit Selftest(SelftestOptions o) : o_(std::move(o)) {}
+	explicit SelftestClient(const SelftestOptions &o) : o_(o) {}
 
-	~Selftest()
+	std::string command_line() const override { return "cuda-criu selftest"; }
+
+	Result<roundtrip::WorkDir> make_work_dir() override
 	{
-		// The workload never outlives the selftest, whichever way it ends.
-		workload_.kill_and_reap();
-		if (stray_pid_ > 0 && process_exists(stray_pid_)) {
-			std::ifstream f("/proc/" + std::to_string(stray_pid_) + "/cmdline");
-			std::string cmd((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-			if (cmd.find(kSelftestWorkloadCommand) != std::string::npos && cmd.find(work_dir_) != std::string::npos)
-				kill(stray_pid_, SIGKILL);
+		auto work = roundtrip::WorkDir::make_temp(o_.parent_dir, "cuda-criu-selftest");
+		if (work) {
+			state_file_ = work->file("workload.state");
+			workload_log_ = work->file(log_name());
+			images_ = work->file(images(1));
 		}
-		if (!work_dir_.empty()) {
-			if (passed_ && !o_.keep)
-				work_.clear();
-			else
-				std::printf("work directory kept: %s\n", work_dir_.c_str());
-		}
+		return work;
 	}
 
-	int run()
+	std::vector<std::string> command() const override
 	{
-		if (!setup() || !start() || !dump() || !wait_exit() || !restore() || !verify()) {
-			std::printf("FAIL  selftest: the round trip did not work (see above)\n");
-			return kExitFailure;
+		std::vector<std::string> argv = {self_, kSelftestWorkloadCommand, "--mb", std::to_string(o_.mb),
+						 "--state", state_file_};
+		if (!o_.libcuda.empty())
+			argv.insert(argv.end(), {"--libcuda", o_.libcuda});
+		return argv;
+	}
+
+	std::string images(unsigned /*cycle*/) const override { return "images"; }
+	std::string log_name() const override { return "workload.log"; }
+	bool keep_after_failure() const override { return true; }
+	bool has_criterion() const override { return true; }
+
+	Check look(const char *phase, pid_t pid, const std::string &ended) override
+	{
+		auto state = read_state(state_file_);
+		std::string status = status_of(state);
+		bool bad = !status.empty() && status != "ok";
+		if (std::string(phase) == "start") {
+			if (bad)
+				return workload_failed(status);
+			if (!ended.empty())
+				return Check::failed("the workload " + ended + " before it was ready", {}, workload_tail());
+			if (status != "ok" || iterations_of(state) < 1)
+				return Check::not_yet();
+			if (Check c = driver_running(pid); c.verdict == Check::Verdict::Failed)
+				return c;
+			return Check::ok(
+				format("pid %d filled %lu MiB on %s and checked it", pid, o_.mb, state["device"].c_str()));
 		}
-		passed_ = true;
-		std::printf("PASS  selftest: %lu MiB of GPU memory checkpointed and restored through CRIU in %.2f s, data "
-			    "intact\n",
-			    o_.mb, seconds_since(t0_));
-		return kExitOk;
+		if (!checked_driver_) {
+			checked_driver_ = true;
+			if (Check c = driver_running(pid); c.verdict == Check::Verdict::Failed)
+				return c;
+		}
+		if (!ended.empty())
+			return Check::failed("the restored workload " + ended + (bad ? ": " + status : ""), {},
+					     workload_tail());
+		if (bad)
+			return Check::failed("the restored workload found: " + status, {}, workload_tail());
+		last_iterations_ = iterations_of(state);
+		if (last_iterations_ < iterations_at_dump_ + 3)
+			return Check::not_yet();
+		if (state["pid"] != std::to_string(pid))
+			return Check::failed("the state file was written by pid " + state["pid"]);
+		return Check::ok(
+			format("pid %d running on the GPU again; all %lu MiB read back intact %llu times since the restore",
+			       pid, o_.mb, last_iterations_ - iterations_at_dump_));
 	}
 
-private:
-	void ok(const char *step, const std::string &detail, double secs)
+	Check not_met(const char *phase) override
 	{
-		std::printf("ok    %-8s %7.2f s  %s\n", step, secs, detail.c_str());
-		std::fflush(stdout);
+		if (std::string(phase) == "start")
+			return Check::failed(format("the workload did not fill and check its memory within %u s",
+						    start_limit_s(o_.mb)),
+					     {}, workload_tail());
+		return Check::failed(format("the restored workload made no progress in %u s (iteration %llu, was %llu "
+					    "at the dump)",
+					    verify_limit_s(o_.mb), last_iterations_, iterations_at_dump_),
+				     {}, workload_tail());
 	}
 
-	// log: the lines that explain the failure (a CRIU log's errors and the plugin's lines, or the end of
-	// the workload's output).
-	bool fail(const char *step, const std::string &detail, const std::string &hint = {},
-		  const std::vector<LogBlock> &logs = {})
+	Check setup(const Preflight &criu, const roundtrip::WorkDir &work) override
 	{
-		std::printf("FAIL  %-8s %s\n", step, detail.c_str());
-		if (!hint.empty())
-			std::printf("      hint: %s\n", hint.c_str());
-		for (const LogBlock &log : logs) {
-			if (log.lines.empty())
-				continue;
+		auto self = self_executable();
+		if (!self)
+			return Check::failed(self.error().message());
+		self_ = *self;
+		auto d = open_driver(o_.libcuda);
+		if (!d)
+			return Check::failed(d.error().message(), "cuda-criu check tells more");
+		driver_ = *d;
+		auto gpus = driver_->gpus();
+		if (!gpus || gpus->empty())
+			return Check::failed(gpus ? "the driver sees no GPU" : gpus.error().message(),
+					     "cuda-criu check tells more");
+		return Check::ok(format("CRIU %s (%s), plugin %s, GPU 0 %s (%s), driver %s; work directory %s",
+					criu.version.text.c_str(), criu.criu.c_str(), criu.plugin.c_str(),
+					(*gpus)[0].name.c_str(), (*gpus)[0].uuid.str().c_str(), driver_->version().c_str(),
+					work.path().c_str()));
+	}
+
+	Check dumped(const roundtrip::Dumped &d) override
+	{
+		if (!d.image)
+			return Check::failed(format("CRIU dumped pid %d without cuda_plugin.so: the image has no %s", d.pid,
+						    kImageFileName),
+					     "is " + o_.libdir + "/" + kPluginFileName + " loadable? see " + d.dir + "/dump.log",
+					     {roundtrip::criu_log_excerpt(d.dir + "/dump.log")});
+		for (const ProcessRecord &p : d.image->processes)
+			if (p.pid == d.pid)
+				return Check::ok(format("criu dump: GPU state %s checkpointed in %.3f s (lock %.1f ms); image %s",
+							mib(p.state_bytes).c_str(), p.checkpoint_us / 1e6, p.lock_us / 1e3,
+							mib(d.image_bytes).c_str()));
+		return Check::failed(format("the plugin's image does not list pid %d", d.pid));
+	}
+
+	Check exited(pid_t pid, std::optional<int> status) override
+	{
+		iterations_at_dump_ = iterations_of(read_state(state_file_));
+		return Check::ok(format("pid %d %s, as CRIU ends what it dumps; it had checked its data %llu times", pid,
+					status ? describe_wait_status(*status).c_str() : "is gone", iterations_at_dump_));
+	}
+
+	Check restored(pid_t pid) override { return Check::ok(format("criu restore: pid %d is back", pid)); }
+
+	std::string criu_hint(const Step &s, const roundtrip::CriuResult &r) const override
+	{
+		if (r.logs.empty() || r.timed_out)
+			return {};
+		return "the whole log: " + images_ + "/" + s.name + ".log";
+	}
+
+	void print(const Step &s) const override
+	{
+		// The engine's health step is this workload's check of its data.
+		const char *name = s.name == "health" ? "verify" : s.name.c_str();
+		if (s.status == StepStatus::Ok)
+			std::printf("ok    %-8s %7.2f s  %s\n", name, s.seconds, s.detail.c_str());
+		else
+			std::printf("FAIL  %-8s %s\n", name, s.detail.c_str());
+		if (!s.hint.empty())
+			std::printf("      hint: %s\n", s.hint.c_str());
+		for (const roundtrip::LogBlock &log : s.logs) {
 			std::printf("      %s:\n", log.file.c_str());
 			for (const std::string &l : log.lines)
 				std::printf("        %s\n", l.c_str());
 		}
 		std::fflush(stdout);
-		return false;
 	}
 
-	std::vector<LogBlock> workload_tail() const { return {roundtrip::tail_of(workload_log_)}; }
-
-	std::vector<std::string> criu_env() const
+	int finish(const roundtrip::RunInfo &run, const std::vector<Step> &steps) const override
 	{
-		std::vector<std::string> env;
-		if (!o_.libcuda.empty())
-			env.push_back("CUDA_CRIU_LIBCUDA=" + o_.libcuda);
-		return env;
-	}
-
-	bool setup()
-	{
-		t0_ = Clock::now();
-		auto t = Clock::now();
-		if (geteuid() != 0)
-			return fail("setup", "not root", "CRIU needs root: run 'sudo cuda-criu selftest'");
-		Preflight criu = preflight_criu_and_plugin(o_.criu, o_.libdir);
-		if (!criu.ok)
-			return fail("setup", criu.message, criu.hint);
-		criu_.emplace(roundtrip::CriuSetup{criu.criu, o_.libdir, criu_env(), {}}, work_);
-		auto d = open_driver(o_.libcuda);
-		if (!d)
-			return fail("setup", d.error().message(), "cuda-criu check tells more");
-		driver_ = *d;
-		auto gpus = driver_->gpus();
-		if (!gpus || gpus->empty())
-			return fail("setup", gpus ? "the driver sees no GPU" : gpus.error().message(),
-				    "cuda-criu check tells more");
-
-		auto work = roundtrip::WorkDir::make_temp(o_.parent_dir, "cuda-criu-selftest");
-		if (!work)
-			return fail("setup", work.error().message());
-		work_ = std::move(*work);
-		work_dir_ = work_.path();
-		images_ = work_dir_ + "/images";
-		state_file_ = work_dir_ + "/workload.state";
-		if (auto made = work_.make_dir("images"); !made)
-			return fail("setup", made.error().message());
-		// The restored workload is CRIU's child; once CRIU exits it is reparented here, to be waited for.
-		if (prctl(PR_SET_CHILD_SUBREAPER, 1) != 0)
-			return fail("setup", "prctl(PR_SET_CHILD_SUBREAPER): " + errno_string(errno));
-		ok("setup",
-		   format("CRIU %s (%s), plugin %s, GPU 0 %s (%s), driver %s; work directory %s", criu.version.text.c_str(),
-			  criu.criu.c_str(), criu.plugin.c_str(), (*gpus)[0].name.c_str(), (*gpus)[0].uuid.str().c_str(),
-			  driver_->version().c_str(), work_dir_.c_str()),
-		   seconds_since(t));
-		return true;
-	}
-
-	bool start()
-	{
-		auto t = Clock::now();
-		auto self = self_executable();
-		if (!self)
-			return fail("start", self.error().message());
-		workload_log_ = work_dir_ + "/workload.log";
-		auto log = work_.create_file("workload.log");
-		if (!log)
-			return fail("start", log.error().message());
-		SpawnOptions so;
-		so.argv = {*self, kSelftestWorkloadCommand, "--mb", std::to_string(o_.mb), "--state", state_file_};
-		if (!o_.libcuda.empty())
-			so.argv.insert(so.argv.end(), {"--libcuda", o_.libcuda});
-		// CRIU dumps a session leader without a terminal and with plain files as stdio, no options needed.
-		so.new_session = true;
-		so.stdout_fd = so.stderr_fd = log->get();
-		so.cwd = "/";
-		auto child = Child::spawn(so);
-		if (!child)
-			return fail("start", child.error().message());
-		workload_ = std::move(*child);
-		pid_ = workload_.pid();
-
-		const unsigned limit_s = 120 + static_cast<unsigned>(o_.mb / 16);
-		for (;;) {
-			auto state = read_state(state_file_);
-			std::string status = status_of(state);
-			if (!status.empty() && status != "ok")
-				return workload_failed(status);
-			if (status == "ok" && iterations_of(state) >= 1) {
-				device_ = state["device"];
-				break;
-			}
-			if (auto st = workload_.wait(1); st) {
-				// It may have said why just before it ended.
-				status = status_of(read_state(state_file_));
-				if (!status.empty() && status != "ok")
-					return workload_failed(status);
-				return fail("start", "the workload " + describe_wait_status(*st) + " before it was ready", {},
-					    workload_tail());
-			}
-			if (seconds_since(t) >= limit_s)
-				return fail("start", format("the workload did not fill and check its memory within %u s", limit_s),
-					    {}, workload_tail());
-			roundtrip::pause_ms(roundtrip::kPollMs);
-		}
-		auto cuda = driver_->state(pid_);
-		if (!cuda || *cuda != CudaState::Running)
-			return fail("start", format("pid %d: the driver reports %s, not running", pid_,
-						    cuda ? to_string(*cuda) : cuda.error().message().c_str()));
-		ok("start", format("pid %d filled %lu MiB on %s and checked it", pid_, o_.mb, device_.c_str()),
-		   seconds_since(t));
-		return true;
-	}
-
-	bool workload_failed(const std::string &status)
-	{
-		return fail("start", "the workload failed: " + status,
-			    status.find("cannot load") != std::string::npos
-				    ? "the workload loads libcuda.so.1 through the loader's search path; give --libcuda PATH "
-				      "to name the library"
-				    : std::string(),
-			    workload_tail());
-	}
-
-	// Fails step with what explains CRIU's failure.
-	bool criu_failed(const char *step, const roundtrip::CriuResult &r, const std::string &log)
-	{
-		return fail(step, r.message, r.logs.empty() || r.timed_out ? std::string() : "the whole log: " + log, r.logs);
-	}
-
-	bool dump()
-	{
-		auto t = Clock::now();
-		iterations_at_dump_ = iterations_of(read_state(state_file_));
-		if (auto r = criu_->dump(pid_, images_, "1", {}, kCriuMs); !r.ok)
-			return criu_failed("dump", r, images_ + "/dump.log");
-		double secs = seconds_since(t);
-		UniqueFd dir(open(images_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-		auto img = read_image(dir.get());
-		if (!img)
-			return fail("dump", "the image: " + img.error().message());
-		if (!img->has_value())
-			return fail("dump", format("CRIU dumped pid %d without cuda_plugin.so: the image has no %s", pid_,
-						   kImageFileName),
-				    "is " + o_.libdir + "/" + kPluginFileName + " loadable? see " + images_ + "/dump.log",
-				    {roundtrip::criu_log_excerpt(images_ + "/dump.log")});
-		const ImageRecord &r = **img;
-		const ProcessRecord *p = nullptr;
-		for (const ProcessRecord &pr : r.processes)
-			if (pr.pid == pid_)
-				p = &pr;
-		if (!p)
-			return fail("dump", format("the plugin's image does not list pid %d", pid_));
-		ok("dump",
-		   format("criu dump: GPU state %s checkpointed in %.3f s (lock %.1f ms); image %s", mib(p->state_bytes).c_str(),
-			  p->checkpoint_us / 1e6, p->lock_us / 1e3, mib(roundtrip::tree_bytes(images_)).c_str()),
-		   secs);
-		return true;
-	}
-
-	bool wait_exit()
-	{
-		auto t = Clock::now();
-		auto st = workload_.wait(30000);
-		if (!st)
-			return fail("exit", format("pid %d: %s after the dump", pid_, st.error().message().c_str()));
-		iterations_at_dump_ = iterations_of(read_state(state_file_));
-		ok("exit", format("pid %d %s, as CRIU ends what it dumps; it had checked its data %llu times", pid_,
-				  describe_wait_status(*st).c_str(), iterations_at_dump_),
-		   seconds_since(t));
-		return true;
-	}
-
-	bool restore()
-	{
-		auto t = Clock::now();
-		if (auto r = criu_->restore(images_, "1", {}, {}, kCriuMs); !r.ok)
-			return criu_failed("restore", r, images_ + "/restore.log");
-		double secs = seconds_since(t);
-		if (!process_exists(pid_))
-			return fail("restore", format("criu restore succeeded but pid %d does not exist", pid_), {},
-				    {roundtrip::criu_log_excerpt(images_ + "/restore.log")});
-		if (parent_of(pid_) == getpid())
-			workload_ = Child::adopt(pid_);
+		bool passed = !roundtrip::failed_step(steps);
+		if (passed)
+			std::printf("PASS  selftest: %lu MiB of GPU memory checkpointed and restored through CRIU in %.2f s, "
+				    "data intact\n",
+				    o_.mb, run.seconds);
 		else
-			stray_pid_ = pid_;
-		ok("restore", format("criu restore: pid %d is back", pid_), secs);
-		return true;
+			std::printf("FAIL  selftest: the round trip did not work (see above)\n");
+		if (run.images_kept)
+			std::printf("work directory kept: %s\n", run.work_dir.c_str());
+		return passed ? kExitOk : kExitFailure;
 	}
 
-	bool verify()
+private:
+	std::vector<roundtrip::LogBlock> workload_tail() const { return {roundtrip::tail_of(workload_log_)}; }
+
+	Check driver_running(pid_t pid) const
 	{
-		auto t = Clock::now();
-		auto cuda = driver_->state(pid_);
+		auto cuda = driver_->state(pid);
 		if (!cuda || *cuda != CudaState::Running)
-			return fail("verify", format("pid %d: the driver reports %s, not running", pid_,
-						     cuda ? to_string(*cuda) : cuda.error().message().c_str()));
-		const unsigned long long want = iterations_at_dump_ + 3;
-		const unsigned limit_s = 60 + static_cast<unsigned>(o_.mb / 16);
-		std::map<std::string, std::string> state;
-		while (seconds_since(t) < limit_s) {
-			state = read_state(state_file_);
-			std::string status = status_of(state);
-			if (!status.empty() && status != "ok")
-				return fail("verify", "the restored workload found: " + status, {}, workload_tail());
-			if (iterations_of(state) >= want)
-				break;
-			if (workload_.running())
-				if (auto st = workload_.wait(1); st) {
-					status = status_of(read_state(state_file_));
-					return fail("verify",
-						    "the restored workload " + describe_wait_status(*st) +
-							    (status.empty() || status == "ok" ? "" : ": " + status),
-						    {}, workload_tail());
-				}
-			roundtrip::pause_ms(roundtrip::kPollMs);
-		}
-		if (iterations_of(state) < want)
-			return fail("verify", format("the restored workload made no progress in %u s (iteration %llu, was %llu "
-						     "at the dump)",
-						     limit_s, iterations_of(state), iterations_at_dump_),
-				    {}, workload_tail());
-		if (state["pid"] != std::to_string(pid_))
-			return fail("verify", "the state file was written by pid " + state["pid"]);
-		ok("verify",
-		   format("pid %d running on the GPU again; all %lu MiB read back intact %llu times since the restore",
-			  pid_, o_.mb, iterations_of(state) - iterations_at_dump_),
-		   seconds_since(t));
-		return true;
+			return Check::failed(format("pid %d: the driver reports %s, not running", pid,
+						    cuda ? to_string(*cuda) : cuda.error().message().c_str()));
+		return Check::ok();
 	}
 
-	SelftestOptions o_;
-	Clock::time_point t0_;
+	Check workload_failed(const std::string &status) const
+	{
+		return Check::failed("the workload failed: " + status,
+				     status.find("cannot load") != std::string::npos
+					     ? "the workload loads libcuda.so.1 through the loader's search path; give "
+					       "--libcuda PATH to name the library"
+					     : std::string(),
+				     workload_tail());
+	}
+
+	const SelftestOptions &o_;
 	Driver *driver_ = nullptr;
-	roundtrip::WorkDir work_;
-	std::optional<roundtrip::Criu> criu_; // after work_: it refers to it
-	std::string work_dir_, images_, state_file_, workload_log_, device_;
-	Child workload_ = Child::adopt(-1);
-	pid_t pid_ = 0;
-	pid_t stray_pid_ = 0; // a restored workload that is not our child (not waited for, killed at the end)
+	std::string self_, state_file_, workload_log_, images_;
 	unsigned long long iterations_at_dump_ = 0;
-	bool passed_ = false;
+	unsigned long long last_iterations_ = 0;
+	bool checked_driver_ = false;
 };
 
 } // namespace
@@ -369,22 +257,22 @@ private:
 int cmd_selftest(const Args &args)
 {
 	ParsedArgs a;
-	if (auto rc = parse_command("selftest", args,
-				    {{"--criu", true, nullptr},
-				     {"--libdir", true, nullptr},
-				     {"--mb", true, nullptr},
-				     {"--libcuda", true, nullptr},
-				     {"--dir", true, nullptr},
-				     {"--keep", false, nullptr}},
-				    a))
+	if (auto rc = parse_options_only("selftest", args,
+					 {{"--criu", true, nullptr},
+					  {"--libdir", true, nullptr},
+					  {"--mb", true, nullptr},
+					  {"--libcuda", true, nullptr},
+					  {"--dir", true, nullptr},
+					  {"--keep", false, nullptr}},
+					 a))
 		return *rc;
-	if (!a.positionals.empty())
-		return usage_error("selftest", "takes no arguments, got '" + a.positionals[0] + "'");
 	SelftestOptions o;
 	if (const std::string *v = a.value("--criu"))
 		o.criu = *v;
 	// CRIU runs in its image directory: paths handed to it must not be relative.
-	auto absolute = [](const std::string &p) { return p.empty() || p[0] == '/' ? p : std::string(std::filesystem::absolute(p)); };
+	auto absolute = [](const std::string &p) {
+		return p.empty() || p[0] == '/' ? p : std::string(std::filesystem::absolute(p));
+	};
 	if (const std::string *v = a.value("--libdir"))
 		o.libdir = absolute(*v);
 	if (const std::string *v = a.value("--libcuda"))
@@ -398,7 +286,22 @@ int cmd_selftest(const Args &args)
 		o.mb = *mb;
 	}
 	o.keep = a.has("--keep");
-	return Selftest(std::move(o)).run();
+
+	roundtrip::RoundtripOptions r;
+	r.name = "selftest";
+	r.criu = o.criu;
+	r.libdir = o.libdir;
+	r.keep_images = o.keep;
+	// A working directory that is there at the restore, wherever this was run from.
+	r.cwd = "/";
+	r.start_ms = start_limit_s(o.mb) * 1000;
+	r.health_ms = verify_limit_s(o.mb) * 1000;
+	// Its data checked three times after the restore is the proof that it lives on.
+	r.settle_ms = 0;
+	if (!o.libcuda.empty())
+		r.criu_env.push_back("CUDA_CRIU_LIBCUDA=" + o.libcuda);
+	SelftestClient client(o);
+	return roundtrip::run_roundtrip(std::move(r), client);
 }
 
 } // namespace cuda_criu::cli

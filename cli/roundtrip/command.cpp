@@ -9,7 +9,7 @@ int cmd_roundtrip(const Args &args)
 	roundtrip::RoundtripOptions o;
 	if (auto rc = roundtrip::parse_roundtrip_options(args, o))
 		return *rc;
-	return roundtrip::run_roundtrip(std::move(o));
+	return roundtrip::run_roundtrip(o);
 }
 
 } // namespace cuda_criu::cli

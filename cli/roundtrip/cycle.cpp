@@ -19,7 +19,7 @@
 #include "image/image.h"
 #include "os/proc.h"
 #include "preflight.h"
-#include "roundtrip.h"
+#include "roundtrip/client.h"
 #include "roundtrip/criu.h"
 #include "roundtrip/logs.h"
 #include "roundtrip/processes.h"
@@ -44,7 +44,7 @@ Step planned(unsigned cycle, const char *name)
 
 class Roundtrip {
 public:
-	explicit Roundtrip(RoundtripOptions o) : o_(std::move(o)) {}
+	Roundtrip(RoundtripOptions o, Client &client) : o_(std::move(o)), client_(client) {}
 	Roundtrip(const Roundtrip &) = delete;
 	Roundtrip &operator=(const Roundtrip &) = delete;
 	~Roundtrip() { cleanup(); }
@@ -60,23 +60,28 @@ private:
 	bool ok(Step &s, std::string detail);
 	bool fail(Step &s, std::string detail, std::vector<LogBlock> logs = {}, std::string hint = {});
 	bool fail_interrupted(Step &s);
+	// s ends as the client's check says; detail: the engine's, unless the check has its own.
+	bool conclude(Step &s, Check c, std::string detail);
 	// before the first dump
 	bool setup();
 	bool start();
 	bool await_ready(Step &s, Baseline &b, std::string &what);
+	bool await_client(Step &s, Clock::time_point deadline, const char *phase, std::string &what);
 	// readiness and health
-	bool root_alive(std::string &why);
+	std::string root_ended();
+	std::string ended_message(const std::string &how) const;
+	bool going_on(Step &s, const std::string &before, const std::string &after);
 	bool await_health(Step &s, Baseline &b, Clock::time_point deadline, const char *phase, std::string &what);
 	bool health_timed_out(Step &s, const Baseline &b, const std::string &last);
 	bool settle(Step &s, std::string &what);
 	Outcome run_health_cmd(Clock::time_point deadline, unsigned cycle, const char *phase, std::string &result);
 	// a cycle
 	bool criu_failed(Step &s, const CriuResult &r);
-	std::string images(unsigned cycle) const { return format("images-%u", cycle); }
+	std::string images(unsigned cycle) const { return client_.images(cycle); }
 	bool cycle(unsigned c);
 	bool dump(unsigned c);
 	bool describe_dump(Step &s, const std::string &dir);
-	bool wait_gone(Step &s, const char *after);
+	bool wait_gone(Step &s, const char *after, std::string &what);
 	bool wait_exit(unsigned c);
 	bool still_running(unsigned c);
 	bool kill_for_restore(unsigned c);
@@ -88,6 +93,7 @@ private:
 	RunInfo run_info() const;
 
 	RoundtripOptions o_;
+	Client &client_;
 	Clock::time_point t0_;
 	Clock::time_point step_t0_;
 	std::time_t started_unix_ = 0;
@@ -102,6 +108,7 @@ private:
 	std::optional<ReadyProbe> probe_;
 	Child program_ = Child::adopt(-1); // the program's root while it is a child here
 	pid_t root_ = 0;                   // the program's root pid (the same after a restore: no pid namespace)
+	std::optional<int> root_status_;   // how the root ended, when it was a child here
 	std::vector<pid_t> tree_;          // the processes of the last dump
 	Baseline after_dump_;
 	Baseline before_restore_;
@@ -113,25 +120,14 @@ int Roundtrip::run()
 	t0_ = Clock::now();
 	started_unix_ = std::time(nullptr);
 	plan();
-	print_heading(o_.name, o_.command);
+	client_.heading();
 
 	bool good = setup() && start();
 	for (unsigned c = 1; good && c <= o_.repeat; c++)
 		good = cycle(c);
 	cleanup();
 
-	int status = kExitOk;
-	if (const Step *failed = failed_step(steps_))
-		status = failed->cycle == 0 ? kExitRoundtripNotRun : kExitFailure;
-	RunInfo info = run_info();
-	print_summary(info, steps_);
-	bool written = true;
-	if (!o_.json_path.empty())
-		written &= write_report(o_.json_path, json_report(info, steps_, status), "--json");
-	if (!o_.junit_path.empty())
-		written &= write_report(o_.junit_path, junit_report(info, steps_), "--junit");
-	if (!written && status == kExitOk)
-		status = kExitRoundtripNotRun;
+	int status = client_.finish(run_info(), steps_);
 	std::fflush(stdout);
 	handlers.restore();
 	if (int signo = caught_signal(); signo != 0) {
@@ -194,7 +190,7 @@ bool Roundtrip::ok(Step &s, std::string detail)
 	s.status = StepStatus::Ok;
 	s.seconds = seconds_since(step_t0_);
 	s.detail = std::move(detail);
-	print_step(s);
+	client_.print(s);
 	return true;
 }
 
@@ -206,7 +202,7 @@ bool Roundtrip::fail(Step &s, std::string detail, std::vector<LogBlock> logs, st
 	std::erase_if(logs, [](const LogBlock &b) { return b.lines.empty(); });
 	s.hint = hint.empty() ? hint_for(logs) : std::move(hint);
 	s.logs = std::move(logs);
-	print_step(s);
+	client_.print(s);
 	return false;
 }
 
@@ -216,18 +212,25 @@ bool Roundtrip::fail_interrupted(Step &s)
 			      signal_name(caught_signal()).c_str()));
 }
 
+bool Roundtrip::conclude(Step &s, Check c, std::string detail)
+{
+	if (c.verdict == Check::Verdict::Failed)
+		return fail(s, std::move(c.detail), std::move(c.logs), std::move(c.hint));
+	return ok(s, c.detail.empty() ? std::move(detail) : std::move(c.detail));
+}
+
 // ---- before the first dump ----
 
 bool Roundtrip::setup()
 {
 	Step &s = begin(0, "setup");
 	if (geteuid() != 0)
-		return fail(s, "not root", {}, "CRIU needs root: run 'sudo cuda-criu roundtrip ...'");
-	auto work = WorkDir::create(o_.dir);
+		return fail(s, "not root", {}, "CRIU needs root: run 'sudo " + client_.command_line() + "'");
+	auto work = client_.make_work_dir();
 	if (!work)
 		return fail(s, work.error().message());
 	work_ = std::move(*work);
-	program_log_ = work_.file("program.log");
+	program_log_ = work_.file(client_.log_name());
 	health_out_ = work_.file("health.out");
 	criu_ = preflight_criu_and_plugin(o_.criu, o_.libdir, o_.criu_env);
 	if (!criu_.ok)
@@ -244,28 +247,30 @@ bool Roundtrip::setup()
 	// parent ends: to be waited for, and killed at the end.
 	if (prctl(PR_SET_CHILD_SUBREAPER, 1) != 0)
 		return fail(s, "prctl(PR_SET_CHILD_SUBREAPER): " + errno_string(errno));
-	return ok(s, format("CRIU %s (%s), plugin %s, work directory %s", criu_.version.text.c_str(), criu_.criu.c_str(),
-			    criu_.plugin.c_str(), work_.path().c_str()));
+	return conclude(s, client_.setup(criu_, work_),
+			format("CRIU %s (%s), plugin %s, work directory %s", criu_.version.text.c_str(), criu_.criu.c_str(),
+			       criu_.plugin.c_str(), work_.path().c_str()));
 }
 
 bool Roundtrip::start()
 {
 	Step &s = begin(0, "start");
-	auto exe = resolve_program(o_.command[0]);
+	SpawnOptions so;
+	so.argv = client_.command();
+	auto exe = resolve_program(so.argv[0]);
 	if (!exe)
 		return fail(s, exe.error().message());
+	so.argv[0] = *exe;
 	// O_APPEND: CRIU checks no size of such a file at restore.
-	auto log = work_.create_file("program.log", O_APPEND);
+	auto log = work_.create_file(client_.log_name(), O_APPEND);
 	if (!log)
 		return fail(s, log.error().message());
 	Baseline b = probe_->baseline();
-	SpawnOptions so;
-	so.argv = o_.command;
-	so.argv[0] = *exe;
 	// What CRIU needs of a process tree's root without options: no terminal (its own session), and plain
 	// files as its standard streams.
 	so.new_session = true;
 	so.stdout_fd = so.stderr_fd = log->get();
+	so.cwd = o_.cwd;
 	auto child = Child::spawn(so);
 	if (!child)
 		return fail(s, child.error().message());
@@ -273,6 +278,8 @@ bool Roundtrip::start()
 	root_ = program_.pid();
 
 	std::string what;
+	if (client_.has_criterion())
+		return await_client(s, deadline_in(o_.start_ms), "start", what) && ok(s, what);
 	if (o_.ready.kind == ReadyKind::None) {
 		if (!await_health(s, b, deadline_in(o_.start_ms), "start", what))
 			return false;
@@ -288,11 +295,8 @@ bool Roundtrip::await_ready(Step &s, Baseline &b, std::string &what)
 {
 	auto deadline = deadline_in(o_.start_ms);
 	for (;;) {
-		if (interrupted())
-			return fail_interrupted(s);
-		std::string why;
-		if (!root_alive(why))
-			return fail(s, why + " before it was ready", {tail_of(program_log_)});
+		if (!going_on(s, "", " before it was ready"))
+			return false;
 		if (probe_->met(b, what))
 			break;
 		if (Clock::now() >= deadline)
@@ -311,25 +315,53 @@ bool Roundtrip::await_ready(Step &s, Baseline &b, std::string &what)
 	return true;
 }
 
+// Waits until deadline for the client's own criterion; what: the step's detail, as the client says.
+bool Roundtrip::await_client(Step &s, Clock::time_point deadline, const char *phase, std::string &what)
+{
+	for (;;) {
+		if (interrupted())
+			return fail_interrupted(s);
+		std::string ended = root_ended();
+		Check c = client_.look(phase, root_, ended);
+		if (c.verdict == Check::Verdict::Ok && ended.empty()) {
+			what = std::move(c.detail);
+			return true;
+		}
+		if (c.verdict == Check::Verdict::Failed)
+			return conclude(s, std::move(c), {});
+		if (!ended.empty())
+			return fail(s, ended_message(ended), {tail_of(program_log_)});
+		if (Clock::now() >= deadline)
+			return conclude(s, client_.not_met(phase), {});
+		pause_ms(kPollMs);
+	}
+}
+
 // ---- readiness and health ----
 
-// Whether the program's root process still runs; why not, in why.
-bool Roundtrip::root_alive(std::string &why)
+// How the program's root process ended ("exited with status 1", "has ended"), "" while it runs.
+std::string Roundtrip::root_ended()
 {
 	if (program_.running()) {
 		auto st = program_.wait(1);
-		if (st) {
-			std::string how = describe_wait_status(*st);
-			why = format("the program (pid %d) %s%s", root_, how.rfind("killed", 0) == 0 ? "was " : "", how.c_str());
-			return false;
-		}
-		return true;
+		return st ? describe_wait_status(*st) : std::string();
 	}
-	if (!process_exists(root_) || is_zombie(root_)) {
-		why = format("the program (pid %d) has ended", root_);
-		return false;
-	}
-	return true;
+	return !process_exists(root_) || is_zombie(root_) ? "has ended" : "";
+}
+
+std::string Roundtrip::ended_message(const std::string &how) const
+{
+	return format("the program (pid %d) %s%s", root_, how.rfind("killed", 0) == 0 ? "was " : "", how.c_str());
+}
+
+// Whether a wait for the program goes on: s fails when this program is interrupted, or when the
+// program's root process has ended (its message: before, how it ended, after).
+bool Roundtrip::going_on(Step &s, const std::string &before, const std::string &after)
+{
+	if (interrupted())
+		return fail_interrupted(s);
+	std::string how = root_ended();
+	return how.empty() || fail(s, before + ended_message(how) + after, {tail_of(program_log_)});
 }
 
 // Waits until deadline for the program to be healthy: the health command passes when there is one, else
@@ -338,11 +370,8 @@ bool Roundtrip::await_health(Step &s, Baseline &b, Clock::time_point deadline, c
 {
 	std::string last;
 	for (;;) {
-		if (interrupted())
-			return fail_interrupted(s);
-		std::string why;
-		if (!root_alive(why))
-			return fail(s, why, {tail_of(program_log_)});
+		if (!going_on(s, "", ""))
+			return false;
 		if (!o_.health_cmd.empty()) {
 			Outcome r = run_health_cmd(deadline, s.cycle, phase, last);
 			if (r == Outcome::Interrupted)
@@ -350,8 +379,8 @@ bool Roundtrip::await_health(Step &s, Baseline &b, Clock::time_point deadline, c
 			if (r == Outcome::NotRun)
 				return fail(s, "the health command: " + last);
 			if (r == Outcome::Passed) {
-				if (!root_alive(why))
-					return fail(s, why, {tail_of(program_log_)});
+				if (std::string how = root_ended(); !how.empty())
+					return fail(s, ended_message(how), {tail_of(program_log_)});
 				what = "the health command passed";
 				return true;
 			}
@@ -382,13 +411,9 @@ bool Roundtrip::settle(Step &s, std::string &what)
 {
 	auto until = deadline_in(o_.settle_ms);
 	for (;;) {
-		if (interrupted())
-			return fail_interrupted(s);
-		std::string why;
-		if (!root_alive(why))
-			return fail(s, format("%s, then %s within the %g s it had to live on (--settle)", what.c_str(),
-					      why.c_str(), o_.settle_ms / 1000.0),
-				    {tail_of(program_log_)});
+		if (!going_on(s, what + ", then ",
+			      format(" within the %g s it had to live on (--settle)", o_.settle_ms / 1000.0)))
+			return false;
 		if (Clock::now() >= until)
 			break;
 		pause_ms(kPollMs);
@@ -451,8 +476,7 @@ bool Roundtrip::criu_failed(Step &s, const CriuResult &r)
 {
 	if (r.interrupted)
 		return fail_interrupted(s);
-	return fail(s, r.message, r.logs,
-		    r.timed_out ? format("a larger program may need a longer --%s-timeout", s.name.c_str()) : std::string());
+	return fail(s, r.message, r.logs, client_.criu_hint(s, r));
 }
 
 bool Roundtrip::cycle(unsigned c)
@@ -501,6 +525,7 @@ bool Roundtrip::describe_dump(Step &s, const std::string &dir)
 		return fail(s, format("the plugin's image in %s: %s", dir.c_str(), img.error().message().c_str()));
 	s.cuda_processes = 0;
 	s.gpu_state_bytes = 0;
+	Dumped dumped{root_, dir, static_cast<uint64_t>(s.image_bytes), img->has_value() ? &**img : nullptr};
 	if (img->has_value()) {
 		uint64_t bytes = 0;
 		for (const ProcessRecord &p : (*img)->processes)
@@ -514,11 +539,12 @@ bool Roundtrip::describe_dump(Step &s, const std::string &dir)
 			    {criu_log_excerpt(dir + "/dump.log")},
 			    "is the program on the GPU yet when it is ready? is --libdir the directory of "
 			    "cuda-criu's cuda_plugin.so?");
-	return ok(s, format("%zu process(es), image %s, %s", tree_.size(), mib(s.image_bytes).c_str(), gpu.c_str()));
+	return conclude(s, client_.dumped(dumped),
+			format("%zu process(es), image %s, %s", tree_.size(), mib(s.image_bytes).c_str(), gpu.c_str()));
 }
 
-// Waits until every pid of tree_ is gone, reaping those that are children here.
-bool Roundtrip::wait_gone(Step &s, const char *after)
+// Waits until every pid of tree_ is gone, reaping those that are children here; what: how it was seen.
+bool Roundtrip::wait_gone(Step &s, const char *after, std::string &what)
 {
 	auto deadline = deadline_in(o_.dump_ms);
 	for (;;) {
@@ -530,15 +556,19 @@ bool Roundtrip::wait_gone(Step &s, const char *after)
 			pids.insert(p);
 		std::vector<pid_t> left;
 		for (pid_t p : pids) {
-			if (p == program_.pid())
-				(void)program_.wait(1);
-			else if (parent_of(p) == getpid())
+			if (p == program_.pid()) {
+				if (auto st = program_.wait(1); st)
+					root_status_ = *st;
+			} else if (parent_of(p) == getpid()) {
 				waitpid(p, nullptr, WNOHANG);
+			}
 			if (process_exists(p))
 				left.push_back(p);
 		}
-		if (left.empty())
-			return ok(s, format("%zu process(es) gone %s", tree_.size(), after));
+		if (left.empty()) {
+			what = format("%zu process(es) gone %s", tree_.size(), after);
+			return true;
+		}
 		if (interrupted())
 			return fail_interrupted(s);
 		if (Clock::now() >= deadline) {
@@ -555,7 +585,9 @@ bool Roundtrip::wait_gone(Step &s, const char *after)
 bool Roundtrip::wait_exit(unsigned c)
 {
 	Step &s = begin(c, "exit");
-	return wait_gone(s, "after the dump");
+	root_status_.reset();
+	std::string what;
+	return wait_gone(s, "after the dump", what) && conclude(s, client_.exited(root_, root_status_), what);
 }
 
 bool Roundtrip::still_running(unsigned c)
@@ -582,7 +614,8 @@ bool Roundtrip::kill_for_restore(unsigned c)
 			tree_.push_back(p);
 	for (pid_t p : tree_)
 		kill(p, SIGKILL);
-	return wait_gone(s, "after SIGKILL, to restore them from the image");
+	std::string what;
+	return wait_gone(s, "after SIGKILL, to restore them from the image", what) && ok(s, what);
 }
 
 bool Roundtrip::restore(unsigned c)
@@ -613,11 +646,16 @@ bool Roundtrip::restore(unsigned c)
 		detail += format("; the plugin restored %d CUDA process(es)", n);
 	if (o_.device_map)
 		detail += "; device map " + *o_.device_map;
-	return ok(s, detail);
+	return conclude(s, client_.restored(root_), detail);
 }
 
 bool Roundtrip::health(unsigned c)
 {
+	if (client_.has_criterion()) {
+		Step &s = begin(c, "health");
+		std::string what;
+		return await_client(s, deadline_in(o_.health_ms), "restore", what) && settle(s, what) && ok(s, what);
+	}
 	return healthy_step(c, "health", before_restore_, "restore", "healthy after the restore");
 }
 
@@ -636,7 +674,9 @@ void Roundtrip::cleanup()
 			    kCleanupMs / 1000);
 	if (work_.path().empty())
 		return;
-	if (o_.keep_images) {
+	// An interrupted run removes what it made, as its message says.
+	const Step *failed = failed_step(steps_);
+	if (o_.keep_images || (failed && failed->name != "setup" && !caught_signal() && client_.keep_after_failure())) {
 		kept_ = true;
 		return;
 	}
@@ -645,6 +685,12 @@ void Roundtrip::cleanup()
 
 } // namespace
 
-int run_roundtrip(RoundtripOptions o) { return Roundtrip(std::move(o)).run(); }
+int run_roundtrip(RoundtripOptions o, Client &client) { return Roundtrip(std::move(o), client).run(); }
+
+int run_roundtrip(const RoundtripOptions &o)
+{
+	RoundtripClient client(o);
+	return run_roundtrip(o, client);
+}
 
 } // namespace cuda_criu::cli::roundtrip

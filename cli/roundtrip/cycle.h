@@ -7,7 +7,12 @@
 
 namespace cuda_criu::cli::roundtrip {
 
-// Runs the round trip o describes, prints its table and writes its reports; returns the exit status.
-int run_roundtrip(RoundtripOptions o);
+class Client;
+
+// Runs the round trip o describes for client (roundtrip/client.h), which shows it and returns the exit
+// status.
+int run_roundtrip(RoundtripOptions o, Client &client);
+// cuda-criu roundtrip's: prints its table and writes its reports.
+int run_roundtrip(const RoundtripOptions &o);
 
 } // namespace cuda_criu::cli::roundtrip

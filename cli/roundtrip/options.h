@@ -11,6 +11,7 @@ namespace cuda_criu::cli::roundtrip {
 
 struct RoundtripOptions {
 	std::vector<std::string> command;
+	std::string cwd; // the program's working directory; empty: this one's
 	std::string name;
 	std::string criu;
 	std::string libdir;
