@@ -20,22 +20,15 @@ ms_since() { echo $((($(date +%s%N) - $1) / 1000000)); }
 restore_image() {
 	local img=$1 t0
 	on_pod_exit rm -f -t 0 pk-one
-	# Blanked, same size (CRIU checks the size of files held open): refilled by the restored workload.
-	head -c 1536 /dev/zero | tr "\\0" "\\n" >"$T/state/one"
+	blank_state "$T/state/one"
 	t0=$(date +%s%N)
 	pod container restore --keep "$img" >"$T/restore-cmd.log" 2>&1 || return 1
 	log "restored $img in $(ms_since "$t0") ms"
 	pod_log pk-one restore
 	expect_log "$T/restore.log" "cuda_plugin: restore: 1 CUDA process\(es\), 0 failed" "no restore summary on the second host"
 	[ "$(pod_status pk-one)" = running ] || fail "the container restored from $img is $(pod_status pk-one)"
-	wait_for "the restored workload to write its state" 10 grep -q "^iterations=" "$T/state/one"
-	expect_healthy "$T/state/one"
-	local at_dump now
-	at_dump=$(cat "$T/at_dump")
-	now=$(state_value "$T/state/one" iterations)
-	[ "$now" -ge "$at_dump" ] || fail "iterations went back from $at_dump to $now"
+	expect_resumed "$T/state/one" "$(cat "$T/at_dump")" "$img restored on a second host"
 	pod rm -f -t 0 pk-one >/dev/null
-	log "$img restored on a second host: data intact, iteration $at_dump -> $now"
 }
 
 second_host() {
@@ -66,20 +59,7 @@ second_host() {
 	restore_image "$PODMAN_IMAGE" || fail "podman container restore $PODMAN_IMAGE failed: $(cat "$T/restore-cmd.log")"
 	pod rmi -f "$K8S_IMAGE" "$PODMAN_IMAGE" "$POD_IMAGE" >/dev/null
 }
-
-# The second host: run by the test itself (below) in a private mount namespace.
-if [ "${1:-}" = --second-host ]; then
-	TEST_NAME=k8s_checkpoint_image/second-host
-	CT_CHILD=1 # the daemon, $FAKEGPU_DIR and $T belong to the test that started this part
-	T=${CT_T:?}
-	trap ct_cleanup EXIT
-	for d in /var/lib/containers/storage /run/containers/storage /run/libpod /run/runc; do
-		mkdir -p "$T/host2$d" "$d"
-		mount --bind "$T/host2$d" "$d"
-	done
-	second_host
-	exit 0
-fi
+second_host_part "$@"
 
 ct_setup runc podman buildah
 log "$(podman --version), $(buildah --version)"
@@ -123,8 +103,7 @@ checkpoint_image "$K8S_IMAGE"
 # podman restores only images that name the runtime they need, in its own annotation.
 checkpoint_image "$PODMAN_IMAGE" io.podman.annotations.checkpoint.runtime.name=runc
 
-CT_T=$T FAKEGPU_DIR=$FAKEGPU_DIR CT_OUT=$CT_OUT PLUGIN_DIR=$PLUGIN_DIR CRIU=$CRIU \
-	unshare -m --propagation private bash "$0" --second-host || fail "the second host failed"
+on_second_host
 [ -f "$T/k8s_image_restored" ] ||
 	skip "podman $(podman --version | awk '{print $3}') restores only checkpoint images it made itself (annotation io.podman.annotations.checkpoint.runtime.name), not a Kubernetes one (io.kubernetes.cri-o.annotations.checkpoint.name only): restoring that needs CRI-O (or containerd 2.x); the same archive with podman's annotation restored"
 log PASS

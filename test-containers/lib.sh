@@ -92,6 +92,21 @@ expect_still() {
 	[ "$a" = "$b" ] || fail "$state advanced from $a to $b while it should stand still"
 }
 
+# blank_state STATE: STATE blanked to the same size (CRIU checks the size of files held open), for a
+# restored workload to fill again (expect_resumed).
+blank_state() { head -c 1536 /dev/zero | tr "\\0" "\\n" >"$1"; }
+
+# expect_resumed STATE AT-DUMP WHAT: the restored workload writes STATE, runs on healthy (expect_healthy)
+# and counts on from AT-DUMP, its iteration when checkpointed (a new process would count from 0).
+expect_resumed() {
+	local state=$1 at_dump=$2 what=$3 now
+	wait_for "the restored workload to write $state" 10 grep -q "^iterations=" "$state"
+	expect_healthy "$state"
+	now=$(state_value "$state" iterations)
+	[ "$now" -ge "$at_dump" ] || fail "$what: iterations went back from $at_dump to $now: not the checkpointed process"
+	log "$what: data intact, iteration $at_dump -> $now"
+}
+
 # The command line of a workload in a container: cuda_memcheck against the fake GPU, state in /state,
 # its stderr into /state/NAME.err (container stdio is /dev/null: CRIU cannot restore a terminal or a
 # file outside the container).
@@ -217,6 +232,35 @@ runc_remove() { # ID
 	runc_ kill "$1" KILL 2>/dev/null || true
 	wait_for "container $1 to stop" 10 sh -c "[ \"\$(runc --root $RUNC_ROOT state $1 2>/dev/null | jq -r .status)\" != running ]"
 	runc_ delete -f "$1" 2>/dev/null || true
+}
+
+# ---------------------------------------------------------------------------------------------------
+# A "second host" for a podman test: the test script run again (on_second_host) in a private mount
+# namespace in which podman's and runc's directories (/var/lib/containers/storage,
+# /run/containers/storage, /run/libpod, /run/runc) are empty ones, so that podman there has a store of
+# its own at the usual paths. There the script's function second_host runs; the daemon, $FAKEGPU_DIR and
+# $T stay the first part's.
+
+on_second_host() {
+	CT_T=$T FAKEGPU_DIR=$FAKEGPU_DIR CT_OUT=$CT_OUT PLUGIN_DIR=$PLUGIN_DIR CRIU=$CRIU \
+		unshare -m --propagation private bash "$0" --second-host || fail "the second host failed"
+}
+
+# second_host_part "$@": called by the script before its own part; with --second-host (on_second_host),
+# runs second_host and exits.
+second_host_part() {
+	[ "${1:-}" = --second-host ] || return 0
+	TEST_NAME=$(basename "$0" .sh)/second-host
+	CT_CHILD=1 # the daemon, $FAKEGPU_DIR and $T belong to the test that started this part
+	T=${CT_T:?}
+	trap ct_cleanup EXIT
+	local d
+	for d in /var/lib/containers/storage /run/containers/storage /run/libpod /run/runc; do
+		mkdir -p "$T/host2$d" "$d"
+		mount --bind "$T/host2$d" "$d"
+	done
+	second_host
+	exit 0
 }
 
 # ---------------------------------------------------------------------------------------------------

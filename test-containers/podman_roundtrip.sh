@@ -18,30 +18,11 @@ second_host() {
 	pod_log pc-moved restore
 	expect_log "$T/restore.log" "cuda_plugin: restore: 1 CUDA process\(es\), 0 failed" "no restore summary on the second host"
 	[ "$(pod_status pc-moved)" = running ] || fail "imported container is $(pod_status pc-moved)"
-	wait_for "the restored workload to write its state" 10 grep -q "^iterations=" "$T/state/one"
-	expect_healthy "$T/state/one"
-	local at_dump now
-	at_dump=$(cat "$T/at_dump")
-	now=$(state_value "$T/state/one" iterations)
-	[ "$now" -ge "$at_dump" ] || fail "iterations went back from $at_dump to $now"
+	expect_resumed "$T/state/one" "$(cat "$T/at_dump")" "exported, removed, imported on a second host under a new name"
 	pod rm -f -t 0 pc-moved >/dev/null
 	pod rmi -f "$POD_IMAGE" >/dev/null
-	log "exported, removed, imported on a second host under a new name: data intact, iteration $at_dump -> $now"
 }
-
-# The second host: run by the test itself (below) in a private mount namespace.
-if [ "${1:-}" = --second-host ]; then
-	TEST_NAME=podman_roundtrip/second-host
-	CT_CHILD=1 # the daemon, $FAKEGPU_DIR and $T belong to the test that started this part
-	T=${CT_T:?}
-	trap ct_cleanup EXIT
-	for d in /var/lib/containers/storage /run/containers/storage /run/libpod /run/runc; do
-		mkdir -p "$T/host2$d" "$d"
-		mount --bind "$T/host2$d" "$d"
-	done
-	second_host
-	exit 0
-fi
+second_host_part "$@"
 
 ct_setup runc podman
 podman_setup
@@ -65,10 +46,7 @@ pod container restore --keep pc-one >"$T/restore-cmd.log" 2>&1 || { pod_log pc-o
 pod_log pc-one restore
 expect_log "$T/restore.log" "cuda_plugin: restore: 1 CUDA process\(es\), 0 failed" "no restore summary"
 [ "$(pod_status pc-one)" = running ] || fail "restored container is $(pod_status pc-one)"
-expect_healthy "$T/state/one"
-now=$(state_value "$T/state/one" iterations)
-[ "$now" -ge "$at_dump" ] || fail "iterations went back from $at_dump to $now"
-log "checkpoint and restore in place: data intact, iteration $at_dump -> $now"
+expect_resumed "$T/state/one" "$at_dump" "checkpoint and restore in place"
 
 # 2. Export and remove here, import on a second host.
 pod container checkpoint --keep --compress gzip --export "$T/pc-one.tar.gz" pc-one >"$T/checkpoint.log" 2>&1 ||
@@ -78,8 +56,6 @@ tar -tzf "$T/pc-one.tar.gz" >"$T/export.list"
 grep -q 'checkpoint/cuda-plugin.img' "$T/export.list" || fail "the export has no checkpoint/cuda-plugin.img"
 pod rm -f pc-one >/dev/null || fail "podman rm failed"
 state_value "$T/state/one" iterations >"$T/at_dump"
-# Blanked, same size (CRIU checks the size of files held open): refilled by the restored workload.
-head -c 1536 /dev/zero | tr "\\0" "\\n" >"$T/state/one"
-CT_T=$T FAKEGPU_DIR=$FAKEGPU_DIR CT_OUT=$CT_OUT PLUGIN_DIR=$PLUGIN_DIR CRIU=$CRIU \
-unshare -m --propagation private bash "$0" --second-host || fail "the second host failed"
+blank_state "$T/state/one"
+on_second_host
 log PASS

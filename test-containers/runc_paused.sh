@@ -53,9 +53,6 @@ runc_restore ct-paused "$T/bundle" "$T/img3" || fail "restore of the paused cont
 expect_log "$T/restore.log" "cuda_plugin: restore: 1 CUDA process\(es\), 0 failed" "no restore summary"
 status=$(runc_status ct-paused)
 [ "$status" = running ] || fail "restored container is $status"
-expect_healthy "$T/state/one"
-now=$(state_value "$T/state/one" iterations)
-[ "$now" -ge "$at_dump" ] || fail "iterations went back from $at_dump to $now"
+expect_resumed "$T/state/one" "$at_dump" "paused, checkpoint: restored running"
 runc_remove ct-paused
-log "paused, checkpoint: restored running, data intact"
 log PASS

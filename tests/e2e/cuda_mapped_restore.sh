@@ -125,11 +125,8 @@ kill -9 "$pid"; wait_gone "$pid"
 log "copies kept mapped, image deleted, dumped again: ok"
 
 # 5. Each case that cannot map restores as before, and the logs say why.
-start_memcheck off 16
-pid=$LAST_PID
-dump "$pid" "$T/img4" || fail "off: dump failed"
-wait_gone "$pid"
-CUDA_CRIU_MAP_IMAGE=off restore "$T/img4" || fail "off: restore failed"
+dump_one off
+CUDA_CRIU_MAP_IMAGE=off restore "$img" || fail "off: restore failed"
 expect_log "$T/restore.log" "normal restore: mapping the GPU state from the image is off \(CUDA_CRIU_MAP_IMAGE=off\)" \
 	"off: no reason logged"
 ! grep -q "Map from image" "$T/restore.log" || fail "off: CRIU mapped pages anyway"
@@ -160,11 +157,8 @@ log "CUDA_CRIU_MAP_IMAGE=off, --auto-dedup, --lazy-pages: normal restore: ok"
 
 CRIU411=$BUILD_DIR/criu/4.1.1/install/sbin/criu
 if [ -x "$CRIU411" ]; then
-	start_memcheck stock 16
-	pid=$LAST_PID
-	CRIU=$CRIU411 dump "$pid" "$T/img5" || fail "CRIU 4.1.1: dump failed"
-	wait_gone "$pid"
-	CRIU=$CRIU411 restore "$T/img5" || fail "CRIU 4.1.1: restore failed"
+	CRIU=$CRIU411 dump_one stock
+	CRIU=$CRIU411 restore "$img" || fail "CRIU 4.1.1: restore failed"
 	expect_log "$T/restore.log" "normal restore: this CRIU cannot map pages from the image" "CRIU 4.1.1: no reason logged"
 	check_copies "$FAKEGPU_DIR/restore-maps.$pid" anonymous || fail "CRIU 4.1.1: copies mapped from the image"
 	expect_healthy "$STATE"

@@ -39,12 +39,9 @@ kill -9 "$root" $pids; wait_gone "$root" $pids
 log "tree of 3 CUDA + 1 plain process: ok"
 
 # 3. An image as CRIU's own CUDA plugin writes it (no cuda-plugin.img): found by detection.
-start_memcheck intree 16
-pid=$LAST_PID
-dump "$pid" "$T/img3" || fail "dump failed"
-wait_gone "$pid"
-rm "$T/img3/cuda-plugin.img"
-restore "$T/img3" || fail "restore of an image without cuda-plugin.img failed"
+dump_one intree
+rm "$img/cuda-plugin.img"
+restore "$img" || fail "restore of an image without cuda-plugin.img failed"
 expect_log "$T/restore.log" "image of CRIU's own cuda plugin" "restore did not say it ran without our image"
 expect_healthy "$STATE"
 kill -9 "$pid"; wait_gone "$pid"
@@ -53,11 +50,8 @@ log "image without cuda-plugin.img: ok"
 # 4. CRIU 4.1.1 (stock, plugin ABI with 12 hooks) dumps and restores with the same plugin.
 CRIU411=${CRIU_411:-$BUILD_DIR/criu/4.1.1/install/sbin/criu} # CRIU_411=none: this part is skipped
 if [ -x "$CRIU411" ]; then
-	start_memcheck criu411 16
-	pid=$LAST_PID
-	CRIU=$CRIU411 dump "$pid" "$T/img4" || fail "CRIU 4.1.1: dump failed"
-	wait_gone "$pid"
-	CRIU=$CRIU411 restore "$T/img4" || fail "CRIU 4.1.1: restore failed"
+	CRIU=$CRIU411 dump_one criu411
+	CRIU=$CRIU411 restore "$img" || fail "CRIU 4.1.1: restore failed"
 	expect_healthy "$STATE"
 	kill -9 "$pid"; wait_gone "$pid"
 	log "CRIU 4.1.1: ok"

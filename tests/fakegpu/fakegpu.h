@@ -95,11 +95,14 @@
 #define FAKEGPU_H
 
 #include <errno.h>
+#include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/un.h>
+#include <time.h>
 #include <unistd.h>
 
 #define FG_MAGIC 0x46414b45u /* "FAKE" */
@@ -199,6 +202,34 @@ struct fg_pair {
 };
 
 /* ---- small helpers shared by the daemon and the library ---- */
+
+/* Writes "fakegpu: <who><message>\n" to stderr in one write(2), no stdio lock: the library's restore
+ * thread may call it while the process's other threads are stopped anywhere. */
+static inline void fg_vlog(const char *who, const char *fmt, va_list ap)
+{
+	char buf[512], line[600];
+	vsnprintf(buf, sizeof(buf), fmt, ap);
+	int n = snprintf(line, sizeof(line), "fakegpu: %s%s\n", who, buf);
+	if (n > 0) {
+		ssize_t w = write(2, line, (size_t)n < sizeof(line) ? (size_t)n : sizeof(line) - 1);
+		(void)w;
+	}
+}
+
+static inline uint64_t fg_now_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+/* Sleeps ms milliseconds, through signals. */
+static inline void fg_sleep_ms(uint64_t ms)
+{
+	struct timespec ts = { .tv_sec = (time_t)(ms / 1000), .tv_nsec = (long)(ms % 1000) * 1000000 };
+	while (nanosleep(&ts, &ts) && errno == EINTR)
+		;
+}
 
 static inline int fg_write_full(int fd, const void *buf, size_t len)
 {

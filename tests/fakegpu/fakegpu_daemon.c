@@ -88,14 +88,12 @@ static uint64_t g_next_id = 1;
 static uint64_t g_next_seq = 1;
 static volatile sig_atomic_t g_stop;
 
-static void logmsg(const char *fmt, ...)
+__attribute__((format(printf, 1, 2))) static void logmsg(const char *fmt, ...)
 {
-	char buf[512];
 	va_list ap;
 	va_start(ap, fmt);
-	vsnprintf(buf, sizeof(buf), fmt, ap);
+	fg_vlog("daemon: ", fmt, ap);
 	va_end(ap);
-	fprintf(stderr, "fakegpu: daemon: %s\n", buf);
 }
 
 #define dbg(...)                          \
@@ -103,13 +101,6 @@ static void logmsg(const char *fmt, ...)
 		if (g_verbose)            \
 			logmsg(__VA_ARGS__); \
 	} while (0)
-
-static uint64_t now_ms(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
 
 static const char *action_name(int a)
 {
@@ -563,7 +554,7 @@ static int handle_ck_action(struct conn *c, struct fg_msg *m)
 	int action = (int)m->a[1];
 	uint64_t call_timeout = m->a[2];
 	uint64_t lock_timeout = m->a[3];
-	uint64_t start = now_ms();
+	uint64_t start = fg_now_ms();
 	struct fg_pair *pairs = NULL;
 	size_t npairs = 0;
 	char path[PATH_MAX];
@@ -682,7 +673,7 @@ static int handle_ck_action(struct conn *c, struct fg_msg *m)
 	if (action == FG_ACT_LOCK && lock_timeout && start + lock_timeout < deadline)
 		deadline = start + lock_timeout;
 	while (cl->job_seq == seq && cl->job_phase == JOB_PENDING) {
-		uint64_t t = now_ms();
+		uint64_t t = fg_now_ms();
 		if (t >= deadline || peer_hung_up(c->fd)) {
 			cl->job_phase = JOB_NONE;
 			int pid = cl->pid;
@@ -702,9 +693,9 @@ static int handle_ck_action(struct conn *c, struct fg_msg *m)
 	/* taken: wait until it is finished. If the service thread stalls mid-job
 	 * (stopped again, or blocked), report a timeout; the job stays in
 	 * progress, so further calls get CUDA_ERROR_ILLEGAL_STATE until it ends. */
-	deadline = now_ms() + call_timeout;
+	deadline = fg_now_ms() + call_timeout;
 	while (cl->job_seq == seq && cl->job_phase != JOB_DONE) {
-		if (now_ms() >= deadline) {
+		if (fg_now_ms() >= deadline) {
 			int pid = cl->pid;
 			pthread_mutex_unlock(&g_lock);
 			logmsg("%s of client %llu (pid %d): the service thread took the job but did not finish it "

@@ -31,6 +31,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "fakegpu.h" /* fg_now_ms, fg_sleep_ms */
+
 typedef CUresult (*fn_getrestoretid)(int, int *);
 typedef CUresult (*fn_getstate)(int, CUprocessState *);
 typedef CUresult (*fn_lock)(int, CUcheckpointLockArgs *);
@@ -101,20 +103,6 @@ static void die(const char *fmt, ...)
 		g_checks++;                                                                  \
 	} while (0)
 
-static uint64_t now_ms(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
-
-static void sleep_ms(unsigned ms)
-{
-	struct timespec ts = { .tv_sec = ms / 1000, .tv_nsec = (long)(ms % 1000) * 1000000 };
-	while (nanosleep(&ts, &ts) && errno == EINTR)
-		;
-}
-
 static void expect_state(int pid, CUprocessState want, int line)
 {
 	CUprocessState st = (CUprocessState)-1;
@@ -160,41 +148,65 @@ static long long iterations_ok(const char *file)
 
 static void wait_for_file(const char *path, unsigned ms)
 {
-	uint64_t end = now_ms() + ms;
+	uint64_t end = fg_now_ms() + ms;
 	while (access(path, F_OK)) {
-		if (now_ms() > end)
+		if (fg_now_ms() > end)
 			die("timed out waiting for %s", path);
-		sleep_ms(10);
+		fg_sleep_ms(10);
 	}
 }
 
 /* Waits until the iteration count of file passes `after`. */
 static long long wait_progress(const char *file, long long after, unsigned ms)
 {
-	uint64_t end = now_ms() + ms;
+	uint64_t end = fg_now_ms() + ms;
 	long long it;
 	while ((it = iterations_ok(file)) <= after) {
-		if (now_ms() > end)
+		if (fg_now_ms() > end)
 			die("%s: no progress past iteration %lld", file, after);
-		sleep_ms(20);
+		fg_sleep_ms(20);
 	}
 	return it;
 }
 
-static int count_sockets(int pid)
+/* /proc/PID/what, opened, or the test fails. */
+static DIR *open_proc_dir(int pid, const char *what)
 {
-	char path[64], link[256];
-	snprintf(path, sizeof(path), "/proc/%d/fd", pid);
+	char path[64];
+	snprintf(path, sizeof(path), "/proc/%d/%s", pid, what);
 	DIR *d = opendir(path);
 	if (!d)
 		die("cannot read %s", path);
+	return d;
+}
+
+/* The fields after "(comm) " of the /proc stat file path, read into buf ("" if there are none), or
+ * NULL if the file is gone. */
+static const char *stat_fields(const char *path, char *buf, size_t size)
+{
+	FILE *f = fopen(path, "re");
+	if (!f)
+		return NULL;
+	size_t n = fread(buf, 1, size - 1, f);
+	fclose(f);
+	buf[n] = 0;
+	const char *e = strrchr(buf, ')');
+	return e && e[1] == ' ' ? e + 2 : buf + n;
+}
+
+/* Number of fds of pid whose link starts with prefix (whole: is prefix). */
+static int count_fds(int pid, const char *prefix, int whole)
+{
+	char link[PATH_MAX];
+	size_t pl = strlen(prefix);
+	DIR *d = open_proc_dir(pid, "fd");
 	int n = 0;
 	struct dirent *de;
 	while ((de = readdir(d))) {
 		ssize_t l = readlinkat(dirfd(d), de->d_name, link, sizeof(link) - 1);
 		if (l > 0) {
 			link[l] = 0;
-			if (!strncmp(link, "socket:", 7))
+			if (!strncmp(link, prefix, pl) && (!whole || !link[pl]))
 				n++;
 		}
 	}
@@ -202,27 +214,14 @@ static int count_sockets(int pid)
 	return n;
 }
 
+static int count_sockets(int pid) { return count_fds(pid, "socket:", 0); }
+
 /* Number of fds of pid on the fake's device nodes; with name, on that one only. */
 static int count_nodes(int pid, const char *name)
 {
-	char path[64], link[PATH_MAX], prefix[PATH_MAX];
-	snprintf(path, sizeof(path), "/proc/%d/fd", pid);
-	int pl = snprintf(prefix, sizeof(prefix), "%s/dev/%s", g_dir, name ? name : "");
-	DIR *d = opendir(path);
-	if (!d)
-		die("cannot read %s", path);
-	int n = 0;
-	struct dirent *de;
-	while ((de = readdir(d))) {
-		ssize_t l = readlinkat(dirfd(d), de->d_name, link, sizeof(link) - 1);
-		if (l > 0) {
-			link[l] = 0;
-			if (!strncmp(link, prefix, (size_t)pl) && (!name || !link[pl]))
-				n++;
-		}
-	}
-	closedir(d);
-	return n;
+	char prefix[PATH_MAX];
+	snprintf(prefix, sizeof(prefix), "%s/dev/%s", g_dir, name ? name : "");
+	return count_fds(pid, prefix, name != NULL);
 }
 
 static void *sym(void *h, const char *name)
@@ -263,13 +262,9 @@ static pid_t start_workload(const char *workload, const char *libdir, const char
 static void stop_all(int pid)
 {
 	kill(pid, SIGSTOP);
-	uint64_t end = now_ms() + 5000;
+	uint64_t end = fg_now_ms() + 5000;
 	for (;;) {
-		char path[64];
-		snprintf(path, sizeof(path), "/proc/%d/task", pid);
-		DIR *d = opendir(path);
-		if (!d)
-			die("cannot read %s", path);
+		DIR *d = open_proc_dir(pid, "task");
 		int running = 0;
 		struct dirent *de;
 		while ((de = readdir(d))) {
@@ -277,33 +272,23 @@ static void stop_all(int pid)
 				continue;
 			char sp[384], buf[512];
 			snprintf(sp, sizeof(sp), "/proc/%d/task/%s/stat", pid, de->d_name);
-			FILE *f = fopen(sp, "re");
-			if (!f)
-				continue;
-			size_t n = fread(buf, 1, sizeof(buf) - 1, f);
-			fclose(f);
-			buf[n] = 0;
-			char *e = strrchr(buf, ')');
-			if (!e || e[2] != 'T')
+			const char *fields = stat_fields(sp, buf, sizeof(buf));
+			if (fields && fields[0] != 'T')
 				running = 1;
 		}
 		closedir(d);
 		if (!running)
 			return;
-		if (now_ms() > end)
+		if (fg_now_ms() > end)
 			die("process %d does not stop", pid);
-		sleep_ms(1);
+		fg_sleep_ms(1);
 	}
 }
 
 /* Like CRIU: ptrace-stop every thread of pid; returns the number of tids. */
 static int freeze(int pid, int *tids, int max)
 {
-	char path[64];
-	snprintf(path, sizeof(path), "/proc/%d/task", pid);
-	DIR *d = opendir(path);
-	if (!d)
-		die("cannot read %s", path);
+	DIR *d = open_proc_dir(pid, "task");
 	int n = 0;
 	struct dirent *de;
 	while ((de = readdir(d)) && n < max) {
@@ -355,15 +340,9 @@ static int child_of(int ppid, int not)
 			continue;
 		char path[64], buf[512];
 		snprintf(path, sizeof(path), "/proc/%d/stat", p);
-		FILE *f = fopen(path, "re");
-		if (!f)
-			continue;
-		size_t n = fread(buf, 1, sizeof(buf) - 1, f);
-		fclose(f);
-		buf[n] = 0;
-		char *e = strrchr(buf, ')');
+		const char *fields = stat_fields(path, buf, sizeof(buf));
 		int pp = 0;
-		if (e && sscanf(e + 2, "%*c %d", &pp) == 1 && pp == ppid)
+		if (fields && sscanf(fields, "%*c %d", &pp) == 1 && pp == ppid)
 			found = p;
 	}
 	closedir(d);
@@ -538,9 +517,9 @@ usage:
 	unsetenv("FAKEGPU_FAIL");
 	set_fault("FAKEGPU_HANG", "getstate", wpid);
 	setenv("FAKEGPU_HANG_MS", "300", 1);
-	uint64_t t0 = now_ms();
+	uint64_t t0 = fg_now_ms();
 	EXPECT_STATE(wpid, CU_PROCESS_STATE_RUNNING);
-	if (now_ms() - t0 < 300)
+	if (fg_now_ms() - t0 < 300)
 		die("FAKEGPU_HANG did not delay getstate");
 	unsetenv("FAKEGPU_HANG");
 	unsetenv("FAKEGPU_HANG_MS");
@@ -555,7 +534,7 @@ usage:
 	EXPECT(p_lock(wpid, &la), CUDA_ERROR_ILLEGAL_STATE);
 	EXPECT(p_restore(wpid, NULL), CUDA_ERROR_ILLEGAL_STATE);
 	long long locked_at = iterations_ok(state);
-	sleep_ms(300);
+	fg_sleep_ms(300);
 	if (iterations_ok(state) > locked_at + 1)
 		die("the workload kept running while locked");
 	EXPECT(p_ckpt(wpid, NULL), CUDA_SUCCESS);
@@ -606,7 +585,7 @@ usage:
 	EXPECT(p_meminfo(&fr, &total), CUDA_SUCCESS);
 	if (total - fr != (96u << 20))
 		die("GPU 1: %zu bytes in use after the restore, expected 96 MiB", total - fr);
-	sleep_ms(100);
+	fg_sleep_ms(100);
 	if (iterations_ok(state) > locked_at + 1)
 		die("the workload ran while locked after the restore");
 	EXPECT(p_unlock(wpid, NULL), CUDA_SUCCESS);
@@ -635,7 +614,7 @@ usage:
 		EXPECT(p_restore(wpid, NULL), CUDA_SUCCESS);
 		EXPECT(p_unlock(wpid, NULL), CUDA_SUCCESS);
 		thaw(tids, n, rtid);
-		sleep_ms(7 * i);
+		fg_sleep_ms(7 * i);
 	}
 	after = wait_progress(state, after + 3, 10000);
 	printf("fakegpu_smoke: 10 cycles under ptrace with only the restore thread running ok (iteration %lld)\n",
@@ -644,17 +623,17 @@ usage:
 	/* the restore thread is stopped: calls time out, nothing changes */
 	setenv("FAKEGPU_CALL_TIMEOUT_MS", "400", 1);
 	stop_all(wpid);
-	t0 = now_ms();
+	t0 = fg_now_ms();
 	EXPECT(p_lock(wpid, NULL), CUDA_ERROR_TIMEOUT);
-	if (now_ms() - t0 < 400)
+	if (fg_now_ms() - t0 < 400)
 		die("lock timed out too early");
 	/* like the r580 driver: a state query is answered by the restore thread, which is stopped */
 	EXPECT(p_state(wpid, &st), CUDA_ERROR_TIMEOUT);
 	memset(&la, 0, sizeof(la));
 	la.timeoutMs = 200;
-	t0 = now_ms();
+	t0 = fg_now_ms();
 	EXPECT(p_lock(wpid, &la), CUDA_ERROR_TIMEOUT);
-	if (now_ms() - t0 > 390)
+	if (fg_now_ms() - t0 > 390)
 		die("lock did not honour timeoutMs");
 	kill(wpid, SIGCONT);
 	EXPECT_STATE(wpid, CU_PROCESS_STATE_RUNNING); /* the stale doorbells are ignored */
@@ -714,7 +693,7 @@ usage:
 			break;
 		if (i == 100)
 			die("GPU 1 still has %zu bytes in use after the crash", total - fr);
-		sleep_ms(20);
+		fg_sleep_ms(20);
 	}
 	printf("fakegpu_smoke: crash of the target: checkpoint returned %d, memory released\n", (int)cr);
 

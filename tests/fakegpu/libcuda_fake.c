@@ -66,20 +66,12 @@
 #define FG_DEFAULT_DRIVER_VERSION 13000
 #endif
 
-static void fg_err(const char *fmt, ...)
+__attribute__((format(printf, 1, 2))) static void fg_err(const char *fmt, ...)
 {
-	char buf[512];
 	va_list ap;
 	va_start(ap, fmt);
-	vsnprintf(buf, sizeof(buf), fmt, ap);
+	fg_vlog("", fmt, ap);
 	va_end(ap);
-	/* one write(2), no stdio lock: may run while other threads are stopped */
-	char line[600];
-	int n = snprintf(line, sizeof(line), "fakegpu: %s\n", buf);
-	if (n > 0) {
-		ssize_t w = write(2, line, (size_t)n < sizeof(line) ? (size_t)n : sizeof(line) - 1);
-		(void)w;
-	}
 }
 
 /* ======================================================================
@@ -368,11 +360,8 @@ CUresult CUDAAPI cuInit(unsigned int flags)
 	}
 	const char *slow = getenv("FAKEGPU_INIT_MS"); /* a driver slow to load (cold, many GPUs) */
 	uint64_t init_ms = slow ? strtoull(slow, NULL, 0) : 0;
-	if (init_ms) {
-		struct timespec ts = { .tv_sec = (time_t)(init_ms / 1000), .tv_nsec = (long)(init_ms % 1000) * 1000000 };
-		while (nanosleep(&ts, &ts) && errno == EINTR)
-			;
-	}
+	if (init_ms)
+		fg_sleep_ms(init_ms);
 	const char *dir = getenv("FAKEGPU_DIR");
 	int fd = -1;
 	CUresult r = CUDA_ERROR_NO_DEVICE;
@@ -486,6 +475,26 @@ static int dev_ok(CUdevice dev)
 		api_leave();              \
 		return l_;                \
 	} while (0)
+/* ENTER, then the device ordinal dev must be one this process sees */
+#define ENTER_DEVICE(dev)                                 \
+	do {                                              \
+		ENTER();                                  \
+		if (!dev_ok(dev))                         \
+			LEAVE(CUDA_ERROR_INVALID_DEVICE); \
+	} while (0)
+/* ENTER, then the thread must have a current context */
+#define ENTER_CONTEXT()                                    \
+	do {                                               \
+		ENTER();                                   \
+		if (cur_gpu() < 0)                         \
+			LEAVE(CUDA_ERROR_INVALID_CONTEXT); \
+	} while (0)
+
+/* What the daemon says of device ordinal dev (dev_ok). */
+static const struct fg_device *dev_info(CUdevice dev)
+{
+	return &g_devs.dev[g_devmap[dev]];
+}
 
 CUresult CUDAAPI cuDeviceGetCount(int *count)
 {
@@ -500,9 +509,7 @@ CUresult CUDAAPI cuDeviceGet(CUdevice *device, int ordinal)
 {
 	if (!device)
 		return CUDA_ERROR_INVALID_VALUE;
-	ENTER();
-	if (!dev_ok(ordinal))
-		LEAVE(CUDA_ERROR_INVALID_DEVICE);
+	ENTER_DEVICE(ordinal);
 	*device = ordinal;
 	LEAVE(CUDA_SUCCESS);
 }
@@ -511,11 +518,9 @@ CUresult CUDAAPI cuDeviceGetName(char *name, int len, CUdevice dev)
 {
 	if (!name || len <= 0)
 		return CUDA_ERROR_INVALID_VALUE;
-	ENTER();
-	if (!dev_ok(dev))
-		LEAVE(CUDA_ERROR_INVALID_DEVICE);
+	ENTER_DEVICE(dev);
 	const char *model = getenv("FAKEGPU_MODEL");
-	snprintf(name, (size_t)len, "%s", model ? model : g_devs.dev[g_devmap[dev]].name);
+	snprintf(name, (size_t)len, "%s", model ? model : dev_info(dev)->name);
 	LEAVE(CUDA_SUCCESS);
 }
 
@@ -523,10 +528,8 @@ CUresult CUDAAPI cuDeviceGetUuid_v2(CUuuid *uuid, CUdevice dev)
 {
 	if (!uuid)
 		return CUDA_ERROR_INVALID_VALUE;
-	ENTER();
-	if (!dev_ok(dev))
-		LEAVE(CUDA_ERROR_INVALID_DEVICE);
-	memcpy(uuid->bytes, g_devs.dev[g_devmap[dev]].uuid, 16);
+	ENTER_DEVICE(dev);
+	memcpy(uuid->bytes, dev_info(dev)->uuid, 16);
 	LEAVE(CUDA_SUCCESS);
 }
 
@@ -542,11 +545,9 @@ CUresult CUDAAPI cuDeviceTotalMem(size_t *bytes, CUdevice dev)
 {
 	if (!bytes)
 		return CUDA_ERROR_INVALID_VALUE;
-	ENTER();
-	if (!dev_ok(dev))
-		LEAVE(CUDA_ERROR_INVALID_DEVICE);
+	ENTER_DEVICE(dev);
 	const char *mem = getenv("FAKEGPU_MEM");
-	*bytes = mem ? (size_t)strtoull(mem, NULL, 0) : (size_t)g_devs.dev[g_devmap[dev]].total_mem;
+	*bytes = mem ? (size_t)strtoull(mem, NULL, 0) : (size_t)dev_info(dev)->total_mem;
 	LEAVE(CUDA_SUCCESS);
 }
 
@@ -554,10 +555,8 @@ CUresult CUDAAPI cuDeviceGetPCIBusId(char *pciBusId, int len, CUdevice dev)
 {
 	if (!pciBusId || len <= 0)
 		return CUDA_ERROR_INVALID_VALUE;
-	ENTER();
-	if (!dev_ok(dev))
-		LEAVE(CUDA_ERROR_INVALID_DEVICE);
-	snprintf(pciBusId, (size_t)len, "%s", g_devs.dev[g_devmap[dev]].pci_bus_id);
+	ENTER_DEVICE(dev);
+	snprintf(pciBusId, (size_t)len, "%s", dev_info(dev)->pci_bus_id);
 	LEAVE(CUDA_SUCCESS);
 }
 
@@ -581,9 +580,7 @@ CUresult CUDAAPI cuCtxCreate(CUcontext *pctx, CUctxCreateParams *ctxCreateParams
 	(void)flags;
 	if (!pctx)
 		return CUDA_ERROR_INVALID_VALUE;
-	ENTER();
-	if (!dev_ok(dev))
-		LEAVE(CUDA_ERROR_INVALID_DEVICE);
+	ENTER_DEVICE(dev);
 	CUresult r = use_gpu(dev);
 	if (r != CUDA_SUCCESS)
 		LEAVE(r);
@@ -638,9 +635,7 @@ CUresult CUDAAPI cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)
 {
 	if (!pctx)
 		return CUDA_ERROR_INVALID_VALUE;
-	ENTER();
-	if (!dev_ok(dev))
-		LEAVE(CUDA_ERROR_INVALID_DEVICE);
+	ENTER_DEVICE(dev);
 	struct CUctx_st *c = &g_primary[dev];
 	if (c->magic != CTX_MAGIC) {
 		CUresult r = use_gpu(dev);
@@ -657,9 +652,7 @@ CUresult CUDAAPI cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)
 
 CUresult CUDAAPI cuDevicePrimaryCtxRelease(CUdevice dev)
 {
-	ENTER();
-	if (!dev_ok(dev))
-		LEAVE(CUDA_ERROR_INVALID_DEVICE);
+	ENTER_DEVICE(dev);
 	if (g_primary[dev].refs > 0)
 		g_primary[dev].refs--;
 	LEAVE(CUDA_SUCCESS);
@@ -724,9 +717,7 @@ CUresult CUDAAPI cuMemAllocManaged(CUdeviceptr *dptr, size_t bytesize, unsigned 
 
 CUresult CUDAAPI cuMemFree(CUdeviceptr dptr)
 {
-	ENTER();
-	if (cur_gpu() < 0)
-		LEAVE(CUDA_ERROR_INVALID_CONTEXT);
+	ENTER_CONTEXT();
 	if (!dptr)
 		LEAVE(CUDA_SUCCESS);
 	LEAVE(rpc(FG_FREE, dptr, 0, 0, NULL, 0, NULL, 0, NULL));
@@ -736,9 +727,7 @@ CUresult CUDAAPI cuMemcpyHtoD(CUdeviceptr dstDevice, const void *srcHost, size_t
 {
 	if (ByteCount && !srcHost)
 		return CUDA_ERROR_INVALID_VALUE;
-	ENTER();
-	if (cur_gpu() < 0)
-		LEAVE(CUDA_ERROR_INVALID_CONTEXT);
+	ENTER_CONTEXT();
 	if (!ByteCount)
 		LEAVE(CUDA_SUCCESS);
 	LEAVE(rpc(FG_HTOD, dstDevice, 0, 0, srcHost, ByteCount, NULL, 0, NULL));
@@ -748,9 +737,7 @@ CUresult CUDAAPI cuMemcpyDtoH(void *dstHost, CUdeviceptr srcDevice, size_t ByteC
 {
 	if (ByteCount && !dstHost)
 		return CUDA_ERROR_INVALID_VALUE;
-	ENTER();
-	if (cur_gpu() < 0)
-		LEAVE(CUDA_ERROR_INVALID_CONTEXT);
+	ENTER_CONTEXT();
 	if (!ByteCount)
 		LEAVE(CUDA_SUCCESS);
 	LEAVE(rpc(FG_DTOH, srcDevice, ByteCount, 0, NULL, 0, dstHost, ByteCount, NULL));
@@ -758,9 +745,7 @@ CUresult CUDAAPI cuMemcpyDtoH(void *dstHost, CUdeviceptr srcDevice, size_t ByteC
 
 CUresult CUDAAPI cuMemsetD8(CUdeviceptr dstDevice, unsigned char uc, size_t N)
 {
-	ENTER();
-	if (cur_gpu() < 0)
-		LEAVE(CUDA_ERROR_INVALID_CONTEXT);
+	ENTER_CONTEXT();
 	if (!N)
 		LEAVE(CUDA_SUCCESS);
 	LEAVE(rpc(FG_MEMSET, dstDevice, uc, N, NULL, 0, NULL, 0, NULL));
@@ -897,9 +882,7 @@ static void pace(uint64_t len)
 		if (!ms)
 			for (;;)
 				pause();
-		struct timespec ts = { .tv_sec = (time_t)(ms / 1000), .tv_nsec = (long)(ms % 1000) * 1000000 };
-		while (nanosleep(&ts, &ts) && errno == EINTR)
-			;
+		fg_sleep_ms(ms);
 	}
 	g_copied += len;
 	uint64_t mbps = env_u64("FAKEGPU_COPY_MBPS", 0);
@@ -1248,9 +1231,7 @@ static CUresult ck_begin(int op, int pid, uint64_t *id)
 	if (env_matches("FAKEGPU_HANG", op, pid)) {
 		uint64_t ms = env_u64("FAKEGPU_HANG_MS", 3600000);
 		fg_err("FAKEGPU_HANG: %s of pid %d sleeps %llu ms", g_op_names[op], pid, (unsigned long long)ms);
-		struct timespec ts = { .tv_sec = (time_t)(ms / 1000), .tv_nsec = (long)(ms % 1000) * 1000000 };
-		while (nanosleep(&ts, &ts) && errno == EINTR)
-			;
+		fg_sleep_ms(ms);
 	}
 	if (env_matches("FAKEGPU_FAIL", op, pid)) {
 		fg_err("FAKEGPU_FAIL: %s of pid %d fails", g_op_names[op], pid);
@@ -1259,14 +1240,22 @@ static CUresult ck_begin(int op, int pid, uint64_t *id)
 	return CUDA_SUCCESS;
 }
 
+/* A connection to the daemon in FAKEGPU_DIR (*dir), or -1, said. */
+static int ck_connect(const char **dir)
+{
+	*dir = getenv("FAKEGPU_DIR");
+	int fd = fg_connect(*dir);
+	if (fd < 0)
+		fg_err("cannot connect to the daemon in %s: %s", *dir, strerror(errno));
+	return fd;
+}
+
 static CUresult ck_query(uint64_t id, struct fg_msg *rep)
 {
-	const char *dir = getenv("FAKEGPU_DIR");
-	int fd = fg_connect(dir);
-	if (fd < 0) {
-		fg_err("cannot connect to the daemon in %s: %s", dir, strerror(errno));
+	const char *dir;
+	int fd = ck_connect(&dir);
+	if (fd < 0)
 		return CUDA_ERROR_OPERATING_SYSTEM;
-	}
 	uint64_t a[1] = { id };
 	int rc = fg_send(fd, FG_CK_QUERY, 0, a, 1, NULL, 0) || fg_recv(fd, rep);
 	close(fd);
@@ -1280,13 +1269,11 @@ static CUresult ck_query(uint64_t id, struct fg_msg *rep)
 static CUresult ck_action(int op, int pid, uint64_t id, int action, uint32_t lock_timeout,
 			  const struct fg_pair *pairs, size_t npairs)
 {
-	const char *dir = getenv("FAKEGPU_DIR");
+	const char *dir;
 	uint64_t call_timeout = env_u64("FAKEGPU_CALL_TIMEOUT_MS", 60000);
-	int fd = fg_connect(dir);
-	if (fd < 0) {
-		fg_err("cannot connect to the daemon in %s: %s", dir, strerror(errno));
+	int fd = ck_connect(&dir);
+	if (fd < 0)
 		return CUDA_ERROR_OPERATING_SYSTEM;
-	}
 	uint64_t a[5] = { id, (uint64_t)action, call_timeout, lock_timeout,
 			  (uint64_t)env_matches("FAKEGPU_CRASH_TARGET", op, pid) };
 	if (fg_send(fd, FG_CK_ACTION, 0, a, 5, pairs, npairs * sizeof(*pairs))) {
@@ -1318,6 +1305,17 @@ static CUresult ck_action(int op, int pid, uint64_t id, int action, uint32_t loc
 	if (m.status == CUDA_ERROR_TIMEOUT)
 		fg_err("%s of pid %d timed out: is its restore thread running?", g_op_names[op], pid);
 	return (CUresult)m.status;
+}
+
+/* ck_begin, then the action: the body of the lock, checkpoint, restore and unlock calls. */
+static CUresult ck_call(int op, int pid, int action, uint32_t lock_timeout, const struct fg_pair *pairs,
+			size_t npairs)
+{
+	uint64_t id;
+	CUresult r = ck_begin(op, pid, &id);
+	if (r != CUDA_SUCCESS)
+		return r;
+	return ck_action(op, pid, id, action, lock_timeout, pairs, npairs);
 }
 
 static int all_zero(const void *p, size_t len)
@@ -1370,15 +1368,25 @@ static int find_task(int pid, int nstid)
 	return found ? found : by_name;
 }
 
-CUresult CUDAAPI cuCheckpointProcessGetRestoreThreadId(int pid, int *tid)
+/* ck_begin, then the daemon's record of pid into *rep; ping: have its restore thread answer first
+ * (the real driver's state query asks the restore thread, which must be running). */
+static CUresult ck_lookup(int op, int pid, int ping, struct fg_msg *rep)
 {
 	uint64_t id;
+	CUresult r = ck_begin(op, pid, &id);
+	if (r == CUDA_SUCCESS && ping)
+		r = ck_action(op, pid, id, FG_ACT_PING, 0, NULL, 0);
+	if (r == CUDA_SUCCESS)
+		r = ck_query(id, rep);
+	return r;
+}
+
+CUresult CUDAAPI cuCheckpointProcessGetRestoreThreadId(int pid, int *tid)
+{
 	struct fg_msg m;
 	if (!tid)
 		return CUDA_ERROR_INVALID_VALUE;
-	CUresult r = ck_begin(OP_GETRESTORETID, pid, &id);
-	if (r == CUDA_SUCCESS)
-		r = ck_query(id, &m);
+	CUresult r = ck_lookup(OP_GETRESTORETID, pid, 0, &m);
 	if (r != CUDA_SUCCESS)
 		return r;
 	int t = find_task(pid, (int)m.a[1]);
@@ -1390,15 +1398,10 @@ CUresult CUDAAPI cuCheckpointProcessGetRestoreThreadId(int pid, int *tid)
 
 CUresult CUDAAPI cuCheckpointProcessGetState(int pid, CUprocessState *state)
 {
-	uint64_t id;
 	struct fg_msg m;
 	if (!state)
 		return CUDA_ERROR_INVALID_VALUE;
-	CUresult r = ck_begin(OP_GETSTATE, pid, &id);
-	if (r == CUDA_SUCCESS)
-		r = ck_action(OP_GETSTATE, pid, id, FG_ACT_PING, 0, NULL, 0);
-	if (r == CUDA_SUCCESS)
-		r = ck_query(id, &m);
+	CUresult r = ck_lookup(OP_GETSTATE, pid, 1, &m);
 	if (r == CUDA_SUCCESS)
 		*state = (CUprocessState)m.a[0];
 	return r;
@@ -1406,29 +1409,20 @@ CUresult CUDAAPI cuCheckpointProcessGetState(int pid, CUprocessState *state)
 
 CUresult CUDAAPI cuCheckpointProcessLock(int pid, CUcheckpointLockArgs *args)
 {
-	uint64_t id;
 	if (args && (args->reserved0 || !all_zero(args->reserved1, sizeof(args->reserved1))))
 		return CUDA_ERROR_INVALID_VALUE;
-	CUresult r = ck_begin(OP_LOCK, pid, &id);
-	if (r != CUDA_SUCCESS)
-		return r;
-	return ck_action(OP_LOCK, pid, id, FG_ACT_LOCK, args ? args->timeoutMs : 0, NULL, 0);
+	return ck_call(OP_LOCK, pid, FG_ACT_LOCK, args ? args->timeoutMs : 0, NULL, 0);
 }
 
 CUresult CUDAAPI cuCheckpointProcessCheckpoint(int pid, CUcheckpointCheckpointArgs *args)
 {
-	uint64_t id;
 	if (args && !all_zero(args->reserved, sizeof(args->reserved)))
 		return CUDA_ERROR_INVALID_VALUE;
-	CUresult r = ck_begin(OP_CHECKPOINT, pid, &id);
-	if (r != CUDA_SUCCESS)
-		return r;
-	return ck_action(OP_CHECKPOINT, pid, id, FG_ACT_CHECKPOINT, 0, NULL, 0);
+	return ck_call(OP_CHECKPOINT, pid, FG_ACT_CHECKPOINT, 0, NULL, 0);
 }
 
 CUresult CUDAAPI cuCheckpointProcessRestore(int pid, CUcheckpointRestoreArgs *args)
 {
-	uint64_t id;
 	struct fg_pair pairs[64];
 	size_t n = 0;
 	if (args) {
@@ -1444,21 +1438,14 @@ CUresult CUDAAPI cuCheckpointProcessRestore(int pid, CUcheckpointRestoreArgs *ar
 			memcpy(pairs[i].new_uuid, args->gpuPairs[i].newUuid.bytes, 16);
 		}
 	}
-	CUresult r = ck_begin(OP_RESTORE, pid, &id);
-	if (r != CUDA_SUCCESS)
-		return r;
-	return ck_action(OP_RESTORE, pid, id, FG_ACT_RESTORE, 0, pairs, n);
+	return ck_call(OP_RESTORE, pid, FG_ACT_RESTORE, 0, pairs, n);
 }
 
 CUresult CUDAAPI cuCheckpointProcessUnlock(int pid, CUcheckpointUnlockArgs *args)
 {
-	uint64_t id;
 	if (args && !all_zero(args->reserved, sizeof(args->reserved)))
 		return CUDA_ERROR_INVALID_VALUE;
-	CUresult r = ck_begin(OP_UNLOCK, pid, &id);
-	if (r != CUDA_SUCCESS)
-		return r;
-	return ck_action(OP_UNLOCK, pid, id, FG_ACT_UNLOCK, 0, NULL, 0);
+	return ck_call(OP_UNLOCK, pid, FG_ACT_UNLOCK, 0, NULL, 0);
 }
 
 #endif /* !FAKEGPU_NO_CHECKPOINT_API */

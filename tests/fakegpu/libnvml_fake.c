@@ -10,6 +10,7 @@
  *
  * Built into tests/fakegpu/nvml/; a test puts that directory in LD_LIBRARY_PATH to use it.
  */
+#define _GNU_SOURCE
 #include <stdlib.h>
 
 #include "fakegpu.h"

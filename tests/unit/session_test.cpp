@@ -1,5 +1,7 @@
 #include <gtest/gtest.h>
 
+#include <initializer_list>
+
 #include "core/dump_session.h"
 #include "core/restore_session.h"
 #include "fakes.h"
@@ -28,6 +30,19 @@ protected:
 	{
 		driver.add(pid, s);
 		host.cuda_pids.insert(pid);
+	}
+
+	void add_cuda(std::initializer_list<pid_t> pids)
+	{
+		for (pid_t pid : pids)
+			add_cuda(pid);
+	}
+
+	// After a rollback: every one of pids runs again.
+	void expect_running(std::initializer_list<pid_t> pids)
+	{
+		for (pid_t pid : pids)
+			EXPECT_EQ(driver.state_of(pid), CudaState::Running) << "pid " << pid;
 	}
 };
 
@@ -58,9 +73,7 @@ TEST_F(DumpTest, LibcudaWithoutContextIsNotOurs)
 
 TEST_F(DumpTest, CheckpointsAllAtFirstCallAndAnswersLaterCalls)
 {
-	add_cuda(10);
-	add_cuda(11);
-	add_cuda(12);
+	add_cuda({10, 11, 12});
 	DumpSession s(options, host, source());
 	for (pid_t p : {10, 11, 12, 13})
 		ASSERT_TRUE(s.pause(p).ok());
@@ -195,21 +208,18 @@ TEST_F(DumpTest, LockFailureFailsThePauseAndLeavesTheProcessRunning)
 
 TEST_F(DumpTest, LockFailureOfASecondProcessRollsBackTheFirst)
 {
-	add_cuda(10);
-	add_cuda(11);
+	add_cuda({10, 11});
 	driver.fail["lock"] = {11};
 	DumpSession s(options, host, source());
 	ASSERT_TRUE(*s.pause(10));
 	ASSERT_FALSE(s.pause(11).ok());
 	ASSERT_TRUE(s.finish(true, false).ok());
-	EXPECT_EQ(driver.state_of(10), CudaState::Running);
-	EXPECT_EQ(driver.state_of(11), CudaState::Running);
+	expect_running({10, 11});
 }
 
 TEST_F(DumpTest, CheckpointFailureOfOneProcessFailsTheDumpAndRollsBackAll)
 {
-	add_cuda(10);
-	add_cuda(11);
+	add_cuda({10, 11});
 	driver.fail["checkpoint"] = {11};
 	DumpSession s(options, host, source());
 	ASSERT_TRUE(*s.pause(10));
@@ -218,8 +228,7 @@ TEST_F(DumpTest, CheckpointFailureOfOneProcessFailsTheDumpAndRollsBackAll)
 	ASSERT_FALSE(r.ok()) << "a failure fails the first call";
 	EXPECT_FALSE(s.checkpoint(11).ok());
 	ASSERT_TRUE(s.finish(true, false).ok());
-	EXPECT_EQ(driver.state_of(10), CudaState::Running);
-	EXPECT_EQ(driver.state_of(11), CudaState::Running);
+	expect_running({10, 11});
 }
 
 TEST_F(DumpTest, LaterCriuFailureRollsBackCheckpointedProcesses)
@@ -236,8 +245,7 @@ TEST_F(DumpTest, LaterCriuFailureRollsBackCheckpointedProcesses)
 
 TEST_F(DumpTest, TargetDyingMidDumpIsReportedAndTheOthersRolledBack)
 {
-	add_cuda(10);
-	add_cuda(11);
+	add_cuda({10, 11});
 	host.fail_let_run.insert(1011); // pid 11 died: its restore thread is gone
 	host.dead.insert(11);
 	DumpSession s(options, host, source());

@@ -30,6 +30,9 @@
 #include <time.h>
 #include <unistd.h>
 
+#define WORKLOAD_NAME "cuda_fork_workers"
+#include "workload.h"
+
 #define MAX_WORKERS 16
 #define BYTES (1u << 20)
 
@@ -48,31 +51,10 @@ static void write_state(int errors, const char *status)
 	char buf[1024];
 	int n = snprintf(buf, sizeof(buf), "batches=%llu\nerrors=%d\npid=%d\nworkers=%s\nstatus=%s\n", g_batches,
 			 errors, (int)getpid(), workers, status);
-	if (n < 0 || n >= (int)sizeof(buf))
-		n = (int)sizeof(buf) - 1;
-	memset(buf + n, '\n', sizeof(buf) - (size_t)n);
-	if (pwrite(g_state_fd, buf, sizeof(buf), 0) != (ssize_t)sizeof(buf))
-		fprintf(stderr, "cuda_fork_workers: cannot write %s: %s\n", g_state, strerror(errno));
+	write_state_text(g_state_fd, g_state, buf, sizeof(buf), n);
 }
 
-static void fail(const char *fmt, ...)
-{
-	char buf[512], st[600];
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(buf, sizeof(buf), fmt, ap);
-	va_end(ap);
-	fprintf(stderr, "cuda_fork_workers[%d]: FAIL %s\n", (int)getpid(), buf);
-	snprintf(st, sizeof(st), "FAIL %s", buf);
-	write_state(1, st);
-	exit(2);
-}
-
-static void check(CUresult r, const char *what)
-{
-	if (r != CUDA_SUCCESS)
-		fail("%s returned %d", what, (int)r);
-}
+static void write_fail_state(const char *status) { write_state(1, status); }
 
 static void sleep_ms(unsigned ms)
 {

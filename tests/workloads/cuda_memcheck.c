@@ -42,6 +42,9 @@
 #include <time.h>
 #include <unistd.h>
 
+#define WORKLOAD_NAME "cuda_memcheck"
+#include "workload.h"
+
 #define CHUNK (64ull << 20)
 
 static const char *g_state;
@@ -75,37 +78,12 @@ static void write_state(unsigned long long iterations, int errors, const char *s
 	char buf[1536];
 	int n = snprintf(buf, sizeof(buf), "iterations=%llu\nerrors=%d\nmb=%zu\npid=%d\nstatus=%s\n", iterations,
 			 errors, g_mb, (int)getpid(), status);
-	if (n < 0 || n >= (int)sizeof(buf))
-		n = (int)sizeof(buf) - 1;
-	memset(buf + n, '\n', sizeof(buf) - (size_t)n);
-	if (pwrite(g_state_fd, buf, sizeof(buf), 0) != (ssize_t)sizeof(buf))
-		fprintf(stderr, "cuda_memcheck: cannot write %s: %s\n", g_state, strerror(errno));
+	write_state_text(g_state_fd, g_state, buf, sizeof(buf), n);
 }
 
 static unsigned long long g_iter;
 
-static void fail(const char *fmt, ...)
-{
-	char buf[1024], st[1100];
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(buf, sizeof(buf), fmt, ap);
-	va_end(ap);
-	fprintf(stderr, "cuda_memcheck[%d]: FAIL %s\n", (int)getpid(), buf);
-	snprintf(st, sizeof(st), "FAIL %s", buf);
-	write_state(g_iter, 1, st);
-	exit(2);
-}
-
-static void check(CUresult r, const char *what)
-{
-	if (r == CUDA_SUCCESS)
-		return;
-	const char *name = NULL;
-	if (cuGetErrorName(r, &name) != CUDA_SUCCESS || !name)
-		name = "?";
-	fail("%s returned %d (%s)", what, (int)r, name);
-}
+static void write_fail_state(const char *status) { write_state(g_iter, 1, status); }
 
 static uint64_t mix(uint64_t z)
 {
