@@ -248,11 +248,11 @@ void DumpSession::note_gpus(Proc &p, const TaskInfo &info, uint64_t deadline)
 	for (const GpuUuid &u : open)
 		if (ctx == contexts_.end() || std::find(ctx->second.begin(), ctx->second.end(), u) != ctx->second.end())
 			p.gpu_uuids.push_back(u);
-	if (p.gpu_uuids.empty()) // NVML knows it by another pid (another pid namespace): its nodes say it all
-		p.gpu_uuids = std::move(open);
-	else if (p.gpu_uuids.size() < open.size())
+	if (ctx != contexts_.end())
 		LOG_DEBUG("pid %d: %zu GPU node(s) open, a CUDA context on %zu of them (NVML)", p.pid, open.size(),
 			  p.gpu_uuids.size());
+	if (p.gpu_uuids.empty()) // NVML knows it by another pid (another pid namespace): its nodes say it all
+		p.gpu_uuids = std::move(open);
 }
 
 Status DumpSession::lock(Proc &p, uint64_t deadline)
