@@ -85,10 +85,16 @@ public:
 		Status st = check(res, "cuCheckpointProcessRestore");
 		if (res == CUDA_ERROR_INVALID_VALUE && !pairs.empty())
 			return make_error(EIO,
-					  "%s (with %zu GPU pair(s): the driver wants every GPU the process was "
-					  "checkpointed with paired, also GPUs hidden from it by CUDA_VISIBLE_DEVICES, each "
-					  "onto a GPU of the same model)",
+					  "%s (with %zu GPU pair(s): the driver wants every GPU the process's driver knew "
+					  "paired, and no other: on a host also GPUs hidden by CUDA_VISIBLE_DEVICES, in a "
+					  "container only those of its /dev; each onto a GPU of the same model)",
 					  st.error().message().c_str(), pairs.size());
+		if (res == CUDA_ERROR_INVALID_VALUE)
+			return make_error(EIO,
+					  "%s (the driver refuses to restore this process even onto the GPUs it was "
+					  "checkpointed on; r580 does so for a JAX process with contexts on two GPUs: run "
+					  "such a program on one GPU per process)",
+					  st.error().message().c_str());
 		return st;
 	}
 

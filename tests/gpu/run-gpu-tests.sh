@@ -736,9 +736,9 @@ runc_devdir() {
 # GPU's minor number inside the container, and the process has no use for GPU 0 afterwards, so nvidia0 is
 # left out (and denied by the cgroup) to show that nothing still needs it. GPU_TESTS_RUNC_REMAP_KEEP0=1
 # keeps nvidia0 there too, to tell a driver that still wants it from other failures.
-# The pairs: CUDA_CRIU_DEVICE_MAP with both GPUs' UUIDs (GPU0=GPU1,GPU1=GPU0: the driver wants every GPU
-# paired) in runc's environment, which runc passes to CRIU; with GPU_TESTS_RUNC_REMAP=auto instead no map
-# and CUDA_VISIBLE_DEVICES=1 for CRIU, so that the plugin pairs GPU 0 with GPU 1 by itself (as auto-remap).
+# The pairs: CUDA_CRIU_DEVICE_MAP=GPU0=GPU1 (UUIDs) in runc's environment, which runc passes to CRIU; with
+# GPU_TESTS_RUNC_REMAP=auto no map, so that the plugin pairs GPU 0 with GPU 1 by itself (runc puts CRIU in
+# the container's device cgroup: GPU 1 is the only GPU it sees).
 test_runc_remap() {
 	local name=runc-remap dir=$work/runc-remap runc_bin=$bundle/sbin/runc how=${GPU_TESTS_RUNC_REMAP:-map}
 	[ -x "$runc_bin" ] || { skipped $name "no runc in the bundle"; return; }
