@@ -64,7 +64,10 @@ Status place_mapped(const DeviceMap &map, const std::vector<GpuRecord> &held, co
 		if (!held_gpu) {
 			from = std::find_if(others.begin(), others.end(), matches);
 			if (from == others.end())
-				return make_error(EINVAL, "device map: %s is not a GPU of the image (it has %zu: %s)",
+				return make_error(EINVAL,
+						  "device map: %s is not a GPU of the image (it has %zu: %s); map only the GPUs "
+						  "`cuda-criu inspect` lists for the image (a process in a container knew only "
+						  "the GPUs of its /dev)",
 						  e.from.str().c_str(), held.size() + others.size(),
 						  held.empty() ? "none" : held[0].uuid.str().c_str());
 		}
