@@ -213,7 +213,8 @@ Status DumpSession::check_memory(uint64_t deadline)
 // CUDA_VISIBLE_DEVICES=0 holds /dev/nvidia1 too). The nodes in its /dev are the GPUs its driver knew.
 void DumpSession::note_gpus(Proc &p, const TaskInfo &info, uint64_t deadline)
 {
-	if (machine_gpus_.empty()) {
+	if (!gpus_listed_) { // once per dump, whatever the answers
+		gpus_listed_ = true;
 		if (auto gpus = ask<std::vector<GpuInfo>>(driver_, limit_ms(deadline, kDriverGraceMs), "list the GPUs",
 							  [](Driver &d) { return d.gpus(); }))
 			machine_gpus_ = std::move(*gpus);
@@ -239,7 +240,7 @@ void DumpSession::note_gpus(Proc &p, const TaskInfo &info, uint64_t deadline)
 	for (unsigned minor : info.nvidia_minors)
 		if (auto uuid = uuid_of(minor))
 			open.push_back(*uuid);
-	for (unsigned minor : info.reachable_minors)
+	for (unsigned minor : host_.dev_gpu_minors(p.pid))
 		if (auto uuid = uuid_of(minor))
 			p.reachable_gpus.push_back(*uuid);
 	if (!p.reachable_gpus.empty()) // a node it has open counts as known even if its /dev lacks it
@@ -442,11 +443,11 @@ Status DumpSession::finish(bool dump_failed, bool leave_running)
 	return {};
 }
 
-// The machine's GPUs, those some process held (used) or the others: the driver's list (ordinals,
-// memory), then those only the kernel driver lists (hidden from CRIU by CUDA_VISIBLE_DEVICES).
-// used: the GPUs some process held; else the machine's others that the processes' driver knew of: all,
-// unless every process has a /dev of its own with GPU nodes (a container given some GPUs), then those
-// whose nodes are there. The driver wants just these paired on a restore that moves a GPU.
+// The machine's GPUs, from the driver's list (ordinals, memory), then those only the kernel driver lists
+// (hidden from CRIU by CUDA_VISIBLE_DEVICES). used: those some process held; else the others the
+// processes' driver knew of: all, unless every process has GPU nodes in its /dev (a container given
+// some GPUs), then those whose nodes are there. The driver wants just these paired on a restore that
+// moves a GPU.
 std::vector<GpuRecord> DumpSession::machine_gpu_records(bool used) const
 {
 	std::set<GpuUuid> held, listed, reachable;

@@ -95,6 +95,7 @@ private:
 	uint64_t rollback_us_ = 0;
 	std::vector<GpuInfo> machine_gpus_; // the driver's list
 	std::vector<GpuInfo> kernel_gpus_;  // Host::machine_gpus()
+	bool gpus_listed_ = false;          // the three lists asked (note_gpus)
 	std::map<pid_t, std::vector<GpuUuid>> contexts_; // GPUs each process has a context on (NVML; empty: unknown)
 };
 

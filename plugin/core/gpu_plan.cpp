@@ -76,9 +76,9 @@ Status place_mapped(const DeviceMap &map, const std::vector<GpuRecord> &held, co
 			to = find_ref(all, e.to);
 		if (!to && find_ref(all, e.to))
 			return make_error(ENODEV,
-					  "device map: GPU %s, the target of a process's GPU, is hidden from CRIU here (GPUs "
-					  "CRIU sees: %s): CUDA_VISIBLE_DEVICES in CRIU's environment, or the container's "
-					  "devices, must include it",
+					  "device map: GPU %s is on this machine but hidden from CRIU (GPUs CRIU sees: %s): "
+					  "CUDA_VISIBLE_DEVICES in CRIU's environment, or the container's devices, must "
+					  "include it",
 					  e.to.str().c_str(), list_here(here).c_str());
 		if (!to)
 			return make_error(ENODEV, "device map: GPU %s is not on this machine (GPUs here: %s)", e.to.str().c_str(),

@@ -26,9 +26,6 @@ struct TaskInfo {
 	pid_t ns_pid = 0;                     // pid inside the task's own pid namespace
 	uint64_t rss_bytes = 0;               // resident memory
 	std::vector<unsigned> nvidia_minors;  // minors of the NVIDIA GPU device nodes it holds open
-	// Minors of the NVIDIA GPU device nodes in the /dev of its mount namespace (empty: none, or unknown).
-	// A container given some GPUs has only their nodes: its driver never knew the others.
-	std::vector<unsigned> reachable_minors;
 };
 
 class Host {
@@ -47,6 +44,9 @@ public:
 	virtual bool alive(pid_t pid) = 0;
 	// Every GPU the kernel driver has, whatever CUDA_VISIBLE_DEVICES says: see kernel_gpus() in os/nvidia.h.
 	virtual std::vector<GpuInfo> machine_gpus() = 0;
+	// Minors of the NVIDIA GPU device nodes in the /dev of the task's mount namespace (empty: none, or
+	// unknown). A container given some GPUs has only their nodes: its driver never knew the others.
+	virtual std::vector<unsigned> dev_gpu_minors(pid_t pid) = 0;
 	// The task's memory mappings (/proc/PID/maps); empty when they cannot be read (then no memory is
 	// mapped from the image at restore).
 	virtual std::vector<Mapping> memory_map(pid_t pid)
@@ -69,6 +69,7 @@ public:
 	void kill(pid_t pid) override;
 	bool alive(pid_t pid) override;
 	std::vector<GpuInfo> machine_gpus() override;
+	std::vector<unsigned> dev_gpu_minors(pid_t pid) override;
 	std::vector<Mapping> memory_map(pid_t pid) override;
 };
 

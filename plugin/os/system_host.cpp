@@ -8,7 +8,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cstring>
 #include <set>
 
 #include "os/nvidia.h"
@@ -41,15 +40,16 @@ bool SystemHost::uses_libcuda(pid_t pid) { return maps_libcuda(pid); }
 
 namespace {
 
-// The minors of the NVIDIA GPU nodes in dir (a process's /dev, seen through /proc/PID/root).
-std::vector<unsigned> gpu_nodes_in(const std::string &dir)
+// The minors of the NVIDIA GPU device nodes among the entries of dir, by what they are, not by their
+// names (a file merely named like one, /tmp/nvidia0, is none). stat_flags: 0 to follow links (the fds of
+// /proc/PID/fd), AT_SYMLINK_NOFOLLOW for the nodes themselves.
+std::vector<unsigned> gpu_minors_in(const std::string &dir, int stat_flags)
 {
 	std::set<unsigned> minors;
 	if (DIR *d = opendir(dir.c_str())) {
 		while (dirent *de = readdir(d)) {
 			struct stat st;
-			if (std::strncmp(de->d_name, "nvidia", 6) == 0 && fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
-			    is_nvidia_gpu_node(st))
+			if (de->d_name[0] != '.' && fstatat(dirfd(d), de->d_name, &st, stat_flags) == 0 && is_nvidia_gpu_node(st))
 				minors.insert(minor(st.st_rdev));
 		}
 		closedir(d);
@@ -66,24 +66,13 @@ TaskInfo SystemHost::task_info(pid_t pid)
 		info.ns_pid = st->innermost_pid ? st->innermost_pid : pid;
 		info.rss_bytes = st->rss_bytes;
 	}
-	std::string dir = "/proc/" + std::to_string(pid) + "/fd";
-	DIR *d = opendir(dir.c_str());
-	if (!d)
-		return info;
-	std::set<unsigned> minors;
-	while (dirent *de = readdir(d)) {
-		if (de->d_name[0] == '.')
-			continue;
-		// Only a character device of the NVIDIA major is a GPU: a file that is merely named like one
-		// (/tmp/nvidia0) says nothing about the GPUs a process uses.
-		struct stat st;
-		if (fstatat(dirfd(d), de->d_name, &st, 0) == 0 && is_nvidia_gpu_node(st))
-			minors.insert(minor(st.st_rdev));
-	}
-	closedir(d);
-	info.nvidia_minors.assign(minors.begin(), minors.end());
-	info.reachable_minors = gpu_nodes_in("/proc/" + std::to_string(pid) + "/root/dev");
+	info.nvidia_minors = gpu_minors_in("/proc/" + std::to_string(pid) + "/fd", 0);
 	return info;
+}
+
+std::vector<unsigned> SystemHost::dev_gpu_minors(pid_t pid)
+{
+	return gpu_minors_in("/proc/" + std::to_string(pid) + "/root/dev", AT_SYMLINK_NOFOLLOW);
 }
 
 Result<std::unique_ptr<RunningThread>> SystemHost::let_run(pid_t tid)

@@ -110,8 +110,6 @@ TaskInfo FakeHost::task_info(pid_t pid)
 	t.rss_bytes = 1 << 20;
 	if (auto m = minors.find(pid); m != minors.end())
 		t.nvidia_minors = m->second;
-	if (auto r = reachable.find(pid); r != reachable.end())
-		t.reachable_minors = r->second;
 	return t;
 }
 

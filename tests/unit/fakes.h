@@ -79,6 +79,7 @@ public:
 	bool alive(pid_t pid) override { return !dead.count(pid); }
 	std::vector<GpuInfo> all_gpus; // machine_gpus()
 	std::vector<GpuInfo> machine_gpus() override { return all_gpus; }
+	std::vector<unsigned> dev_gpu_minors(pid_t pid) override { return reachable.count(pid) ? reachable[pid] : std::vector<unsigned>{}; }
 	// memory_map(): each call takes the next snapshot of the pid (the last one repeats; none: empty).
 	std::map<pid_t, std::vector<std::vector<Mapping>>> maps;
 	std::mutex maps_mu; // checkpoint jobs read maps on worker threads
