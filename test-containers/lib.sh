@@ -199,6 +199,15 @@ runc_start() { # ID BUNDLE
 	runc_ run -d --bundle "$2" "$1" </dev/null >/dev/null 2>&1 || fail "runc run $1 failed"
 }
 
+# runc_start_memcheck ID MB: a container running one cuda_memcheck of MB MiB (state in $T/state/one,
+# bundle in $T/bundle), started and verifying its device memory.
+runc_start_memcheck() {
+	make_bundle "$T/bundle" "$(memcheck_cmd one "$2")"
+	runc_start "$1" "$T/bundle"
+	wait_for "the workload to fill its device memory" 20 test -f "$T/state/one"
+	expect_healthy "$T/state/one"
+}
+
 runc_status() { runc_ state "$1" 2>/dev/null | jq -r .status; }
 runc_pid() { runc_ state "$1" 2>/dev/null | jq -r .pid; }
 

@@ -9,10 +9,7 @@ source "$(dirname "$0")/lib.sh"
 ct_setup runc
 runc_setup
 
-make_bundle "$T/bundle" "$(memcheck_cmd one 32)"
-runc_start ct-paused "$T/bundle"
-wait_for "the workload to fill its device memory" 20 test -f "$T/state/one"
-expect_healthy "$T/state/one"
+runc_start_memcheck ct-paused 32
 host_pid=$(runc_pid ct-paused)
 
 expect_paused_as_before() { # WHAT

@@ -7,10 +7,7 @@ source "$(dirname "$0")/lib.sh"
 ct_setup runc
 runc_setup
 
-make_bundle "$T/bundle" "$(memcheck_cmd one 64)"
-runc_start ct-one "$T/bundle"
-wait_for "the workload to fill its device memory" 20 test -f "$T/state/one"
-expect_healthy "$T/state/one"
+runc_start_memcheck ct-one 64
 runc_checkpoint ct-one "$T/img" || fail "runc checkpoint failed"
 runc_ delete -f ct-one 2>/dev/null || true
 at_dump=$(state_value "$T/state/one" iterations)
@@ -37,7 +34,7 @@ ours() {
 	true
 }
 none_left() { [ -z "$(ours)" ]; }
-wait_for "no workload of this test to be left (left: $(ours))" 10 none_left
+wait_for "no workload of this test to be left" 10 none_left
 [ -z "$(pgrep -f "runc --root $RUNC_ROOT")" ] || fail "a runc of this test is still running"
 runc_ delete -f ct-one 2>/dev/null || true
 log "refused restore: runc restore failed in $secs s with the plugin's error, nothing left running"

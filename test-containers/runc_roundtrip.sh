@@ -6,10 +6,7 @@ source "$(dirname "$0")/lib.sh"
 ct_setup runc
 runc_setup
 
-make_bundle "$T/bundle" "$(memcheck_cmd one 64)"
-runc_start ct-one "$T/bundle"
-wait_for "the workload to fill its device memory" 20 test -f "$T/state/one"
-expect_healthy "$T/state/one"
+runc_start_memcheck ct-one 64
 host_pid=$(runc_pid ct-one)
 
 # 1. Checkpoint: the container is gone afterwards (runc's default), the workload stands still.

@@ -38,6 +38,33 @@ protected:
 			add_cuda(pid);
 	}
 
+	// A machine of n GPUs of one model, GPU 0 the one the fake driver lists (the others hidden from CRIU's
+	// driver, listed by the kernel driver only); their minors are their ordinals.
+	std::vector<GpuInfo> machine_of(int n)
+	{
+		std::vector<GpuInfo> gpus{driver.gpus()->front()};
+		for (int i = 1; i < n; i++) {
+			GpuInfo g = gpus[0];
+			g.uuid.bytes[0] = static_cast<uint8_t>(0xcc + i);
+			gpus.push_back(g);
+		}
+		for (int i = 0; i < n; i++)
+			gpus[i].ordinal = i;
+		host.all_gpus = gpus;
+		return gpus;
+	}
+
+	// pids paused, checkpointed and finished by one dump session; what its image records.
+	ImageRecord dump_of(std::initializer_list<pid_t> pids)
+	{
+		DumpSession s(options, host, source());
+		for (pid_t pid : pids)
+			EXPECT_TRUE(s.pause(pid).ok()) << "pid " << pid;
+		EXPECT_TRUE(s.checkpoint(*pids.begin()).ok());
+		EXPECT_TRUE(s.finish(false, false).ok());
+		return s.image_record();
+	}
+
 	// After a rollback: every one of pids runs again.
 	void expect_running(std::initializer_list<pid_t> pids)
 	{
@@ -105,23 +132,14 @@ TEST_F(DumpTest, ImageRecordsTheGpusHeldAndTheMachinesOthers)
 	// The process holds /dev/nvidia0; the kernel driver lists a second GPU that CRIU's driver does not
 	// show (hidden by CUDA_VISIBLE_DEVICES): it is recorded among the other GPUs.
 	add_cuda(10);
-	GpuInfo f = driver.gpus()->front(), hidden;
-	f.ordinal = 0;
-	hidden.ordinal = 1;
-	hidden.uuid.bytes[0] = 0xcd;
-	hidden.name = f.name;
-	host.all_gpus = {f, hidden};
+	std::vector<GpuInfo> g = machine_of(2);
 	host.minors[10] = {0};
-	DumpSession s(options, host, source());
-	ASSERT_TRUE(s.pause(10).ok());
-	ASSERT_TRUE(s.checkpoint(10).ok());
-	ASSERT_TRUE(s.finish(false, false).ok());
-	ImageRecord rec = s.image_record();
+	ImageRecord rec = dump_of({10});
 	ASSERT_EQ(rec.gpus.size(), 1u);
-	EXPECT_EQ(rec.gpus[0].uuid, f.uuid);
-	EXPECT_EQ(rec.processes[0].gpu_uuids, std::vector<GpuUuid>{f.uuid});
+	EXPECT_EQ(rec.gpus[0].uuid, g[0].uuid);
+	EXPECT_EQ(rec.processes[0].gpu_uuids, std::vector<GpuUuid>{g[0].uuid});
 	ASSERT_EQ(rec.other_gpus.size(), 1u);
-	EXPECT_EQ(rec.other_gpus[0].uuid, hidden.uuid);
+	EXPECT_EQ(rec.other_gpus[0].uuid, g[1].uuid);
 	EXPECT_EQ(rec.other_gpus[0].ordinal, -1) << "no CUDA ordinal: CRIU's driver did not list it";
 }
 
@@ -130,23 +148,13 @@ TEST_F(DumpTest, AContainerGivenSomeGpusRecordsOnlyTheOthersItCouldReach)
 	// Measured with runc on two H200s: the container's /dev had nvidia0 only; the driver, restoring it
 	// onto GPU 1, refused a pair for GPU 1 (CUDA_ERROR_INVALID_VALUE), as the process never knew of it.
 	add_cuda(10);
-	GpuInfo f = driver.gpus()->front(), second, third;
-	f.ordinal = 0;
-	second.ordinal = 1;
-	second.uuid.bytes[0] = 0xcd;
-	third.ordinal = 2;
-	third.uuid.bytes[0] = 0xce;
-	host.all_gpus = {f, second, third};
+	std::vector<GpuInfo> g = machine_of(3);
 	host.minors[10] = {0};
 	host.reachable[10] = {0, 2};
-	DumpSession s(options, host, source());
-	ASSERT_TRUE(s.pause(10).ok());
-	ASSERT_TRUE(s.checkpoint(10).ok());
-	ASSERT_TRUE(s.finish(false, false).ok());
-	ImageRecord rec = s.image_record();
+	ImageRecord rec = dump_of({10});
 	ASSERT_EQ(rec.gpus.size(), 1u);
 	ASSERT_EQ(rec.other_gpus.size(), 1u) << "only the GPU whose node the container had";
-	EXPECT_EQ(rec.other_gpus[0].uuid, third.uuid);
+	EXPECT_EQ(rec.other_gpus[0].uuid, g[2].uuid);
 }
 
 TEST_F(DumpTest, AGpuWhoseNodeIsOpenWithoutAContextIsNotHeld)
@@ -154,26 +162,15 @@ TEST_F(DumpTest, AGpuWhoseNodeIsOpenWithoutAContextIsNotHeld)
 	// Measured with JAX under CUDA_VISIBLE_DEVICES=0 on two H200s: /dev/nvidia1 open, a context on GPU 0
 	// only (NVML). GPU 1 is one the driver knew, not one the process used: restoring onto GPU 0 alone
 	// must not need a second GPU.
-	add_cuda(10);
-	add_cuda(11);
-	GpuInfo f = driver.gpus()->front(), second;
-	f.ordinal = 0;
-	second.ordinal = 1;
-	second.uuid.bytes[0] = 0xcd;
-	second.name = f.name;
-	host.all_gpus = {f, second};
+	add_cuda({10, 11});
+	std::vector<GpuInfo> g = machine_of(2);
 	host.minors[10] = {0, 1};
 	host.minors[11] = {0, 1};
-	driver.contexts = std::map<pid_t, std::vector<GpuUuid>>{{10, {f.uuid}}}; // 11: in no list NVML gave
-	DumpSession s(options, host, source());
-	ASSERT_TRUE(s.pause(10).ok());
-	ASSERT_TRUE(s.pause(11).ok());
-	ASSERT_TRUE(s.checkpoint(10).ok());
-	ASSERT_TRUE(s.finish(false, false).ok());
-	ImageRecord rec = s.image_record();
+	driver.contexts = std::map<pid_t, std::vector<GpuUuid>>{{10, {g[0].uuid}}}; // 11: in no list NVML gave
+	ImageRecord rec = dump_of({10, 11});
 	ASSERT_EQ(rec.processes.size(), 2u);
-	EXPECT_EQ(rec.processes[0].gpu_uuids, std::vector<GpuUuid>{f.uuid});
-	EXPECT_EQ(rec.processes[1].gpu_uuids, (std::vector<GpuUuid>{f.uuid, second.uuid})) << "unknown to NVML: its nodes";
+	EXPECT_EQ(rec.processes[0].gpu_uuids, std::vector<GpuUuid>{g[0].uuid});
+	EXPECT_EQ(rec.processes[1].gpu_uuids, (std::vector<GpuUuid>{g[0].uuid, g[1].uuid})) << "unknown to NVML: its nodes";
 }
 
 TEST_F(DumpTest, LeaveRunningReturnsEveryProcessToItsState)
