@@ -53,6 +53,9 @@ std::vector<ProcResult> run_proc_jobs(Host &host, const SharedDriver &driver, st
 	std::vector<std::shared_ptr<std::optional<CudaState>>> after(n);
 	std::vector<Job> runnable;
 	std::vector<size_t> index;
+	// Set once the results are collected: a call that returns after its job was given up asks nothing more
+	// (its restore thread is stopped again by then, so a state query would only block).
+	auto collected = std::make_shared<std::atomic<bool>>(false);
 	for (size_t i = 0; i < n; i++) {
 		auto run = host.let_run(jobs[i].restore_tid);
 		if (!run) {
@@ -63,11 +66,11 @@ std::vector<ProcResult> run_proc_jobs(Host &host, const SharedDriver &driver, st
 		spent[i] = std::make_shared<std::atomic<uint64_t>>(0);
 		after[i] = std::make_shared<std::optional<CudaState>>();
 		runnable.push_back({jobs[i].what, [driver, pid = jobs[i].pid, slot = spent[i], state = after[i],
-						   call = std::move(jobs[i].call)]() {
+						   collected, call = std::move(jobs[i].call)]() {
 					    uint64_t t0 = now_us();
 					    Status st = call(*driver);
 					    *slot = now_us() - t0;
-					    if (!st)
+					    if (!st && !*collected)
 						    if (auto s = driver->state(pid))
 							    *state = *s;
 					    return st;
@@ -76,6 +79,7 @@ std::vector<ProcResult> run_proc_jobs(Host &host, const SharedDriver &driver, st
 	}
 	std::vector<Status> done =
 		run_jobs(std::move(runnable), parallel, timeout_ms, progress ? watch_progress(*progress, jobs, index) : JobWatch());
+	*collected = true;
 	for (size_t k = 0; k < index.size(); k++) {
 		size_t i = index[k];
 		out[i].status = std::move(done[k]);
