@@ -56,10 +56,6 @@ public:
 	}
 };
 
-// Whether st (of an open file) is an NVIDIA GPU's device node: a character device of the NVIDIA major
-// (195), minor below nvidiactl's 255 (the minor is the GPU's device minor).
-bool is_nvidia_gpu_node(const struct stat &st);
-
 class SystemHost final : public Host {
 public:
 	bool uses_libcuda(pid_t pid) override;

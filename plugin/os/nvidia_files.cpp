@@ -16,6 +16,9 @@
 namespace cuda_criu {
 namespace {
 
+constexpr unsigned kNvidiaMajor = 195;
+constexpr unsigned kNvidiaCtlMinor = 255;
+
 std::vector<unsigned> read_nvidia_majors()
 {
 	std::vector<unsigned> majors;
@@ -71,6 +74,11 @@ std::string fd_path(int fd)
 	if (n <= 0)
 		return {};
 	return std::string(target, static_cast<size_t>(n));
+}
+
+bool is_nvidia_gpu_node(const struct stat &st)
+{
+	return S_ISCHR(st.st_mode) && major(st.st_rdev) == kNvidiaMajor && minor(st.st_rdev) < kNvidiaCtlMinor;
 }
 
 bool is_nvidia_device_file(int fd, const struct stat &st)

@@ -14,7 +14,12 @@ namespace cuda_criu {
 // "nvidia-uvm", "nvidia-caps", "nvidia-frontend", "nvidia-nvswitch", ...). Read once per process.
 const std::vector<unsigned> &nvidia_char_majors();
 
-// Whether the file open as fd (stat st) is an NVIDIA device file:
+// Whether st is an NVIDIA GPU's own device node (/dev/nvidiaN): a character device of the NVIDIA major
+// (195, fixed by the driver), minor below nvidiactl's 255 (the minor is the GPU's device minor). The fake
+// GPU makes real nodes of this kind (tests/fakegpu), so no test seam is needed here.
+bool is_nvidia_gpu_node(const struct stat &st);
+
+// Whether the file open as fd (stat st) is an NVIDIA device file, GPU node or not:
 //  - a character device whose major /proc/devices registers under an NVIDIA name;
 //  - TEST SEAM, only while the environment variable FAKEGPU_DIR is set (never in production): a
 //    block or character device node directly under $FAKEGPU_DIR/dev/, the fake GPU's stand-in for

@@ -11,14 +11,12 @@
 #include <set>
 
 #include "os/nvidia.h"
+#include "os/nvidia_files.h"
 #include "os/proc.h"
 #include "os/thread_run.h"
 
 namespace cuda_criu {
 namespace {
-
-constexpr unsigned kNvidiaMajor = 195;
-constexpr unsigned kNvidiaCtlMinor = 255;
 
 class ThreadRunHandle final : public RunningThread {
 public:
@@ -30,11 +28,6 @@ private:
 };
 
 } // namespace
-
-bool is_nvidia_gpu_node(const struct stat &st)
-{
-	return S_ISCHR(st.st_mode) && major(st.st_rdev) == kNvidiaMajor && minor(st.st_rdev) < kNvidiaCtlMinor;
-}
 
 bool SystemHost::uses_libcuda(pid_t pid) { return maps_libcuda(pid); }
 
