@@ -20,6 +20,8 @@
 #   GPU_TESTS_RUNC_REMAP  how runc-remap pairs the GPUs: map (CUDA_CRIU_DEVICE_MAP, default) or auto (no map)
 #   GPU_TESTS_JAX_GPUS  CUDA_VISIBLE_DEVICES of the jax test's workload (default 0; all: every GPU)
 #   GPU_TESTS_RUNC_REMAP_KEEP0  if set, runc-remap's restored container keeps /dev/nvidia0 beside nvidia1
+#   GPU_TESTS_RUNC_WORKLOAD  what runc and runc-remap run in the container: memcheck (cuda_memcheck on 1 GiB,
+#                    default) or torch (torch_workload.py on 2 GiB, with the host's python and PyTorch)
 set -uo pipefail
 
 bundle=$(cd "$(dirname "$0")" && pwd)
@@ -544,9 +546,22 @@ test_framework() {
 }
 
 # runc_prepare DIR: what a runc test needs in DIR: libseccomp for runc, rootfs/ (the host's top directories
-# as mount points or links), state/, runc-root/ and a criu wrapper. Uses name (the test) and runc_bin.
+# as mount points or links), state/, runc-root/, a criu wrapper, and RUNC_WORKLOAD for runc_config from
+# GPU_TESTS_RUNC_WORKLOAD. Uses name (the test) and runc_bin; returns 1 (the test skipped) when the
+# workload cannot run here.
 runc_prepare() {
 	local dir=$1 root=$1/rootfs d
+	case "${GPU_TESTS_RUNC_WORKLOAD:-memcheck}" in
+	memcheck) unset RUNC_WORKLOAD ;;
+	torch)
+		# The container sees the host's /usr: its python must be there, with PyTorch.
+		if ! /usr/bin/python3 -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
+			skipped "$name" "GPU_TESTS_RUNC_WORKLOAD=torch: /usr/bin/python3 has no PyTorch with CUDA"; return 1
+		fi
+		mkdir -p "$dir/state" && cp "$bundle/torch_workload.py" "$dir/state/" || return 1
+		export RUNC_WORKLOAD="/usr/bin/python3 -u /state/torch_workload.py --gb 2 --state /state/one --interval-ms 100" ;;
+	*) failed "$name" "GPU_TESTS_RUNC_WORKLOAD=${GPU_TESTS_RUNC_WORKLOAD}: want memcheck or torch"; return 1 ;;
+	esac
 	# runc re-executes itself (runc init) with an empty environment: its libseccomp must be the system's.
 	if ! ldconfig -p 2>/dev/null | grep -q 'libseccomp\.so\.2 '; then
 		echo "  $name: this machine has no libseccomp.so.2: installing the bundle's copy into /usr/local/lib"
@@ -565,7 +580,7 @@ runc_prepare() {
 }
 
 # runc_config BUNDLE_DIR TEST_DIR DEV_DIR DEVICE...: BUNDLE_DIR/config.json for the rootfs and state/ of
-# TEST_DIR, running cuda_memcheck on 1 GiB with the state file /state/one. The DEVICEs (host paths) are
+# TEST_DIR, running $RUNC_WORKLOAD (default: cuda_memcheck on 1 GiB) with the state file /state/one. The DEVICEs (host paths) are
 # the container's devices (cgroup rules, and nodes runc creates in a tmpfs /dev). With DEV_DIR non-empty,
 # /dev is instead a bind mount of that host directory (filled by the caller): runc then creates no nodes,
 # and CRIU treats /dev as an external mount whose source the restoring config.json names.
@@ -593,7 +608,8 @@ for d in devs:
     ma, mi = os.major(st.st_rdev), os.minor(st.st_rdev)
     devices.append({"path": d, "type": "c", "major": ma, "minor": mi, "fileMode": 0o666, "uid": 0, "gid": 0})
     allow.append({"allow": True, "type": "c", "major": ma, "minor": mi, "access": "rwm"})
-cmd = "exec /opt/bin/cuda_memcheck --mb 1024 --state /state/one --interval-ms 100 2>>/state/one.err"
+cmd = "exec " + os.environ.get("RUNC_WORKLOAD", "/opt/bin/cuda_memcheck --mb 1024 --state /state/one --interval-ms 100") \
+    + " 2>>/state/one.err"
 if devdir:
     # runc reopens stdio that is the host's /dev/null inside the container only when it sets up /dev
     # itself: with /dev bind-mounted the process would keep the host's /dev/null, which CRIU cannot find
@@ -671,7 +687,7 @@ ct_checkpoint() {
 test_runc() {
 	local name=runc dir=$work/runc runc_bin=$bundle/sbin/runc n devs=()
 	[ -x "$runc_bin" ] || { skipped $name "no runc in the bundle"; return; }
-	runc_prepare "$dir"
+	runc_prepare "$dir" || return
 	for n in /dev/nvidiactl /dev/nvidia-uvm /dev/nvidia-uvm-tools /dev/nvidia[0-9]*; do [ -c "$n" ] && devs+=("$n"); done
 	RUNC_BINDIR=$bundle/bin runc_config "$dir" "$dir" "" "${devs[@]}" || { failed $name "cannot write config.json"; return; }
 	"$runc_bin" --version | head -n1 | sed 's/^/  /'
@@ -759,7 +775,7 @@ test_runc_remap() {
 	auto) renv=CUDA_CRIU_DEVICE_MAP= ;;
 	*) failed $name "GPU_TESTS_RUNC_REMAP=$how: want map or auto"; return ;;
 	esac
-	runc_prepare "$dir"
+	runc_prepare "$dir" || return
 	# The nodes are made under $work: a file system mounted nodev there would make them unusable.
 	if findmnt -n -o OPTIONS -T "$dir" | grep -qw nodev; then
 		failed $name "$work is on a file system mounted nodev: set GPU_TESTS_WORK to a folder where device nodes work"; return
