@@ -552,14 +552,18 @@ test_framework() {
 runc_prepare() {
 	local dir=$1 root=$1/rootfs d
 	case "${GPU_TESTS_RUNC_WORKLOAD:-memcheck}" in
-	memcheck) unset RUNC_WORKLOAD ;;
+	memcheck) unset RUNC_WORKLOAD RUNC_BINDS ;;
 	torch)
-		# The container sees the host's /usr: its python must be there, with PyTorch.
-		if ! /usr/bin/python3 -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
-			skipped "$name" "GPU_TESTS_RUNC_WORKLOAD=torch: /usr/bin/python3 has no PyTorch with CUDA"; return 1
+		# The host's python with PyTorch; its prefix (a virtual environment outside /usr, say) is bound
+		# read-only at the same path, beside the host's /usr that its interpreter comes from.
+		local py prefix
+		py=$(command -v "$python")
+		if ! prefix=$("$py" -c 'import sys, torch; assert torch.cuda.is_available(); print(sys.prefix)' 2>/dev/null); then
+			skipped "$name" "GPU_TESTS_RUNC_WORKLOAD=torch: $python has no PyTorch with CUDA"; return 1
 		fi
+		case "$prefix" in /usr | /usr/*) unset RUNC_BINDS ;; *) export RUNC_BINDS=$prefix; mkdir -p "$root$prefix" ;; esac
 		mkdir -p "$dir/state" && cp "$bundle/torch_workload.py" "$dir/state/" || return 1
-		export RUNC_WORKLOAD="/usr/bin/python3 -u /state/torch_workload.py --gb 2 --state /state/one --interval-ms 100" ;;
+		export RUNC_WORKLOAD="$py -u /state/torch_workload.py --gb 2 --state /state/one --interval-ms 100" ;;
 	*) failed "$name" "GPU_TESTS_RUNC_WORKLOAD=${GPU_TESTS_RUNC_WORKLOAD}: want memcheck or torch"; return 1 ;;
 	esac
 	# runc re-executes itself (runc init) with an empty environment: its libseccomp must be the system's.
@@ -580,7 +584,8 @@ runc_prepare() {
 }
 
 # runc_config BUNDLE_DIR TEST_DIR DEV_DIR DEVICE...: BUNDLE_DIR/config.json for the rootfs and state/ of
-# TEST_DIR, running $RUNC_WORKLOAD (default: cuda_memcheck on 1 GiB) with the state file /state/one. The DEVICEs (host paths) are
+# TEST_DIR, running $RUNC_WORKLOAD (default: cuda_memcheck on 1 GiB) with the state file /state/one; the
+# host folders in $RUNC_BINDS (colon-separated) are bound read-only at their own paths. The DEVICEs (host paths) are
 # the container's devices (cgroup rules, and nodes runc creates in a tmpfs /dev). With DEV_DIR non-empty,
 # /dev is instead a bind mount of that host directory (filled by the caller): runc then creates no nodes,
 # and CRIU treats /dev as an external mount whose source the restoring config.json names.
@@ -598,6 +603,7 @@ tops = [b[0] for b in binds]
 with open("/proc/self/mountinfo") as f:
     subs = sorted({l.split()[4] for l in f}, key=len)
 binds += [(m, m, "ro") for m in subs if any(m.startswith(t + "/") for t in tops)]
+binds += [(p, p, "ro") for p in os.environ.get("RUNC_BINDS", "").split(":") if p]
 binds += [(bindir, "/opt/bin", "ro"), (dir + "/state", "/state", "rw")]
 devices, allow = [], [{"allow": False, "access": "rwm"}]
 if devdir:
