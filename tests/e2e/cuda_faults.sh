@@ -239,6 +239,15 @@ restore_must_fail unlock-hangs "$CRIU" none "no answer from the driver after 100
 	FAKEGPU_HANG_MS=600000 CUDA_CRIU_RESTORE_TIMEOUT=1
 [ "$RESTORE_RC" -ne 0 ] || fail "a hung unlock was reported as success"
 log "restore failures with our CRIU (errors and hangs of restore and unlock): restore fails (exit $RESTORE_RC), nothing left running"
+# The driver never finishes loading in CRIU (cuInit of the restore's warm-up, from POST_FORKING): the first
+# RESUME_DEVICES_LATE waits its 60 s, then fails naming the pid; CRIU exits although cuInit still sleeps.
+t0=$SECONDS
+restore_must_fail warmup-hangs "$CRIU" none "loading the CUDA driver .cuInit, NVML. gave no answer within 60 s" \
+	FAKEGPU_INIT_MS=600000
+[ "$RESTORE_RC" -ne 0 ] || fail "warmup-hangs: a driver that never loaded was reported as success"
+[ $((SECONDS - t0)) -lt 90 ] || fail "warmup-hangs: took $((SECONDS - t0)) s"
+wait_for "warmup-hangs: CRIU and its guard to exit" 10 criu_gone "$T/img-warmup-hangs"
+log "the driver never loads in CRIU: restore failed after $((SECONDS - t0)) s naming the pid, nothing left running"
 
 # restore_tree_must_fail NAME VAR OP: dumps a tree of two CUDA processes and restores it with VAR=OP:CHILD
 # (OP alone for FAKEGPU_KILL_CALLER) for CRIU; the restore must fail and leave no process of the tree nor
