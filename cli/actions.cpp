@@ -416,7 +416,19 @@ int cmd_action(const std::string &action, const Args &args)
 	exit_program(rc, abandoned);
 }
 
-int cmd_compat(const std::string &program, const Args &args)
+namespace {
+
+// What a cuda-checkpoint command line asks: one pid, and a driver action (plan) or one of the queries.
+struct CompatRequest {
+	enum class Query { None, State, RestoreTid } query = Query::None;
+	pid_t pid = 0;
+	Plan plan;
+	std::optional<unsigned> timeout_ms;
+};
+
+// Parses cuda-checkpoint's options into r; returns the exit status when the command ends here (help, or
+// a usage error or bad device map, already printed), nullopt when r is to be carried out.
+std::optional<int> parse_compat(const std::string &program, const Args &args, CompatRequest &r)
 {
 	auto usage = [&](const std::string &msg) {
 		std::fprintf(stderr, "%s: %s\nTry '%s --help'.\n", program.c_str(), msg.c_str(), program.c_str());
@@ -449,24 +461,25 @@ int cmd_compat(const std::string &program, const Args &args)
 	auto pid = parse_pid(*pid_text);
 	if (!pid)
 		return usage("--pid: " + pid.error().message());
+	r.pid = *pid;
 
-	Plan plan;
 	if (const std::string *act = a.value("--action")) {
 		if (*act != "lock" && *act != "checkpoint" && *act != "restore" && *act != "unlock")
 			return usage("--action '" + *act + "': expected lock, checkpoint, restore or unlock");
-		plan.action = *act;
+		r.plan.action = *act;
 	} else if (a.has("--toggle")) {
-		plan.action = "toggle";
+		r.plan.action = "toggle";
+	} else {
+		r.query = a.has("--get-state") ? CompatRequest::Query::State : CompatRequest::Query::RestoreTid;
 	}
-	std::optional<unsigned> timeout_ms;
 	if (const std::string *t = a.value("--timeout")) {
 		auto ms = parse_milliseconds(*t);
 		if (!ms)
 			return usage("--timeout: " + ms.error().message());
-		timeout_ms = *ms;
+		r.timeout_ms = *ms;
 	}
 	if (const std::string *m = a.value("--device-map")) {
-		if (plan.action != "restore" && plan.action != "toggle")
+		if (r.plan.action != "restore" && r.plan.action != "toggle")
 			return usage("--device-map goes with --action restore or --toggle");
 		bool map_usage = false;
 		auto pairs = device_map_pairs(*m, &map_usage);
@@ -476,8 +489,18 @@ int cmd_compat(const std::string &program, const Args &args)
 			std::fprintf(stderr, "%s: --device-map: %s\n", program.c_str(), pairs.error().message().c_str());
 			return kExitFailure;
 		}
-		plan.pairs = std::move(*pairs);
+		r.plan.pairs = std::move(*pairs);
 	}
+	return std::nullopt;
+}
+
+} // namespace
+
+int cmd_compat(const std::string &program, const Args &args)
+{
+	CompatRequest r;
+	if (auto done = parse_compat(program, args, r))
+		return *done;
 	auto options = load_options_from_environment();
 	if (!options) {
 		std::fprintf(stderr, "%s: %s\n", program.c_str(), options.error().message().c_str());
@@ -489,27 +512,27 @@ int cmd_compat(const std::string &program, const Args &args)
 		return kExitFailure;
 	}
 	auto fail = [&](const char *what, const Error &e) {
-		std::fprintf(stderr, "%s: %s pid %d: %s\n", program.c_str(), what, *pid,
-			     explain_process_error(*pid, e).message().c_str());
+		std::fprintf(stderr, "%s: %s pid %d: %s\n", program.c_str(), what, r.pid,
+			     explain_process_error(r.pid, e).message().c_str());
 		return kExitFailure;
 	};
-	if (a.has("--get-state")) {
-		auto s = (*d)->state(*pid);
+	if (r.query == CompatRequest::Query::State) {
+		auto s = (*d)->state(r.pid);
 		if (!s)
 			return fail("get-state", s.error());
 		std::printf("%s\n", to_string(*s));
 		return kExitOk;
 	}
-	if (a.has("--get-restore-tid")) {
-		auto tid = (*d)->restore_thread_id(*pid);
+	if (r.query == CompatRequest::Query::RestoreTid) {
+		auto tid = (*d)->restore_thread_id(r.pid);
 		if (!tid)
 			return fail("get-restore-tid", tid.error());
 		std::printf("%d\n", *tid);
 		return kExitOk;
 	}
-	set_timeouts(plan, *options, timeout_ms);
+	set_timeouts(r.plan, *options, r.timeout_ms);
 	bool abandoned = false;
-	std::vector<ActionResult> outcomes = run_plan(**d, {*pid}, plan, *options, program + ": ", abandoned);
+	std::vector<ActionResult> outcomes = run_plan(**d, {r.pid}, r.plan, *options, program + ": ", abandoned);
 	int rc = kExitOk;
 	if (!outcomes[0].status) {
 		std::fprintf(stderr, "%s: %s\n", program.c_str(), outcomes[0].status.error().message().c_str());

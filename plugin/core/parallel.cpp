@@ -21,94 +21,132 @@ struct Shared {
 	std::vector<std::optional<Status>> results;
 };
 
+// The waiting thread's view of the jobs: which started when, which have ended, and their results.
+class Tracker {
+public:
+	Tracker(std::vector<Job> &jobs, Shared &shared) : jobs_(jobs), shared_(shared), started_(jobs.size()),
+		out_(jobs.size()), finished_(jobs.size(), false)
+	{
+	}
+
+	size_t size() const { return jobs_.size(); }
+	bool all_done() const { return done_ == size(); }
+	bool may_start(unsigned max_parallel) const { return running_ < max_parallel && next_ < size(); }
+	const std::vector<bool> &finished() const { return finished_; }
+	std::vector<Status> take() { return std::move(out_); }
+
+	// Starts the next job on a thread of its own.
+	void start_next(const std::shared_ptr<Shared> &shared)
+	{
+		size_t i = next_++;
+		started_[i] = Clock::now();
+		running_++;
+		std::thread([shared, i, job = std::move(jobs_[i].run)] {
+			use_own_fs_context();
+			Status st = job();
+			std::lock_guard<std::mutex> g(shared->mu);
+			shared->results[i] = std::move(st);
+			shared->cv.notify_all();
+		}).detach();
+	}
+
+	// Takes the results that came and times out the jobs past their deadline; returns the earliest
+	// deadline still ahead. Called with shared.mu held.
+	std::optional<Clock::time_point> collect(unsigned timeout_ms)
+	{
+		auto now = Clock::now();
+		std::optional<Clock::time_point> earliest;
+		for (size_t i = 0; i < size(); i++) {
+			if (!waiting(i))
+				continue;
+			if (shared_.results[i]) {
+				Status st = std::move(*shared_.results[i]);
+				if (!st)
+					st = std::move(st).error().context("%s", jobs_[i].what.c_str());
+				end(i, std::move(st));
+			} else if (timeout_ms && now - *started_[i] >= std::chrono::milliseconds(timeout_ms)) {
+				end(i, make_error(ETIMEDOUT, "%s: no answer from the driver after %u ms", jobs_[i].what.c_str(),
+						  timeout_ms));
+			} else if (timeout_ms) {
+				auto deadline = *started_[i] + std::chrono::milliseconds(timeout_ms);
+				if (!earliest || deadline < *earliest)
+					earliest = deadline;
+			}
+		}
+		return earliest;
+	}
+
+	// Gives up the jobs the watch names, unless they have ended meanwhile. Called with shared.mu held.
+	void give_up(std::vector<std::pair<size_t, Error>> &jobs)
+	{
+		for (auto &[i, err] : jobs)
+			if (i < size() && waiting(i) && !shared_.results[i])
+				end(i, std::move(err).context("%s", jobs_[i].what.c_str()));
+	}
+
+	// Whether a running job has a result to collect. Called with shared.mu held.
+	bool any_result() const
+	{
+		for (size_t i = 0; i < size(); i++)
+			if (waiting(i) && shared_.results[i])
+				return true;
+		return false;
+	}
+
+private:
+	bool waiting(size_t i) const { return started_[i] && !finished_[i]; }
+	void end(size_t i, Status st)
+	{
+		out_[i] = std::move(st);
+		finished_[i] = true;
+		running_--;
+		done_++;
+	}
+
+	std::vector<Job> &jobs_;
+	Shared &shared_;
+	std::vector<std::optional<Clock::time_point>> started_;
+	std::vector<Status> out_;
+	std::vector<bool> finished_;
+	size_t next_ = 0, running_ = 0, done_ = 0;
+};
+
 } // namespace
 
 std::vector<Status> run_jobs(std::vector<Job> jobs, unsigned max_parallel, unsigned timeout_ms,
 			     const JobWatch &watch, unsigned watch_every_ms)
 {
-	const size_t n = jobs.size();
-	if (max_parallel == 0 || max_parallel > n)
-		max_parallel = static_cast<unsigned>(n);
+	if (max_parallel == 0 || max_parallel > jobs.size())
+		max_parallel = static_cast<unsigned>(jobs.size());
 	auto shared = std::make_shared<Shared>();
-	shared->results.resize(n);
-
-	std::vector<std::optional<Clock::time_point>> started(n);
-	std::vector<Status> out(n);
-	std::vector<bool> finished(n, false);
-	size_t next = 0, running = 0, done = 0;
+	shared->results.resize(jobs.size());
+	Tracker t(jobs, *shared);
 	auto next_watch = Clock::now() + std::chrono::milliseconds(watch_every_ms);
 
 	std::unique_lock<std::mutex> lock(shared->mu);
-	while (done < n) {
-		while (running < max_parallel && next < n) {
-			size_t i = next++;
-			started[i] = Clock::now();
-			running++;
-			std::thread([shared, i, job = std::move(jobs[i].run)] {
-				use_own_fs_context();
-				Status st = job();
-				std::lock_guard<std::mutex> g(shared->mu);
-				shared->results[i] = std::move(st);
-				shared->cv.notify_all();
-			}).detach();
-		}
-		// Collect finished jobs and those past their deadline.
-		auto now = Clock::now();
-		std::optional<Clock::time_point> earliest;
-		for (size_t i = 0; i < n; i++) {
-			if (finished[i] || !started[i])
-				continue;
-			if (shared->results[i]) {
-				out[i] = std::move(*shared->results[i]);
-				if (!out[i])
-					out[i] = std::move(out[i]).error().context("%s", jobs[i].what.c_str());
-			} else if (timeout_ms && now - *started[i] >= std::chrono::milliseconds(timeout_ms)) {
-				out[i] = make_error(ETIMEDOUT, "%s: no answer from the driver after %u ms", jobs[i].what.c_str(),
-						    timeout_ms);
-			} else {
-				if (timeout_ms) {
-					auto deadline = *started[i] + std::chrono::milliseconds(timeout_ms);
-					if (!earliest || deadline < *earliest)
-						earliest = deadline;
-				}
-				continue;
-			}
-			finished[i] = true;
-			running--;
-			done++;
-		}
-		if (done == n || (running < max_parallel && next < n))
+	while (!t.all_done()) {
+		while (t.may_start(max_parallel))
+			t.start_next(shared);
+		auto earliest = t.collect(timeout_ms);
+		if (t.all_done() || t.may_start(max_parallel))
 			continue;
-		if (watch && now >= next_watch) {
+		if (watch && Clock::now() >= next_watch) {
 			// Unlocked: the watch reads /proc and may ask the driver; workers must not wait on it.
 			lock.unlock();
-			auto give_up = watch(finished);
+			auto give_up = watch(t.finished());
 			lock.lock();
 			next_watch = Clock::now() + std::chrono::milliseconds(watch_every_ms);
-			for (auto &[i, err] : give_up) {
-				if (i >= n || finished[i] || !started[i] || shared->results[i])
-					continue;
-				out[i] = std::move(err).context("%s", jobs[i].what.c_str());
-				finished[i] = true;
-				running--;
-				done++;
-			}
+			t.give_up(give_up);
 			continue;
 		}
 		if (watch && (!earliest || next_watch < *earliest))
 			earliest = next_watch;
-		auto any_result = [&] {
-			for (size_t i = 0; i < n; i++)
-				if (!finished[i] && started[i] && shared->results[i])
-					return true;
-			return false;
-		};
 		if (earliest)
-			shared->cv.wait_until(lock, *earliest, any_result);
+			shared->cv.wait_until(lock, *earliest, [&] { return t.any_result(); });
 		else
-			shared->cv.wait(lock, any_result);
+			shared->cv.wait(lock, [&] { return t.any_result(); });
 	}
-	return out;
+	return t.take();
 }
 
 } // namespace cuda_criu
