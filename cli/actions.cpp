@@ -339,6 +339,39 @@ Result<std::vector<GpuPair>> device_map_pairs(const std::string &text, bool *usa
 	return plan_live_device_map(*map, *here, SystemHost().machine_gpus());
 }
 
+// Shows what became of each process (a line each, errors on stderr; or one JSON object) and returns the
+// exit status.
+int show_outcomes(const std::vector<ActionResult> &outcomes, bool json)
+{
+	int rc = kExitOk;
+	JsonWriter j;
+	j.begin_object().key("processes").begin_array();
+	for (const ActionResult &o : outcomes) {
+		if (!o.status)
+			rc = kExitFailure;
+		j.begin_object().field("pid", o.pid).field("ok", o.status.ok());
+		if (o.state_after)
+			j.field("state", to_string(*o.state_after));
+		else
+			j.key("state").null();
+		if (o.status)
+			j.key("error").null();
+		else
+			j.field("error", o.status.error().message());
+		j.end_object();
+		if (json)
+			continue;
+		if (!o.status)
+			std::fprintf(stderr, "cuda-criu: %s\n", o.status.error().message().c_str());
+		else
+			std::printf("%d %s\n", o.pid, o.state_after ? to_string(*o.state_after) : "unknown");
+	}
+	j.end_array().end_object();
+	if (json)
+		std::fputs(j.str().c_str(), stdout);
+	return rc;
+}
+
 } // namespace
 
 int cmd_action(const std::string &action, const Args &args)
@@ -387,33 +420,7 @@ int cmd_action(const std::string &action, const Args &args)
 	bool abandoned = false;
 	std::vector<ActionResult> outcomes = run_plan(**d, pids, plan, *options, "cuda-criu: ", abandoned);
 
-	int rc = kExitOk;
-	JsonWriter j;
-	j.begin_object().key("processes").begin_array();
-	for (const ActionResult &o : outcomes) {
-		if (!o.status)
-			rc = kExitFailure;
-		j.begin_object().field("pid", o.pid).field("ok", o.status.ok());
-		if (o.state_after)
-			j.field("state", to_string(*o.state_after));
-		else
-			j.key("state").null();
-		if (o.status)
-			j.key("error").null();
-		else
-			j.field("error", o.status.error().message());
-		j.end_object();
-		if (a.has("--json"))
-			continue;
-		if (!o.status)
-			std::fprintf(stderr, "cuda-criu: %s\n", o.status.error().message().c_str());
-		else
-			std::printf("%d %s\n", o.pid, o.state_after ? to_string(*o.state_after) : "unknown");
-	}
-	j.end_array().end_object();
-	if (a.has("--json"))
-		std::fputs(j.str().c_str(), stdout);
-	exit_program(rc, abandoned);
+	exit_program(show_outcomes(outcomes, a.has("--json")), abandoned);
 }
 
 namespace {
