@@ -96,20 +96,49 @@ bool exists(const std::string &path)
 
 // ---- driver and GPUs ----
 
+constexpr const char *kNoGpuHint =
+	"this machine shows no NVIDIA GPU (no /proc/driver/nvidia/gpus entry): nothing to checkpoint here "
+	"(--require-gpu makes this a failure)";
+
+// The GPUs the driver sees, each with its free memory. missing: the level when there are none;
+// none_hint: the hint then.
+void check_gpus(Checks &c, Facts &facts, const std::string &libcuda, Level missing, const char *none_hint)
+{
+	auto d = load_libcuda(libcuda);
+	if (!d) {
+		c.add("gpus", missing, d.error().message(), "is the NVIDIA kernel module loaded and /dev/nvidia* present?");
+		return;
+	}
+	auto gpus = (*d)->gpus();
+	if (!gpus) {
+		c.add("gpus", missing, gpus.error().message());
+		return;
+	}
+	if (gpus->empty()) {
+		c.add("gpus", missing, "the driver sees no GPU", none_hint);
+		return;
+	}
+	for (GpuInfo &g : *gpus) {
+		g.free_bytes = (*d)->free_bytes(g.uuid);
+		std::string free = g.free_bytes ? " (" + human_bytes(g.free_bytes) + " free)" : "";
+		c.add(format("gpu%d", g.ordinal), Level::Ok,
+		      format("%s %s, %s%s, %s", g.uuid.str().c_str(), g.name.c_str(), human_bytes(g.memory_bytes).c_str(),
+			     free.c_str(), g.pci_bus_id.c_str()));
+	}
+	facts.gpus = std::move(*gpus);
+}
+
 void check_driver(Checks &c, Facts &facts, const CheckOptions &o, const std::string &libcuda)
 {
 	const bool gpu_expected = o.require_gpu || nvidia_driver_present(libcuda);
 	const Level missing = gpu_expected ? Level::Fail : Level::Warn;
-	const std::string no_gpu_hint =
-		"this machine shows no NVIDIA GPU (no /proc/driver/nvidia/gpus entry): nothing to checkpoint here "
-		"(--require-gpu makes this a failure)";
 	// Opened (not initialised) first: the library may lack the checkpoint API, which is reported below.
 	auto lib = open_libcuda(libcuda);
 	if (!lib) {
 		c.add("driver", missing, lib.error().message(),
 		      gpu_expected ? "install the NVIDIA driver (r570 or newer), or set CUDA_CRIU_LIBCUDA to the path of "
 				     "libcuda.so.1"
-				   : no_gpu_hint);
+				   : kNoGpuHint);
 		return;
 	}
 	facts.driver_loaded = true;
@@ -143,30 +172,9 @@ void check_driver(Checks &c, Facts &facts, const CheckOptions &o, const std::str
 	facts.checkpoint_api = true;
 	c.add("checkpoint-api", Level::Ok, "cuCheckpointProcess{Lock,Checkpoint,Restore,Unlock,GetState,GetRestoreThreadId}");
 
-	auto d = load_libcuda(libcuda);
-	if (!d) {
-		c.add("gpus", missing, d.error().message(), "is the NVIDIA kernel module loaded and /dev/nvidia* present?");
-		return;
-	}
-	auto gpus = (*d)->gpus();
-	if (!gpus) {
-		c.add("gpus", missing, gpus.error().message());
-		return;
-	}
-	if (gpus->empty()) {
-		c.add("gpus", missing, "the driver sees no GPU",
-		      gpu_expected ? "check CUDA_VISIBLE_DEVICES and that the GPUs are not excluded or in a fault state"
-				   : no_gpu_hint);
-		return;
-	}
-	for (GpuInfo &g : *gpus) {
-		g.free_bytes = (*d)->free_bytes(g.uuid);
-		std::string free = g.free_bytes ? " (" + human_bytes(g.free_bytes) + " free)" : "";
-		c.add(format("gpu%d", g.ordinal), Level::Ok,
-		      format("%s %s, %s%s, %s", g.uuid.str().c_str(), g.name.c_str(), human_bytes(g.memory_bytes).c_str(),
-			     free.c_str(), g.pci_bus_id.c_str()));
-	}
-	facts.gpus = std::move(*gpus);
+	check_gpus(c, facts, libcuda, missing,
+		   gpu_expected ? "check CUDA_VISIBLE_DEVICES and that the GPUs are not excluded or in a fault state"
+				: kNoGpuHint);
 }
 
 // NVML tells a restore how much memory is free on each GPU; without it only the total is checked.
