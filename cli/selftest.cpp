@@ -208,7 +208,7 @@ public:
 		std::fflush(stdout);
 	}
 
-	int finish(const roundtrip::RunInfo &run, const std::vector<Step> &steps) const override
+	int show_result(const roundtrip::RunInfo &run, const std::vector<Step> &steps) const override
 	{
 		bool passed = !roundtrip::failed_step(steps);
 		if (passed)

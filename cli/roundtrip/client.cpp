@@ -13,7 +13,7 @@ std::string RoundtripClient::criu_hint(const Step &s, const CriuResult &r) const
 	return r.timed_out ? format("a larger program may need a longer --%s-timeout", s.name.c_str()) : std::string();
 }
 
-int RoundtripClient::finish(const RunInfo &run, const std::vector<Step> &steps) const
+int RoundtripClient::show_result(const RunInfo &run, const std::vector<Step> &steps) const
 {
 	int status = kExitOk;
 	if (const Step *failed = failed_step(steps))

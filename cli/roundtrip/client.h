@@ -91,7 +91,7 @@ public:
 	// A step that has ended.
 	virtual void print(const Step &s) const = 0;
 	// After the cleanup: shows the result, writes reports, and returns the exit status.
-	virtual int finish(const RunInfo &run, const std::vector<Step> &steps) const = 0;
+	virtual int show_result(const RunInfo &run, const std::vector<Step> &steps) const = 0;
 };
 
 // cuda-criu roundtrip's own client: its --dir, its table, the JSON and JUnit reports.
@@ -105,7 +105,7 @@ public:
 	void heading() const override { print_heading(o_.name, o_.command); }
 	std::string criu_hint(const Step &s, const CriuResult &r) const override;
 	void print(const Step &s) const override { print_step(s); }
-	int finish(const RunInfo &run, const std::vector<Step> &steps) const override;
+	int show_result(const RunInfo &run, const std::vector<Step> &steps) const override;
 
 private:
 	const RoundtripOptions &o_;

@@ -52,7 +52,8 @@ public:
 	int run();
 
 private:
-	enum class Outcome { Passed, Failed, NotRun, Interrupted };
+	// How one run of the health command ended.
+	enum class HealthRun { Passed, Failed, NotRun, Interrupted };
 
 	// steps
 	void plan();
@@ -74,7 +75,7 @@ private:
 	bool await_health(Step &s, Baseline &b, Clock::time_point deadline, const char *phase, std::string &what);
 	bool health_timed_out(Step &s, const Baseline &b, const std::string &last);
 	bool settle(Step &s, std::string &what);
-	Outcome run_health_cmd(Clock::time_point deadline, unsigned cycle, const char *phase, std::string &result);
+	HealthRun run_health_cmd(Clock::time_point deadline, unsigned cycle, const char *phase, std::string &result);
 	// a cycle
 	bool criu_failed(Step &s, const CriuResult &r);
 	std::string images(unsigned cycle) const { return client_.images(cycle); }
@@ -127,7 +128,7 @@ int Roundtrip::run()
 		good = cycle(c);
 	cleanup();
 
-	int status = client_.finish(run_info(), steps_);
+	int status = client_.show_result(run_info(), steps_);
 	std::fflush(stdout);
 	handlers.restore();
 	if (int signo = caught_signal(); signo != 0) {
@@ -373,12 +374,12 @@ bool Roundtrip::await_health(Step &s, Baseline &b, Clock::time_point deadline, c
 		if (!going_on(s, "", ""))
 			return false;
 		if (!o_.health_cmd.empty()) {
-			Outcome r = run_health_cmd(deadline, s.cycle, phase, last);
-			if (r == Outcome::Interrupted)
+			HealthRun r = run_health_cmd(deadline, s.cycle, phase, last);
+			if (r == HealthRun::Interrupted)
 				return fail_interrupted(s);
-			if (r == Outcome::NotRun)
+			if (r == HealthRun::NotRun)
 				return fail(s, "the health command: " + last);
-			if (r == Outcome::Passed) {
+			if (r == HealthRun::Passed) {
 				if (std::string how = root_ended(); !how.empty())
 					return fail(s, ended_message(how), {tail_of(program_log_)});
 				what = "the health command passed";
@@ -424,13 +425,13 @@ bool Roundtrip::settle(Step &s, std::string &what)
 }
 
 // One run of the health command, killed at deadline. result: how it ended.
-Roundtrip::Outcome Roundtrip::run_health_cmd(Clock::time_point deadline, unsigned cycle, const char *phase,
+Roundtrip::HealthRun Roundtrip::run_health_cmd(Clock::time_point deadline, unsigned cycle, const char *phase,
 					     std::string &result)
 {
 	auto out = work_.create_file("health.out");
 	if (!out) {
 		result = out.error().message();
-		return Outcome::NotRun;
+		return HealthRun::NotRun;
 	}
 	SpawnOptions so;
 	so.argv = {"/bin/sh", "-c", o_.health_cmd};
@@ -443,28 +444,28 @@ Roundtrip::Outcome Roundtrip::run_health_cmd(Clock::time_point deadline, unsigne
 	auto child = Child::spawn(so);
 	if (!child) {
 		result = child.error().message();
-		return Outcome::NotRun;
+		return HealthRun::NotRun;
 	}
 	for (;;) {
 		auto st = child->wait(static_cast<unsigned>(kPollMs));
 		if (st) {
 			if (WIFEXITED(*st) && WEXITSTATUS(*st) == 0)
-				return Outcome::Passed;
+				return HealthRun::Passed;
 			result = describe_wait_status(*st);
-			return Outcome::Failed;
+			return HealthRun::Failed;
 		}
 		if (st.error().errno_value() != ETIMEDOUT) {
 			result = st.error().message();
-			return Outcome::NotRun;
+			return HealthRun::NotRun;
 		}
 		bool late = Clock::now() >= deadline;
 		if (interrupted() || late) {
 			kill(-child->pid(), SIGKILL); // not reaped yet: the group still exists
 			child->kill_and_reap();
 			if (!late)
-				return Outcome::Interrupted;
+				return HealthRun::Interrupted;
 			result = "it was still running at the deadline (killed)";
-			return Outcome::Failed;
+			return HealthRun::Failed;
 		}
 	}
 }
