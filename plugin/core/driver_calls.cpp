@@ -1,6 +1,7 @@
 #include "core/driver_calls.h"
 
 #include <atomic>
+#include <mutex>
 
 #include "base/format.h"
 #include "base/log.h"
@@ -54,8 +55,13 @@ std::vector<ProcResult> run_proc_jobs(Host &host, const SharedDriver &driver, st
 	std::vector<Job> runnable;
 	std::vector<size_t> index;
 	// Set once the results are collected: a call that returns after its job was given up asks nothing more
-	// (its restore thread is stopped again by then, so a state query would only block).
-	auto collected = std::make_shared<std::atomic<bool>>(false);
+	// (its restore thread is stopped again by then, so a state query would only block), and a state query
+	// that was under way then writes nothing the caller reads.
+	struct Collected {
+		std::mutex mu;
+		bool done = false;
+	};
+	auto collected = std::make_shared<Collected>();
 	for (size_t i = 0; i < n; i++) {
 		auto run = host.let_run(jobs[i].restore_tid);
 		if (!run) {
@@ -70,16 +76,26 @@ std::vector<ProcResult> run_proc_jobs(Host &host, const SharedDriver &driver, st
 					    uint64_t t0 = now_us();
 					    Status st = call(*driver);
 					    *slot = now_us() - t0;
-					    if (!st && !*collected)
-						    if (auto s = driver->state(pid))
-							    *state = *s;
+					    auto still_collecting = [&] {
+						    std::lock_guard<std::mutex> g(collected->mu);
+						    return !collected->done;
+					    };
+					    if (st || !still_collecting())
+						    return st;
+					    auto s = driver->state(pid);
+					    std::lock_guard<std::mutex> g(collected->mu);
+					    if (s && !collected->done)
+						    *state = *s;
 					    return st;
 				    }});
 		index.push_back(i);
 	}
 	std::vector<Status> done =
 		run_jobs(std::move(runnable), parallel, timeout_ms, progress ? watch_progress(*progress, jobs, index) : JobWatch());
-	*collected = true;
+	{
+		std::lock_guard<std::mutex> g(collected->mu);
+		collected->done = true;
+	}
 	for (size_t k = 0; k < index.size(); k++) {
 		size_t i = index[k];
 		out[i].status = std::move(done[k]);
