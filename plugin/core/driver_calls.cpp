@@ -76,12 +76,13 @@ std::vector<ProcResult> run_proc_jobs(Host &host, const SharedDriver &driver, st
 					    uint64_t t0 = now_us();
 					    Status st = call(*driver);
 					    *slot = now_us() - t0;
-					    auto still_collecting = [&] {
-						    std::lock_guard<std::mutex> g(collected->mu);
-						    return !collected->done;
-					    };
-					    if (st || !still_collecting())
+					    if (st)
 						    return st;
+					    {
+						    std::lock_guard<std::mutex> g(collected->mu);
+						    if (collected->done)
+							    return st;
+					    }
 					    auto s = driver->state(pid);
 					    std::lock_guard<std::mutex> g(collected->mu);
 					    if (s && !collected->done)

@@ -24,9 +24,11 @@ struct Shared {
 // The waiting thread's view of the jobs: which started when, which have ended, and their results.
 class Tracker {
 public:
-	Tracker(std::vector<Job> &jobs, Shared &shared) : jobs_(jobs), shared_(shared), started_(jobs.size()),
-		out_(jobs.size()), finished_(jobs.size(), false)
+	Tracker(std::vector<Job> &jobs, std::shared_ptr<Shared> shared)
+		: jobs_(jobs), shared_(std::move(shared)), started_(jobs.size()), out_(jobs.size()),
+		  finished_(jobs.size(), false)
 	{
+		shared_->results.resize(jobs.size());
 	}
 
 	size_t size() const { return jobs_.size(); }
@@ -36,12 +38,12 @@ public:
 	std::vector<Status> take() { return std::move(out_); }
 
 	// Starts the next job on a thread of its own.
-	void start_next(const std::shared_ptr<Shared> &shared)
+	void start_next()
 	{
 		size_t i = next_++;
 		started_[i] = Clock::now();
 		running_++;
-		std::thread([shared, i, job = std::move(jobs_[i].run)] {
+		std::thread([shared = shared_, i, job = std::move(jobs_[i].run)] {
 			use_own_fs_context();
 			Status st = job();
 			std::lock_guard<std::mutex> g(shared->mu);
@@ -59,8 +61,8 @@ public:
 		for (size_t i = 0; i < size(); i++) {
 			if (!waiting(i))
 				continue;
-			if (shared_.results[i]) {
-				Status st = std::move(*shared_.results[i]);
+			if (shared_->results[i]) {
+				Status st = std::move(*shared_->results[i]);
 				if (!st)
 					st = std::move(st).error().context("%s", jobs_[i].what.c_str());
 				end(i, std::move(st));
@@ -80,7 +82,7 @@ public:
 	void give_up(std::vector<std::pair<size_t, Error>> &jobs)
 	{
 		for (auto &[i, err] : jobs)
-			if (i < size() && waiting(i) && !shared_.results[i])
+			if (i < size() && waiting(i) && !shared_->results[i])
 				end(i, std::move(err).context("%s", jobs_[i].what.c_str()));
 	}
 
@@ -88,7 +90,7 @@ public:
 	bool any_result() const
 	{
 		for (size_t i = 0; i < size(); i++)
-			if (waiting(i) && shared_.results[i])
+			if (waiting(i) && shared_->results[i])
 				return true;
 		return false;
 	}
@@ -104,7 +106,7 @@ private:
 	}
 
 	std::vector<Job> &jobs_;
-	Shared &shared_;
+	std::shared_ptr<Shared> shared_; // the workers hold it too: an abandoned one outlives run_jobs
 	std::vector<std::optional<Clock::time_point>> started_;
 	std::vector<Status> out_;
 	std::vector<bool> finished_;
@@ -119,14 +121,13 @@ std::vector<Status> run_jobs(std::vector<Job> jobs, unsigned max_parallel, unsig
 	if (max_parallel == 0 || max_parallel > jobs.size())
 		max_parallel = static_cast<unsigned>(jobs.size());
 	auto shared = std::make_shared<Shared>();
-	shared->results.resize(jobs.size());
-	Tracker t(jobs, *shared);
+	Tracker t(jobs, shared);
 	auto next_watch = Clock::now() + std::chrono::milliseconds(watch_every_ms);
 
 	std::unique_lock<std::mutex> lock(shared->mu);
 	while (!t.all_done()) {
 		while (t.may_start(max_parallel))
-			t.start_next(shared);
+			t.start_next();
 		auto earliest = t.collect(timeout_ms);
 		if (t.all_done() || t.may_start(max_parallel))
 			continue;
