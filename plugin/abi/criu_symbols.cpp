@@ -20,6 +20,8 @@ CriuSymbols CriuSymbols::lookup()
 	find(h.set_compel_interrupt_only_mode, "set_compel_interrupt_only_mode");
 	find(h.opts_final_state, "opts");
 	find(h.restore_map_from_image, "criu_restore_map_from_image");
+	find(h.dump_skip_pages, "criu_dump_skip_pages");
+	find(h.restore_map_file, "criu_restore_map_file");
 	h.resume_late_errors_fatal = dlsym(RTLD_DEFAULT, "criu_resume_devices_late_errors_fatal") != nullptr;
 	return h;
 }

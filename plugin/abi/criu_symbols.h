@@ -26,6 +26,13 @@ struct CriuSymbols {
 	// Set by criu-patches/: maps private anonymous pages from the pages image at restore
 	// (core/mapped_restore.h); 0 or -errno.
 	int (*restore_map_from_image)(int pid, unsigned long start, unsigned long end) = nullptr;
+	// Set by criu-patches/0004: CRIU leaves pages the plugin stored itself out of its pages images
+	// (core/gpu_store.h); 0 or -errno. Without it the GPU state stays in CRIU's pages images.
+	int (*dump_skip_pages)(int pid, unsigned long start, unsigned long end) = nullptr;
+	// Set by criu-patches/0005: maps pages from one of the plugin's files at restore; 0 or -errno.
+	// Without it the plugin writes its GPU image into the restored processes.
+	int (*restore_map_file)(int pid, unsigned long start, unsigned long end, const char *name,
+				unsigned long offset) = nullptr;
 
 	static CriuSymbols lookup();
 

@@ -14,6 +14,7 @@
 #include <mutex>
 #include <new>
 #include <optional>
+#include <set>
 #include <string>
 #include <thread>
 #include <utility>
@@ -34,6 +35,7 @@ extern "C" {
 #include "core/restore_session.h"
 #include "driver/libcuda.h"
 #include "driver/nvml.h"
+#include "image/gpu_image.h"
 #include "image/image.h"
 #include "os/fs_context.h"
 #include "os/host.h"
@@ -124,6 +126,15 @@ int add_to_inventory(State &s)
 	return 0;
 }
 
+// Marks an image whose GPU state the plugin stored itself (image/gpu_image.h: kGpuImageInventoryName).
+int add_gpu_image_to_inventory(State &s)
+{
+	if (!s.criu.add_inventory_plugin || s.criu.add_inventory_plugin(kGpuImageInventoryName) == 0)
+		return 0;
+	LOG_ERROR("cannot add the GPU image's entry to CRIU's inventory");
+	return -ENOMEM;
+}
+
 // Every failure a hook reports goes through here: -ENOTSUP is reserved for "not mine".
 int fail(const Error &e)
 {
@@ -201,6 +212,48 @@ void warn_if_image_still_mapped(pid_t pid)
 			 pid, left.c_str());
 }
 
+// For an image whose GPU state the plugin stored itself: checks its files now, before CRIU restores
+// anything, asks CRIU to map what it can from them, and returns what the restore runs before the
+// driver's restore (check every chunk, write what is not mapped).
+Result<GpuImageLoad> prepare_gpu_image(State &s, const ImageRecord &image)
+{
+	if (s.criu.check_and_remove_inventory_plugin)
+		s.criu.check_and_remove_inventory_plugin(kGpuImageInventoryName, std::strlen(kGpuImageInventoryName));
+	int dir = s.criu.get_image_dir();
+	auto index = read_gpu_index(dir);
+	if (!index)
+		return std::move(index).error().context("%s", "cannot restore: the GPU image is unusable");
+	if (!*index)
+		return make_error(ENOENT, "cannot restore: the GPU state of this image is in the plugin's files, but %s is "
+					  "missing from the image directory (copy the whole directory, cuda-gpu*.img included)",
+				  kGpuIndexFileName);
+	auto idx = std::make_shared<GpuImageIndex>(std::move(**index));
+	if (idx->id != image.gpu_image_id)
+		return make_error(EINVAL, "cannot restore: %s belongs to another dump (GPU image id %s, %s names %s): the "
+					  "image directory mixes files of two dumps",
+				  kGpuIndexFileName, idx->id.c_str(), kImageFileName, image.gpu_image_id.c_str());
+	if (auto st = check_gpu_files(dir, *idx); !st)
+		return std::move(st).error().context("%s", "cannot restore: the GPU image is incomplete");
+	MapFile map;
+	if (s.criu.restore_map_file)
+		map = [f = s.criu.restore_map_file](int pid, uint64_t start, uint64_t end, const char *name, uint64_t off) {
+			return f(pid, start, end, name, off);
+		};
+	std::set<int> mapped = request_mapped_gpu_image(*idx, s.options.map_image, map);
+	s.maps_image = !mapped.empty();
+	uint64_t bytes = 0;
+	for (const GpuProcessChunks &p : idx->processes)
+		bytes += p.stored_bytes();
+	unsigned threads = gpu_io_threads(s.options.io_threads, bytes);
+	Host *host = &s.host; // State outlives the restore session
+	return GpuImageLoad([idx, dir, host, threads, mapped](const std::vector<GpuLoadTarget> &targets) {
+		std::vector<GpuLoadTarget> t = targets;
+		for (GpuLoadTarget &x : t)
+			x.write = !mapped.count(x.ns_pid);
+		return load_gpu_state(*host, dir, *idx, t, threads);
+	});
+}
+
 int init_restore(State &s)
 {
 	bool listed = true; // the inventory names a CUDA plugin (or predates the list)
@@ -230,10 +283,17 @@ int init_restore(State &s)
 	if (image->has_value())
 		if (auto st = check_driver_version(**image, kernel_driver_version()); !st)
 			return fail(std::move(st).error().context("%s", "cannot restore"));
-	if (image->has_value())
+	GpuImageLoad load_gpu;
+	if (image->has_value() && !(*image)->gpu_image_id.empty()) {
+		auto load = prepare_gpu_image(s, **image);
+		if (!load)
+			return fail(load.error());
+		load_gpu = std::move(*load);
+	} else if (image->has_value()) {
 		s.maps_image = request_mapped_restore(**image, s.options.map_image,
 						      s.criu.restore_map_from_image ? MapFromImage(s.criu.restore_map_from_image)
 										    : MapFromImage()) > 0;
+	}
 	// Forked now, while CRIU has no threads and has not forked the tasks yet (nor set its SIGCHLD handler).
 	auto guard = RestoreGuard::start();
 	if (!guard)
@@ -242,7 +302,7 @@ int init_restore(State &s)
 			 guard.error().message().c_str());
 	s.restore = std::make_unique<RestoreSession>(s.options, s.host, driver_source(s.options), std::move(*image),
 						     s.criu.resume_late_errors_fatal,
-						     guard ? std::move(*guard) : RestoreGuard());
+						     guard ? std::move(*guard) : RestoreGuard(), std::move(load_gpu));
 	LOG_INFO("ready to restore CUDA processes%s", image->has_value() ? "" : " (image without cuda-plugin.img)");
 	return 0;
 }
@@ -337,7 +397,18 @@ static int cuda_plugin_checkpoint_devices(int pid)
 			return fail(st.error());
 		if (!s.image_written) {
 			s.image_written = true;
-			if (auto st = write_image(s.criu.get_image_dir(), s.dump->image_record()); !st)
+			SkipPages skip;
+			if (s.criu.dump_skip_pages)
+				skip = [f = s.criu.dump_skip_pages](pid_t p, uint64_t start, uint64_t end) {
+					return f(p, start, end);
+				};
+			if (auto st = s.dump->store_gpu_image(s.criu.get_image_dir(), skip); !st)
+				return fail(st.error());
+			ImageRecord record = s.dump->image_record();
+			if (!record.gpu_image_id.empty())
+				if (int rc = add_gpu_image_to_inventory(s))
+					return rc;
+			if (auto st = write_image(s.criu.get_image_dir(), record); !st)
 				return fail(std::move(st).error().context("%s", "cannot write the CUDA plugin's image"));
 		}
 		return 0;

@@ -3,12 +3,15 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cinttypes>
+#include <cstring>
 #include <ctime>
 #include <set>
 
 #include "base/format.h"
 #include "base/log.h"
 #include "base/text.h"
+#include "core/gpu_store.h"
 #include "core/memory_check.h"
 #include "os/memory.h"
 #include "os/proc.h"
@@ -386,6 +389,63 @@ Result<bool> DumpSession::checkpoint(pid_t pid)
 	return true;
 }
 
+Status DumpSession::store_gpu_image(int dir_fd, const SkipPages &skip)
+{
+	std::vector<GpuSaveTarget> targets;
+	uint64_t bytes = 0;
+	for (const Proc &p : procs_)
+		if (p.checkpointed_by_us && !p.checkpoint_ranges.empty()) {
+			targets.push_back({p.pid, p.ns_pid, p.checkpoint_ranges});
+			bytes += total_bytes(p.checkpoint_ranges);
+		}
+	if (targets.empty())
+		return {};
+	auto keep_in_criu = [&](const char *why) {
+		gpu_image_note_ = format("GPU state in CRIU's pages images (%s)", why);
+		LOG_INFO("the GPU state stays in CRIU's pages images: %s", why);
+		return Status();
+	};
+	if (options_.gpu_image == GpuImage::Criu)
+		return keep_in_criu("gpu-image=criu");
+	if (!skip)
+		return keep_in_criu("this CRIU cannot leave pages to a plugin; criu-patches/0004 adds that");
+	// The first request tells whether this dump can leave pages out at all; the rest must then succeed.
+	bool first = true;
+	for (const GpuSaveTarget &t : targets)
+		for (const MemoryRange &r : t.ranges) {
+			int rc = skip(t.pid, r.start, r.end);
+			if (rc == -EOPNOTSUPP && first)
+				return keep_in_criu("this dump cannot leave pages out (lazy pages, a page server or the image "
+						    "streamer: CRIU's log says which)");
+			if (rc != 0)
+				return make_error(rc < 0 ? -rc : EIO,
+						  "pid %d: CRIU refused to leave the GPU state at %#" PRIx64 "-%#" PRIx64
+						  " to the plugin (%s)",
+						  t.pid, r.start, r.end, std::strerror(rc < 0 ? -rc : EIO));
+			first = false;
+		}
+	std::string id = new_gpu_image_id();
+	unsigned threads = gpu_io_threads(options_.io_threads, bytes);
+	auto index = save_gpu_state(host_, dir_fd, targets, id, threads);
+	if (!index)
+		return std::move(index).error().context("%s", "cannot store the GPU image (the dump fails; every process "
+							      "is returned to its state)");
+	if (auto st = write_gpu_index(dir_fd, *index); !st)
+		return std::move(st).error().context("%s", "cannot store the GPU image");
+	gpu_image_id_ = id;
+	uint64_t written = 0;
+	for (const GpuDataFile &f : index->files)
+		written += f.data_bytes;
+	double secs = static_cast<double>(std::max<uint64_t>(index->write_us, 1)) / 1e6;
+	gpu_image_note_ = format("GPU image: %s of GPU state, %s written (%.1f%% zero pages) into %zu file(s) in %s, "
+				 "%.2f GB/s",
+				 human_bytes(bytes).c_str(), human_bytes(written).c_str(),
+				 bytes ? 100.0 * static_cast<double>(bytes - written) / static_cast<double>(bytes) : 0.0,
+				 index->files.size(), seconds(index->write_us).c_str(), static_cast<double>(bytes) / 1e9 / secs);
+	LOG_INFO("%s", gpu_image_note_.c_str());
+	return {};
+}
+
 Status DumpSession::finish(bool dump_failed, bool leave_running)
 {
 	if (!dump_failed && !leave_running)
@@ -487,6 +547,7 @@ ImageRecord DumpSession::image_record() const
 	char host[256] = {};
 	gethostname(host, sizeof(host) - 1);
 	r.hostname = host;
+	r.gpu_image_id = gpu_image_id_;
 	return r;
 }
 
@@ -500,7 +561,8 @@ std::string DumpSession::summary() const
 	return format("dump: %zu CUDA process(es), %s of GPU state, lock %s, checkpoint %s (wall, all processes); "
 		      "plugin's own time beyond the driver: lock %s, checkpoint %s",
 		      procs_.size(), human_bytes(bytes).c_str(), seconds(lock).c_str(), seconds(device_phase_us_).c_str(),
-		      pause_cost_.per_process().c_str(), checkpoint_cost_.per_process().c_str());
+		      pause_cost_.per_process().c_str(), checkpoint_cost_.per_process().c_str()) +
+	       (gpu_image_note_.empty() ? "" : "; " + gpu_image_note_);
 }
 
 } // namespace cuda_criu

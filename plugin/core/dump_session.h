@@ -26,6 +26,9 @@ namespace cuda_criu {
 using DriverSource = std::function<Result<Driver *>()>;
 // Starts the guard that outlives CRIU (core/guard.h); empty in tests.
 using GuardSource = std::function<Result<DumpGuard>()>;
+// CRIU's criu_dump_skip_pages(pid, start, end) (criu-patches/0004): 0, or -errno (-EOPNOTSUPP: this dump
+// cannot leave pages out). Empty on a CRIU without it.
+using SkipPages = std::function<int(pid_t pid, uint64_t start, uint64_t end)>;
 // Milliseconds left before CRIU's seize alarm (alarm(--timeout)) fires; 0 when none is armed.
 using AlarmClock = std::function<unsigned()>;
 
@@ -43,6 +46,10 @@ public:
 	// exit(DUMP): when the dump failed or the tasks go on running, returns every process to the state it
 	// was found in. Errors name each process that could not be returned.
 	Status finish(bool dump_failed, bool leave_running);
+	// After the checkpoint, once: where the gpu-image option and CRIU allow, stores the checkpointed
+	// processes' GPU state in the plugin's own files in dir_fd (core/gpu_store.h) and has CRIU leave those
+	// pages out of its pages images; otherwise logs why CRIU keeps them.
+	Status store_gpu_image(int dir_fd, const SkipPages &skip);
 
 	bool has_cuda_processes() const { return !procs_.empty(); }
 	ImageRecord image_record() const;
@@ -97,6 +104,8 @@ private:
 	std::vector<GpuInfo> kernel_gpus_;  // Host::machine_gpus()
 	bool gpus_listed_ = false;          // the three lists asked (note_gpus)
 	std::map<pid_t, std::vector<GpuUuid>> contexts_; // GPUs each process has a context on (NVML; empty: unknown)
+	std::string gpu_image_id_;  // set once the plugin stored the GPU state
+	std::string gpu_image_note_; // for the summary: what was stored, or who keeps the GPU state
 };
 
 } // namespace cuda_criu

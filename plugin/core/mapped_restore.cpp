@@ -51,6 +51,56 @@ size_t request_mapped_restore(const ImageRecord &image, bool enabled, const MapF
 	return asked;
 }
 
+std::set<int> request_mapped_gpu_image(const GpuImageIndex &index, bool enabled, const MapFile &map)
+{
+	// Each run splits a vma in the restored process: stay far below vm.max_map_count.
+	constexpr size_t kMaxRuns = 4096;
+	std::set<int> mapped;
+	if (!enabled || !map) {
+		LOG_INFO("the GPU image is written into the processes by the plugin: %s",
+			 !enabled ? "mapping it is off (CUDA_CRIU_MAP_IMAGE=off)"
+				  : "this CRIU cannot map a plugin's files (it lacks criu_restore_map_file, see criu-patches/)");
+		return mapped;
+	}
+	for (const GpuProcessChunks &p : index.processes) {
+		struct Run {
+			uint64_t start, end, offset;
+			uint32_t file;
+		};
+		std::vector<Run> runs;
+		for (const GpuChunk &c : p.chunks) {
+			if (!runs.empty() && runs.back().end == c.addr && runs.back().file == c.file &&
+			    runs.back().offset + (runs.back().end - runs.back().start) == c.offset)
+				runs.back().end += c.len;
+			else
+				runs.push_back({c.addr, c.addr + c.len, c.offset, c.file});
+		}
+		if (runs.empty())
+			continue;
+		if (runs.size() > kMaxRuns) {
+			LOG_INFO("pid %d: its GPU image is in %zu separate runs (more than %zu): the plugin writes it into the "
+				 "process instead of mapping it",
+				 p.ns_pid, runs.size(), kMaxRuns);
+			continue;
+		}
+		bool all = true;
+		for (const Run &r : runs)
+			if (int rc = map(p.ns_pid, r.start, r.end, index.files[r.file].name.c_str(), r.offset); rc < 0) {
+				LOG_WARN("pid %d: CRIU refused to map %#" PRIx64 "-%#" PRIx64 " from %s (%s); the plugin writes "
+					 "its GPU state into the process instead",
+					 p.ns_pid, r.start, r.end, index.files[r.file].name.c_str(), std::strerror(-rc));
+				all = false;
+				break;
+			}
+		if (all) {
+			mapped.insert(p.ns_pid);
+			LOG_INFO("pid %d: asking CRIU to map its GPU image (%.1f MiB in %zu run(s)) from the plugin's files",
+				 p.ns_pid, static_cast<double>(p.stored_bytes()) / (1 << 20), runs.size());
+		}
+	}
+	return mapped;
+}
+
 std::string image_still_mapped(const std::vector<Mapping> &maps, const std::string &image_dir)
 {
 	std::string out;

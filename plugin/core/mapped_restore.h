@@ -8,9 +8,11 @@
 
 #include <cstdint>
 #include <functional>
+#include <set>
 #include <string>
 #include <vector>
 
+#include "image/gpu_image.h"
 #include "image/record.h"
 #include "os/maps.h"
 
@@ -23,6 +25,15 @@ using MapFromImage = std::function<int(int pid, uint64_t start, uint64_t end)>;
 // option) and CRIU allow; logs what it asked for, or why the restore reads the memory as usual.
 // Returns the number of ranges asked for.
 size_t request_mapped_restore(const ImageRecord &image, bool enabled, const MapFromImage &map);
+
+// CRIU's criu_restore_map_file(pid, start, end, name, offset) (criu-patches/0005): 0 or -errno. Empty on
+// a CRIU without it.
+using MapFile = std::function<int(int pid, uint64_t start, uint64_t end, const char *name, uint64_t offset)>;
+
+// For an image whose GPU state the plugin stored itself: asks CRIU to map each process's stored chunks
+// (merged into runs) from the plugin's data files, where `enabled` and CRIU allow. Returns the image pids
+// (in their namespaces) whose chunks are all mapped; the plugin writes the others' itself.
+std::set<int> request_mapped_gpu_image(const GpuImageIndex &index, bool enabled, const MapFile &map);
 
 // After the driver restored pid: the mappings of the image's pages files (in image_dir) it still holds.
 // The driver normally unmaps its copy; one it kept ties the process to the image (see docs).

@@ -72,6 +72,23 @@ const Key kKeys[] = {
 		 o.device_map = std::move(*map);
 		 return {};
 	 }},
+	{"gpu-image",
+	 [](Options &o, const std::string &v) -> Status {
+		 if (v != "plugin" && v != "criu")
+			 return make_error(EINVAL, "'%s' is neither plugin nor criu", v.c_str());
+		 o.gpu_image = v == "plugin" ? GpuImage::Plugin : GpuImage::Criu;
+		 return {};
+	 }},
+	{"io-threads",
+	 [](Options &o, const std::string &v) -> Status {
+		 char *end = nullptr;
+		 long n = std::strtol(v.c_str(), &end, 10);
+		 if (v.empty() || *end != '\0' || n < 0 || n > 256)
+			 return make_error(EINVAL, "'%s' is not a count of threads (0 = as many as useful, up to 16)",
+					   v.c_str());
+		 o.io_threads = static_cast<unsigned>(n);
+		 return {};
+	 }},
 	{"map-image",
 	 [](Options &o, const std::string &v) -> Status {
 		 if (v != "auto" && v != "off")

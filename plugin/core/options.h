@@ -13,6 +13,10 @@ namespace cuda_criu {
 // What the dump does when a checkpoint would not fit in host memory (core/memory_check.h).
 enum class MemoryCheck { Refuse, Warn, Off };
 
+// Who stores the GPU state of a dump (docs/gpu-image.md): the plugin, in its own files (parallel,
+// sparse, checksummed), or CRIU, in its pages images (what CRIU's own CUDA plugin can restore).
+enum class GpuImage { Plugin, Criu };
+
 struct Options {
 	unsigned lock_timeout_ms = 10000;        // lock-timeout: wait for in-flight CUDA work (CRIU's default)
 	unsigned checkpoint_timeout_ms = 600000; // checkpoint-timeout: per process
@@ -22,6 +26,8 @@ struct Options {
 	unsigned parallel = 0;                   // parallel: processes handled at once, 0 = all
 	std::string libcuda;                     // libcuda: absolute path of libcuda.so.1 (default: loader's search)
 	DeviceMap device_map;                    // device-map: OLD=NEW,... GPU remapping on restore
+	GpuImage gpu_image = GpuImage::Plugin;   // gpu-image: plugin or criu
+	unsigned io_threads = 0;                 // io-threads: writers/readers of the GPU image, 0 = auto
 	bool map_image = true;                   // map-image: auto (true) or off; see core/mapped_restore.h
 	std::string config_file;                 // the file that was read, if any
 };

@@ -9,9 +9,9 @@
 namespace cuda_criu {
 
 RestoreSession::RestoreSession(Options options, Host &host, DriverSource driver, std::optional<ImageRecord> image,
-			       bool criu_fails_on_error, RestoreGuard guard)
+			       bool criu_fails_on_error, RestoreGuard guard, GpuImageLoad load_gpu)
 	: options_(std::move(options)), host_(host), driver_source_(std::move(driver)), image_(std::move(image)),
-	  criu_fails_on_error_(criu_fails_on_error), guard_(std::move(guard))
+	  criu_fails_on_error_(criu_fails_on_error), guard_(std::move(guard)), load_gpu_(std::move(load_gpu))
 {
 }
 
@@ -104,6 +104,21 @@ void RestoreSession::restore_batch(const std::vector<pid_t> &candidates)
 			for (const ProcJob &j : jobs)
 				outcomes_[j.pid].error = pairs.error();
 			jobs.clear();
+		}
+		if (load_gpu_ && !jobs.empty()) {
+			// Every chunk is checked (and put into its process) before any driver call: a damaged image
+			// is refused with every process still stopped.
+			std::vector<GpuLoadTarget> targets;
+			for (const ProcJob &j : jobs)
+				targets.push_back({j.pid, outcomes_[j.pid].ns_pid});
+			uint64_t t0 = now_us();
+			Status st = load_gpu_(targets);
+			load_gpu_us_ += now_us() - t0;
+			if (!st) {
+				for (const ProcJob &j : jobs)
+					outcomes_[j.pid].error = st.error();
+				jobs.clear();
+			}
 		}
 		for (ProcJob &j : jobs) {
 			guard_.restoring(j.pid); // from here on, if CRIU dies, the guard kills pid
@@ -244,9 +259,10 @@ std::string RestoreSession::summary() const
 	for (const auto &[pid, o] : outcomes_)
 		failed += o.error ? 1 : 0;
 	return format("restore: %zu CUDA process(es), %zu failed, restore+unlock %s (wall, all processes); driver "
-		      "load %s; plugin's own time beyond the driver: %s%s",
+		      "load %s; plugin's own time beyond the driver: %s%s%s",
 		      outcomes_.size(), failed, seconds(device_phase_us_).c_str(), seconds(restore_cost_.load_us).c_str(),
 		      restore_cost_.per_process().c_str(),
+		      load_gpu_ ? format("; GPU image checked in %s", seconds(load_gpu_us_).c_str()).c_str() : "",
 		      image_ ? "" : " [image of CRIU's own cuda plugin: no cuda-plugin.img]");
 }
 

@@ -5,6 +5,7 @@
 
 #include <sys/types.h>
 
+#include <functional>
 #include <map>
 #include <optional>
 #include <set>
@@ -13,6 +14,7 @@
 
 #include "base/result.h"
 #include "core/driver_calls.h"
+#include "core/gpu_store.h"
 #include "core/dump_session.h"
 #include "core/guard.h"
 #include "core/options.h"
@@ -22,6 +24,10 @@
 
 namespace cuda_criu {
 
+// Puts the GPU state the plugin stored itself (core/gpu_store.h) back into the restored processes, each
+// chunk checked first; empty when CRIU's pages images hold it.
+using GpuImageLoad = std::function<Status(const std::vector<GpuLoadTarget> &targets)>;
+
 class RestoreSession {
 public:
 	// image: our image, or nullopt for an image of CRIU's own plugin. criu_fails_on_error: CRIU turns a
@@ -29,7 +35,7 @@ public:
 	// the restored tasks itself so that no process runs without its GPU state.
 	// guard: told about each process before its restore and after its unlock (inactive in tests).
 	RestoreSession(Options options, Host &host, DriverSource driver, std::optional<ImageRecord> image,
-		       bool criu_fails_on_error, RestoreGuard guard = {});
+		       bool criu_fails_on_error, RestoreGuard guard = {}, GpuImageLoad load_gpu = {});
 
 	// RESUME_DEVICES_LATE: the first call restores and unlocks every restored CUDA process at once.
 	// false: pid is not a CUDA process.
@@ -66,6 +72,8 @@ private:
 	bool killed_ = false;
 	std::set<pid_t> missing_reported_;
 	uint64_t device_phase_us_ = 0;
+	GpuImageLoad load_gpu_;
+	uint64_t load_gpu_us_ = 0;
 };
 
 } // namespace cuda_criu

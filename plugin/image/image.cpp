@@ -15,36 +15,7 @@ namespace {
 
 constexpr char kMagic[8] = {'C', 'U', 'D', 'A', 'C', 'R', 'I', 'U'};
 
-// protobuf-c keeps pointers into these; they must outlive the pack call.
-struct PackedStrings {
-	std::vector<std::unique_ptr<char[]>> strings;
-	char *keep(const std::string &s)
-	{
-		strings.emplace_back(new char[s.size() + 1]);
-		std::memcpy(strings.back().get(), s.c_str(), s.size() + 1);
-		return strings.back().get();
-	}
-};
-
 std::string str_or_empty(const char *s) { return s ? s : ""; }
-
-// The protobuf decoder's allocations, counted: a hostile image that would make it allocate more than
-// kImageDecodeBudget fails to parse instead.
-struct DecodeBudget {
-	size_t used = 0;
-	bool exhausted = false;
-	static void *alloc(void *data, size_t size)
-	{
-		auto *b = static_cast<DecodeBudget *>(data);
-		if (size > kImageDecodeBudget - b->used) {
-			b->exhausted = true;
-			return nullptr;
-		}
-		b->used += size;
-		return std::malloc(size);
-	}
-	static void release(void *, void *p) { std::free(p); }
-};
 
 // What a machine can have: counts and lengths over these are corruption, refused before they cost.
 Status check_limits(const CudaPluginImage &img)
@@ -55,7 +26,8 @@ Status check_limits(const CudaPluginImage &img)
 	if (img.n_gpus > kImageMaxGpus || img.n_other_gpus > kImageMaxGpus)
 		return make_error(EINVAL, "corrupt image: %zu + %zu GPUs (at most %zu each)", img.n_gpus, img.n_other_gpus,
 				  kImageMaxGpus);
-	if (!string_ok(img.driver_version) || !string_ok(img.plugin_version) || !string_ok(img.hostname))
+	if (!string_ok(img.driver_version) || !string_ok(img.plugin_version) || !string_ok(img.hostname) ||
+	    !string_ok(img.gpu_image_id))
 		return make_error(EINVAL, "corrupt image: a version or host name longer than %zu bytes", kImageMaxStringBytes);
 	for (size_t i = 0; i < img.n_gpus + img.n_other_gpus; i++) {
 		const CudaGpu *g = i < img.n_gpus ? img.gpus[i] : img.other_gpus[i - img.n_gpus];
@@ -159,7 +131,10 @@ std::vector<uint8_t> encode_image(const ImageRecord &record)
 	}
 	CudaPluginImage img;
 	cuda_plugin_image__init(&img);
-	img.version = kImageVersion;
+	// Version 2 only where it matters: an image whose GPU state CRIU holds stays readable by older plugins.
+	img.version = record.gpu_image_id.empty() ? 1 : kImageVersion;
+	if (!record.gpu_image_id.empty())
+		img.gpu_image_id = keep.keep(record.gpu_image_id);
 	img.driver_version = keep.keep(record.driver_version);
 	img.plugin_version = keep.keep(record.plugin_version);
 	img.n_gpus = gpu_ptrs.size();
@@ -184,7 +159,7 @@ Result<ImageRecord> decode_image(const uint8_t *data, size_t size)
 	auto len = unframe(data, size, kMagic, "image");
 	if (!len)
 		return std::move(len).error();
-	DecodeBudget budget;
+	DecodeBudget budget{kImageDecodeBudget};
 	ProtobufCAllocator allocator = {DecodeBudget::alloc, DecodeBudget::release, &budget};
 	auto free_image = [&allocator](CudaPluginImage *p) { cuda_plugin_image__free_unpacked(p, &allocator); };
 	std::unique_ptr<CudaPluginImage, decltype(free_image)> img(cuda_plugin_image__unpack(&allocator, *len, data + kImageHeaderBytes),
@@ -248,6 +223,9 @@ Result<ImageRecord> decode_image(const uint8_t *data, size_t size)
 	r.device_phase_us = img->device_phase_us;
 	r.created_unix = img->created_unix;
 	r.hostname = str_or_empty(img->hostname);
+	r.gpu_image_id = str_or_empty(img->gpu_image_id);
+	if (r.version >= 2 && r.gpu_image_id.empty())
+		return make_error(EINVAL, "corrupt image: version %u without the id of its GPU image", r.version);
 	return r;
 }
 

@@ -11,7 +11,8 @@
 namespace cuda_criu {
 
 inline constexpr const char *kImageFileName = "cuda-plugin.img";
-inline constexpr uint32_t kImageVersion = 1;
+// 2: the GPU state is in the plugin's own files (ImageRecord::gpu_image_id); 1 otherwise.
+inline constexpr uint32_t kImageVersion = 2;
 inline constexpr size_t kImageMaxBytes = 4 << 20; // far above any real image; bounds what a hostile one costs
 
 // What one machine can hold, so that an image costs memory and log lines in proportion to a real dump,

@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <cstring>
 
 #include "os/unique_fd.h"
@@ -34,6 +35,26 @@ Result<size_t> unframe(const uint8_t *data, size_t size, const char (&magic)[8],
 				  size - kImageHeaderBytes);
 	return static_cast<size_t>(len);
 }
+
+char *PackedStrings::keep(const std::string &s)
+{
+	strings.emplace_back(new char[s.size() + 1]);
+	std::memcpy(strings.back().get(), s.c_str(), s.size() + 1);
+	return strings.back().get();
+}
+
+void *DecodeBudget::alloc(void *data, size_t size)
+{
+	auto *b = static_cast<DecodeBudget *>(data);
+	if (size > b->limit - b->used) {
+		b->exhausted = true;
+		return nullptr;
+	}
+	b->used += size;
+	return std::malloc(size);
+}
+
+void DecodeBudget::release(void *, void *p) { std::free(p); }
 
 Status write_image_file(int dir_fd, const char *name, const std::vector<uint8_t> &bytes)
 {

@@ -5,6 +5,8 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
+#include <string>
 #include <optional>
 #include <vector>
 
@@ -21,6 +23,22 @@ std::vector<uint8_t> framed_buffer(const char (&magic)[8], size_t len);
 // The length of the data after the header, once magic and the recorded length check out; what names
 // the kind of file in errors ("image", "devices image").
 Result<size_t> unframe(const uint8_t *data, size_t size, const char (&magic)[8], const char *what);
+
+// protobuf-c keeps pointers into these strings; they must outlive the pack call.
+struct PackedStrings {
+	std::vector<std::unique_ptr<char[]>> strings;
+	char *keep(const std::string &s);
+};
+
+// The protobuf decoder's allocations, counted: a hostile file that would make it allocate more than
+// limit bytes fails to parse instead. Use as ProtobufCAllocator{alloc, release, &budget}.
+struct DecodeBudget {
+	size_t limit;
+	size_t used = 0;
+	bool exhausted = false;
+	static void *alloc(void *data, size_t size);
+	static void release(void *data, void *p);
+};
 
 // Creates (or truncates) name in the directory dir_fd and writes bytes to it, synced.
 Status write_image_file(int dir_fd, const char *name, const std::vector<uint8_t> &bytes);

@@ -50,6 +50,9 @@ struct ImageRecord {
 	uint64_t device_phase_us = 0;
 	uint64_t created_unix = 0;
 	std::string hostname;
+	// Set when the plugin stored the GPU state itself (cuda-gpu.img and its data files; image/gpu_image.h)
+	// and CRIU's pages images lack it.
+	std::string gpu_image_id;
 };
 
 } // namespace cuda_criu

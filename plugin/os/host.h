@@ -54,6 +54,9 @@ public:
 		(void)pid;
 		return {};
 	}
+	// Copies of the GPU state between the plugin and a stopped process (os/process_memory.h).
+	virtual Status read_memory(pid_t pid, uint64_t addr, void *buf, size_t len) = 0;
+	virtual Status write_memory(pid_t pid, uint64_t addr, const void *buf, size_t len) = 0;
 };
 
 class SystemHost final : public Host {
@@ -67,6 +70,8 @@ public:
 	std::vector<GpuInfo> machine_gpus() override;
 	std::vector<unsigned> dev_gpu_minors(pid_t pid) override;
 	std::vector<Mapping> memory_map(pid_t pid) override;
+	Status read_memory(pid_t pid, uint64_t addr, void *buf, size_t len) override;
+	Status write_memory(pid_t pid, uint64_t addr, const void *buf, size_t len) override;
 };
 
 } // namespace cuda_criu

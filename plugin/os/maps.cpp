@@ -117,19 +117,20 @@ uint64_t total_bytes(const std::vector<MemoryRange> &ranges)
 std::vector<Mapping> pages_image_mappings(const std::vector<Mapping> &maps, const std::string &dir)
 {
 	std::vector<Mapping> out;
-	std::string prefix = dir + "/pages-";
-	for (const Mapping &m : maps) {
-		if (m.path.compare(0, prefix.size(), prefix) != 0)
-			continue;
-		// "pages-3.img", or "pages-3.img (deleted)" once the image is gone
-		std::string_view rest = std::string_view(m.path).substr(prefix.size());
-		size_t digits = rest.find_first_not_of("0123456789");
-		if (digits == 0 || digits == std::string_view::npos)
-			continue;
-		rest.remove_prefix(digits);
-		if (rest == ".img" || rest == ".img (deleted)")
-			out.push_back(m);
-	}
+	for (const Mapping &m : maps)
+		for (const char *kind : {"/pages-", "/cuda-gpu-"}) {
+			std::string prefix = dir + kind;
+			if (m.path.compare(0, prefix.size(), prefix) != 0)
+				continue;
+			// "pages-3.img", or "pages-3.img (deleted)" once the image is gone
+			std::string_view rest = std::string_view(m.path).substr(prefix.size());
+			size_t digits = rest.find_first_not_of("0123456789");
+			if (digits == 0 || digits == std::string_view::npos)
+				continue;
+			rest.remove_prefix(digits);
+			if (rest == ".img" || rest == ".img (deleted)")
+				out.push_back(m);
+		}
 	return out;
 }
 

@@ -34,7 +34,8 @@ std::vector<MemoryRange> added_private_anon(const std::vector<Mapping> &before, 
 
 uint64_t total_bytes(const std::vector<MemoryRange> &ranges);
 
-// Mappings in `maps` of CRIU's pages files (pages-N.img) in the directory dir.
+// Mappings in `maps` of the image's pages files in the directory dir: CRIU's pages-N.img and the
+// plugin's cuda-gpu-N.img.
 std::vector<Mapping> pages_image_mappings(const std::vector<Mapping> &maps, const std::string &dir);
 
 } // namespace cuda_criu

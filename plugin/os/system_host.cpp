@@ -13,6 +13,7 @@
 #include "os/nvidia.h"
 #include "os/nvidia_files.h"
 #include "os/proc.h"
+#include "os/process_memory.h"
 #include "os/thread_run.h"
 
 namespace cuda_criu {
@@ -115,5 +116,15 @@ std::vector<Mapping> SystemHost::memory_map(pid_t pid)
 }
 
 std::vector<GpuInfo> SystemHost::machine_gpus() { return kernel_gpus(); }
+
+Status SystemHost::read_memory(pid_t pid, uint64_t addr, void *buf, size_t len)
+{
+	return read_process_memory(pid, addr, buf, len);
+}
+
+Status SystemHost::write_memory(pid_t pid, uint64_t addr, const void *buf, size_t len)
+{
+	return write_process_memory(pid, addr, buf, len);
+}
 
 } // namespace cuda_criu

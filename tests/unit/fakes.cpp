@@ -138,6 +138,35 @@ Result<std::unique_ptr<RunningThread>> FakeHost::let_run(pid_t tid)
 	return std::unique_ptr<RunningThread>(new FakeRun(running_threads, tid));
 }
 
+Status FakeHost::read_memory(pid_t pid, uint64_t addr, void *buf, size_t len)
+{
+	std::lock_guard<std::mutex> g(memory_mu);
+	if (memory_fails.count(pid))
+		return make_error(ESRCH, "read at %#llx of pid %d: no such process", static_cast<unsigned long long>(addr), pid);
+	auto *p = static_cast<uint8_t *>(buf);
+	const auto &m = memory[pid];
+	for (size_t i = 0; i < len; i++) {
+		auto it = m.find(addr + i);
+		p[i] = it == m.end() ? 0 : it->second;
+	}
+	return {};
+}
+
+Status FakeHost::write_memory(pid_t pid, uint64_t addr, const void *buf, size_t len)
+{
+	std::lock_guard<std::mutex> g(memory_mu);
+	if (memory_fails.count(pid))
+		return make_error(ESRCH, "write at %#llx of pid %d: no such process", static_cast<unsigned long long>(addr), pid);
+	const auto *p = static_cast<const uint8_t *>(buf);
+	auto &m = memory[pid];
+	for (size_t i = 0; i < len; i++)
+		if (p[i])
+			m[addr + i] = p[i];
+		else
+			m.erase(addr + i);
+	return {};
+}
+
 std::vector<Mapping> FakeHost::memory_map(pid_t pid)
 {
 	std::lock_guard<std::mutex> g(maps_mu);

@@ -84,6 +84,13 @@ public:
 	std::map<pid_t, std::vector<std::vector<Mapping>>> maps;
 	std::mutex maps_mu; // checkpoint jobs read maps on worker threads
 	std::vector<Mapping> memory_map(pid_t pid) override;
+	// Process memory, a byte map per pid: read_memory gives zeros where nothing was written, and fails
+	// for a pid in memory_fails.
+	std::map<pid_t, std::map<uint64_t, uint8_t>> memory;
+	std::set<pid_t> memory_fails;
+	std::mutex memory_mu;
+	Status read_memory(pid_t pid, uint64_t addr, void *buf, size_t len) override;
+	Status write_memory(pid_t pid, uint64_t addr, const void *buf, size_t len) override;
 };
 
 } // namespace cuda_criu::testing

@@ -1,0 +1,264 @@
+#include "core/gpu_store.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cinttypes>
+#include <memory>
+#include <thread>
+
+#include "base/clock.h"
+#include "base/crc32c.h"
+#include "base/format.h"
+#include "base/log.h"
+#include "base/text.h"
+#include "core/parallel.h"
+
+namespace cuda_criu {
+namespace {
+
+constexpr uint64_t kPage = 4096;
+constexpr unsigned kMaxAutoThreads = 16;
+constexpr uint64_t kBytesPerThread = 64ULL << 20;
+constexpr unsigned kProgressEveryMs = 3000;
+
+// One chunk of work: bytes [addr, addr + len) of target `target`, and where it is stored.
+struct Piece {
+	size_t target = 0;
+	uint64_t addr = 0;
+	uint32_t len = 0;
+	const GpuChunk *chunk = nullptr; // load only
+};
+
+// [first, last) piece indices of each of n slices of about equal bytes, in order.
+std::vector<std::pair<size_t, size_t>> slices(const std::vector<Piece> &pieces, unsigned n)
+{
+	uint64_t total = 0;
+	for (const Piece &p : pieces)
+		total += p.len;
+	std::vector<std::pair<size_t, size_t>> out;
+	size_t first = 0;
+	uint64_t done = 0;
+	for (size_t i = 0; i < pieces.size(); i++) {
+		done += pieces[i].len;
+		if (done * n >= total * (out.size() + 1) || i + 1 == pieces.size()) {
+			out.emplace_back(first, i + 1);
+			first = i + 1;
+		}
+	}
+	return out;
+}
+
+bool page_is_zero(const uint64_t *p)
+{
+	uint64_t acc = 0;
+	for (size_t i = 0; i < kPage / sizeof(uint64_t); i++)
+		acc |= p[i];
+	return acc == 0;
+}
+
+// Logs progress every few seconds while the workers run (on the waiting thread).
+JobWatch progress_watch(const char *what, const std::atomic<uint64_t> &done, uint64_t total)
+{
+	auto last = std::make_shared<uint64_t>(now_us());
+	uint64_t start = *last;
+	return [what, &done, total, last, start](const std::vector<bool> &) -> std::vector<std::pair<size_t, Error>> {
+		uint64_t now = now_us();
+		if (now - *last >= kProgressEveryMs * 1000ULL) {
+			*last = now;
+			uint64_t d = done.load();
+			LOG_INFO("%s: %s of %s (%.0f%%), %.2f GB/s", what, human_bytes(d).c_str(), human_bytes(total).c_str(),
+				 total ? 100.0 * static_cast<double>(d) / static_cast<double>(total) : 100.0,
+				 static_cast<double>(d) / 1e3 / static_cast<double>(std::max<uint64_t>(now - start, 1)));
+		}
+		return {};
+	};
+}
+
+struct SliceOut {
+	std::vector<std::pair<size_t, GpuChunk>> chunks; // target, chunk
+	std::vector<uint64_t> zero_bytes;                // per target
+	GpuDataFile file;
+};
+
+Status save_slice(Host &host, int dir_fd, const std::vector<GpuSaveTarget> &targets, const std::vector<Piece> &pieces,
+		  std::pair<size_t, size_t> range, unsigned index, const std::string &id, uint32_t chunk_bytes,
+		  std::atomic<uint64_t> &done, const std::atomic<bool> &stop, SliceOut &out)
+{
+	out.zero_bytes.assign(targets.size(), 0);
+	out.file.name = gpu_data_file_name(index);
+	auto writer = GpuDataWriter::create(dir_fd, out.file.name, id);
+	if (!writer)
+		return std::move(writer).error();
+	std::vector<uint64_t> buf(chunk_bytes / sizeof(uint64_t));
+	auto *bytes = reinterpret_cast<uint8_t *>(buf.data());
+	uint64_t offset = kGpuDataHeaderBytes;
+	for (size_t i = range.first; i < range.second && !stop.load(std::memory_order_relaxed); i++) {
+		const Piece &p = pieces[i];
+		pid_t pid = targets[p.target].pid;
+		if (auto st = host.read_memory(pid, p.addr, bytes, p.len); !st)
+			return std::move(st).error().context("save the GPU state of pid %d", pid);
+		// Runs of non-zero pages are written; zero pages inside a stored chunk stay holes.
+		size_t pages = p.len / kPage, run = 0, stored = 0;
+		for (size_t pg = 0; pg <= pages; pg++) {
+			bool data = pg < pages && !page_is_zero(buf.data() + pg * (kPage / sizeof(uint64_t)));
+			if (data) {
+				run++;
+				continue;
+			}
+			if (run) {
+				size_t first = pg - run;
+				if (auto st = writer->write(offset + first * kPage, bytes + first * kPage, run * kPage); !st)
+					return std::move(st).error().context("save the GPU state of pid %d", pid);
+				stored += run;
+				run = 0;
+			}
+		}
+		done.fetch_add(p.len, std::memory_order_relaxed);
+		if (!stored) {
+			out.zero_bytes[p.target] += p.len;
+			continue;
+		}
+		out.chunks.push_back({p.target, {p.addr, p.len, index, offset, crc32c(bytes, p.len)}});
+		out.file.data_bytes += stored * kPage;
+		offset += p.len;
+	}
+	out.file.size = offset;
+	return writer->finish(offset);
+}
+
+} // namespace
+
+unsigned gpu_io_threads(unsigned io_threads, uint64_t bytes)
+{
+	if (io_threads)
+		return io_threads;
+	unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+	uint64_t by_size = std::max<uint64_t>(1, bytes / kBytesPerThread);
+	return static_cast<unsigned>(std::min<uint64_t>({kMaxAutoThreads, cores, by_size}));
+}
+
+Result<GpuImageIndex> save_gpu_state(Host &host, int dir_fd, const std::vector<GpuSaveTarget> &targets,
+				     const std::string &id, unsigned threads, uint32_t chunk_bytes)
+{
+	uint64_t t0 = now_us();
+	std::vector<Piece> pieces;
+	uint64_t total = 0;
+	for (size_t t = 0; t < targets.size(); t++)
+		for (const MemoryRange &r : targets[t].ranges)
+			for (uint64_t a = r.start; a < r.end; a += chunk_bytes) {
+				auto len = static_cast<uint32_t>(std::min<uint64_t>(chunk_bytes, r.end - a));
+				pieces.push_back({t, a, len, nullptr});
+				total += len;
+			}
+	auto parts = slices(pieces, std::max(1u, threads));
+	std::vector<SliceOut> outs(parts.size());
+	std::atomic<uint64_t> done{0};
+	std::atomic<bool> stop{false};
+	std::vector<Job> jobs;
+	for (unsigned w = 0; w < parts.size(); w++)
+		jobs.push_back({format("write %s", gpu_data_file_name(w).c_str()), [&, w]() -> Status {
+					Status st = save_slice(host, dir_fd, targets, pieces, parts[w], w, id, chunk_bytes, done,
+							       stop, outs[w]);
+					if (!st)
+						stop = true;
+					return st;
+				}});
+	std::vector<Status> results = run_jobs(std::move(jobs), 0, 0, progress_watch("GPU image written", done, total));
+	for (const Status &st : results)
+		if (!st) {
+			for (unsigned w = 0; w < parts.size(); w++)
+				unlinkat(dir_fd, gpu_data_file_name(w).c_str(), 0);
+			return st.error();
+		}
+	GpuImageIndex index;
+	index.id = id;
+	index.chunk_bytes = chunk_bytes;
+	for (const GpuSaveTarget &t : targets)
+		index.processes.push_back({t.ns_pid, t.pid, {}, 0});
+	for (SliceOut &o : outs) {
+		index.files.push_back(o.file);
+		for (auto &[t, c] : o.chunks)
+			index.processes[t].chunks.push_back(c);
+		for (size_t t = 0; t < targets.size(); t++)
+			index.processes[t].zero_bytes += o.zero_bytes[t];
+	}
+	index.write_us = now_us() - t0;
+	return index;
+}
+
+Status check_gpu_files(int dir_fd, const GpuImageIndex &index)
+{
+	for (const GpuDataFile &f : index.files)
+		if (auto r = GpuDataReader::open(dir_fd, f, index.id); !r)
+			return std::move(r).error();
+	return {};
+}
+
+Status load_gpu_state(Host &host, int dir_fd, const GpuImageIndex &index, const std::vector<GpuLoadTarget> &targets,
+		      unsigned threads)
+{
+	std::vector<GpuDataReader> readers;
+	for (const GpuDataFile &f : index.files) {
+		auto r = GpuDataReader::open(dir_fd, f, index.id);
+		if (!r)
+			return std::move(r).error();
+		readers.push_back(std::move(*r));
+	}
+	std::vector<Piece> pieces;
+	uint64_t total = 0;
+	for (size_t t = 0; t < targets.size(); t++) {
+		const GpuProcessChunks *p = index.find(targets[t].ns_pid);
+		if (!p)
+			continue;
+		for (const GpuChunk &c : p->chunks) {
+			pieces.push_back({t, c.addr, c.len, &c});
+			total += c.len;
+		}
+	}
+	if (pieces.empty())
+		return {};
+	auto parts = slices(pieces, std::max(1u, threads));
+	std::atomic<uint64_t> done{0};
+	std::atomic<bool> stop{false};
+	std::vector<Job> jobs;
+	for (const auto &part : parts)
+		jobs.push_back({"check the GPU image", [&, part]() -> Status {
+					std::vector<uint64_t> buf(index.chunk_bytes / sizeof(uint64_t));
+					for (size_t i = part.first; i < part.second && !stop.load(std::memory_order_relaxed); i++) {
+						const Piece &p = pieces[i];
+						const GpuChunk &c = *p.chunk;
+						const GpuLoadTarget &t = targets[p.target];
+						const GpuDataReader &r = readers[c.file];
+						Status st = r.read(c.offset, buf.data(), c.len);
+						if (st) {
+							uint32_t crc = crc32c(buf.data(), c.len);
+							if (crc != c.crc)
+								st = make_error(EBADMSG,
+										"GPU state at %#" PRIx64 " (%u bytes) in %s at offset %" PRIu64
+										" fails its checksum (CRC-32C %08x, recorded %08x): the image "
+										"is damaged; restore from an intact copy (cuda-criu inspect "
+										"--verify checks one)",
+										c.addr, c.len, r.name().c_str(), c.offset, crc, c.crc);
+						}
+						if (st && t.write)
+							st = host.write_memory(t.pid, c.addr, buf.data(), c.len);
+						if (!st) {
+							stop = true;
+							return std::move(st).error().context("restore pid %d (pid %d in the image)", t.pid,
+											     t.ns_pid);
+						}
+						done.fetch_add(c.len, std::memory_order_relaxed);
+					}
+					return {};
+				}});
+	std::vector<Status> results = run_jobs(std::move(jobs), 0, 0, progress_watch("GPU image read back", done, total));
+	for (Status &st : results)
+		if (!st)
+			return std::move(st).error();
+	return {};
+}
+
+} // namespace cuda_criu

@@ -1,0 +1,53 @@
+// The plugin's GPU image (gpu-image=plugin; docs/gpu-image.md): at dump, after the driver's checkpoint,
+// the driver's copy of each process's GPU state (its checkpoint ranges) is read out of the stopped
+// process by several threads, each writing its own data file; all-zero chunks are not stored and every
+// stored chunk gets a CRC-32C. At restore every chunk is read back and checked before the driver's
+// restore sees it, and written into the process unless CRIU maps it from the file itself.
+#pragma once
+
+#include <sys/types.h>
+
+#include <string>
+#include <vector>
+
+#include "base/result.h"
+#include "image/gpu_image.h"
+#include "image/record.h"
+#include "os/host.h"
+
+namespace cuda_criu {
+
+struct GpuSaveTarget {
+	pid_t pid = 0;
+	pid_t ns_pid = 0;
+	std::vector<MemoryRange> ranges; // page aligned
+};
+
+// The number of writer/reader threads for bytes of GPU state: io_threads when set, else as many as
+// help (one per 64 MiB, up to 16 and to the machine's cores).
+unsigned gpu_io_threads(unsigned io_threads, uint64_t bytes);
+
+// Stores the targets' ranges into data files cuda-gpu-N.img in dir_fd (N < threads) and returns their
+// index (not yet written). On failure the data files written so far are removed.
+Result<GpuImageIndex> save_gpu_state(Host &host, int dir_fd, const std::vector<GpuSaveTarget> &targets,
+				     const std::string &id, unsigned threads, uint32_t chunk_bytes = kGpuChunkBytes);
+
+// A restored process and its pid in the image; write: put the chunks into it (false: CRIU mapped them
+// from the data files, they are only checked).
+struct GpuLoadTarget {
+	pid_t pid = 0;
+	pid_t ns_pid = 0;
+	bool write = true;
+};
+
+// Opens every data file of the index (present, whole, of this dump): the checks a restore can make
+// before CRIU restores anything.
+Status check_gpu_files(int dir_fd, const GpuImageIndex &index);
+
+// Reads every stored chunk of the targets, checks its CRC-32C, and puts it into the process where the
+// target says so. Stops at the first bad chunk, with an error naming the process, address, file and
+// offset.
+Status load_gpu_state(Host &host, int dir_fd, const GpuImageIndex &index, const std::vector<GpuLoadTarget> &targets,
+		      unsigned threads);
+
+} // namespace cuda_criu

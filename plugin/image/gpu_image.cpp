@@ -1,0 +1,312 @@
+#include "image/gpu_image.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cinttypes>
+#include <cstring>
+#include <memory>
+#include <random>
+
+#include "base/format.h"
+#include "base/text.h"
+#include "cuda_plugin.pb-c.h"
+#include "image/image_file.h"
+
+namespace cuda_criu {
+namespace {
+
+constexpr char kIndexMagic[8] = {'C', 'U', 'D', 'A', 'G', 'P', 'U', 'I'};
+constexpr char kDataMagic[8] = {'C', 'U', 'D', 'A', 'G', 'P', 'U', 'D'};
+constexpr size_t kIdBytes = 32;
+constexpr uint64_t kPage = 4096;
+
+std::string str_or_empty(const char *s) { return s ? s : ""; }
+
+// The data file's header: magic, the image id, zero padding to kGpuDataHeaderBytes.
+std::vector<uint8_t> data_header(const std::string &id)
+{
+	std::vector<uint8_t> h(kGpuDataHeaderBytes, 0);
+	std::memcpy(h.data(), kDataMagic, sizeof(kDataMagic));
+	std::memcpy(h.data() + sizeof(kDataMagic), id.data(), std::min(id.size(), kIdBytes));
+	return h;
+}
+
+bool plain_name(const std::string &n)
+{
+	return !n.empty() && n.size() <= 64 && n.find('/') == std::string::npos && n != "." && n != "..";
+}
+
+Status check_index(const GpuImageIndex &idx)
+{
+	if (idx.id.size() != kIdBytes)
+		return make_error(EINVAL, "corrupt GPU image index: an id of %zu characters", idx.id.size());
+	if (idx.chunk_bytes == 0 || idx.chunk_bytes % kPage || idx.chunk_bytes > (64u << 20))
+		return make_error(EINVAL, "corrupt GPU image index: chunk size %u", idx.chunk_bytes);
+	if (idx.files.size() > kGpuMaxFiles)
+		return make_error(EINVAL, "corrupt GPU image index: %zu data files", idx.files.size());
+	for (const GpuDataFile &f : idx.files)
+		if (!plain_name(f.name))
+			return make_error(EINVAL, "corrupt GPU image index: data file name '%s'", printable(f.name).c_str());
+	for (const GpuProcessChunks &p : idx.processes) {
+		uint64_t prev_end = 0;
+		for (const GpuChunk &c : p.chunks) {
+			if (c.file >= idx.files.size() || c.len == 0 || c.len > idx.chunk_bytes || c.len % kPage ||
+			    c.addr % kPage || c.offset % kPage || c.offset < kGpuDataHeaderBytes || c.addr < prev_end ||
+			    c.addr + c.len < c.addr)
+				return make_error(EINVAL,
+						  "corrupt GPU image index: process %d, chunk at %#" PRIx64 " (%u bytes, file %u, "
+						  "offset %" PRIu64 ") is malformed",
+						  p.ns_pid, c.addr, c.len, c.file, c.offset);
+			const GpuDataFile &f = idx.files[c.file];
+			if (c.offset + c.len > f.size || c.offset + c.len < c.offset)
+				return make_error(EINVAL,
+						  "corrupt GPU image index: process %d, chunk at %#" PRIx64 " lies past the end of "
+						  "%s (offset %" PRIu64 " + %u > %" PRIu64 ")",
+						  p.ns_pid, c.addr, f.name.c_str(), c.offset, c.len, f.size);
+			prev_end = c.addr + c.len;
+		}
+	}
+	return {};
+}
+
+} // namespace
+
+std::string gpu_data_file_name(unsigned n) { return format("cuda-gpu-%u.img", n); }
+
+uint64_t GpuProcessChunks::stored_bytes() const
+{
+	uint64_t n = 0;
+	for (const GpuChunk &c : chunks)
+		n += c.len;
+	return n;
+}
+
+const GpuProcessChunks *GpuImageIndex::find(int ns_pid) const
+{
+	for (const GpuProcessChunks &p : processes)
+		if (p.ns_pid == ns_pid)
+			return &p;
+	return nullptr;
+}
+
+std::string new_gpu_image_id()
+{
+	std::random_device rd;
+	std::string id;
+	while (id.size() < kIdBytes)
+		id += format("%08x", rd());
+	return id.substr(0, kIdBytes);
+}
+
+std::vector<uint8_t> encode_gpu_index(const GpuImageIndex &index)
+{
+	PackedStrings keep;
+	std::vector<CudaGpuFile> files(index.files.size());
+	std::vector<CudaGpuFile *> file_ptrs;
+	for (size_t i = 0; i < index.files.size(); i++) {
+		cuda_gpu_file__init(&files[i]);
+		files[i].name = keep.keep(index.files[i].name);
+		files[i].size = index.files[i].size;
+		files[i].has_data_bytes = true;
+		files[i].data_bytes = index.files[i].data_bytes;
+		file_ptrs.push_back(&files[i]);
+	}
+	struct Columns {
+		std::vector<uint64_t> addr, offset;
+		std::vector<uint32_t> len, file, crc;
+	};
+	std::vector<Columns> cols(index.processes.size());
+	std::vector<CudaGpuChunks> procs(index.processes.size());
+	std::vector<CudaGpuChunks *> proc_ptrs;
+	for (size_t i = 0; i < index.processes.size(); i++) {
+		const GpuProcessChunks &p = index.processes[i];
+		Columns &c = cols[i];
+		for (const GpuChunk &ch : p.chunks) {
+			c.addr.push_back(ch.addr);
+			c.len.push_back(ch.len);
+			c.file.push_back(ch.file);
+			c.offset.push_back(ch.offset);
+			c.crc.push_back(ch.crc);
+		}
+		CudaGpuChunks &m = procs[i];
+		cuda_gpu_chunks__init(&m);
+		m.ns_pid = p.ns_pid;
+		m.has_pid = true;
+		m.pid = p.pid;
+		m.n_addr = m.n_len = m.n_file = m.n_offset = m.n_crc32c = p.chunks.size();
+		m.addr = c.addr.data();
+		m.len = c.len.data();
+		m.file = c.file.data();
+		m.offset = c.offset.data();
+		m.crc32c = c.crc.data();
+		m.has_zero_bytes = true;
+		m.zero_bytes = p.zero_bytes;
+		proc_ptrs.push_back(&m);
+	}
+	CudaGpuImage img;
+	cuda_gpu_image__init(&img);
+	img.version = kGpuImageVersion;
+	img.id = keep.keep(index.id);
+	img.has_chunk_bytes = true;
+	img.chunk_bytes = index.chunk_bytes;
+	img.n_files = file_ptrs.size();
+	img.files = file_ptrs.data();
+	img.n_processes = proc_ptrs.size();
+	img.processes = proc_ptrs.data();
+	img.has_write_us = true;
+	img.write_us = index.write_us;
+	size_t len = cuda_gpu_image__get_packed_size(&img);
+	std::vector<uint8_t> out = framed_buffer(kIndexMagic, len);
+	cuda_gpu_image__pack(&img, out.data() + kImageHeaderBytes);
+	return out;
+}
+
+Result<GpuImageIndex> decode_gpu_index(const uint8_t *data, size_t size)
+{
+	auto len = unframe(data, size, kIndexMagic, "GPU image index");
+	if (!len)
+		return std::move(len).error();
+	DecodeBudget budget{kGpuIndexMaxBytes * 2};
+	ProtobufCAllocator allocator = {DecodeBudget::alloc, DecodeBudget::release, &budget};
+	auto free_image = [&allocator](CudaGpuImage *p) { cuda_gpu_image__free_unpacked(p, &allocator); };
+	std::unique_ptr<CudaGpuImage, decltype(free_image)> img(cuda_gpu_image__unpack(&allocator, *len, data + kImageHeaderBytes),
+							       free_image);
+	if (!img)
+		return make_error(EINVAL, "corrupt GPU image index: its data does not parse");
+	if (img->version == 0 || img->version > kGpuImageVersion)
+		return make_error(EPROTO, "GPU image index version %u: this plugin reads version %u", img->version,
+				  kGpuImageVersion);
+	GpuImageIndex idx;
+	idx.id = str_or_empty(img->id);
+	idx.chunk_bytes = img->has_chunk_bytes ? img->chunk_bytes : kGpuChunkBytes;
+	idx.write_us = img->write_us;
+	for (size_t i = 0; i < img->n_files; i++)
+		idx.files.push_back({str_or_empty(img->files[i]->name), img->files[i]->size, img->files[i]->data_bytes});
+	for (size_t i = 0; i < img->n_processes; i++) {
+		const CudaGpuChunks *m = img->processes[i];
+		size_t n = m->n_addr;
+		if (m->n_len != n || m->n_file != n || m->n_offset != n || m->n_crc32c != n)
+			return make_error(EINVAL, "corrupt GPU image index: process %d has chunk lists of different lengths",
+					  m->ns_pid);
+		GpuProcessChunks p;
+		p.ns_pid = m->ns_pid;
+		p.pid = m->has_pid ? m->pid : m->ns_pid;
+		p.zero_bytes = m->zero_bytes;
+		p.chunks.reserve(n);
+		for (size_t j = 0; j < n; j++)
+			p.chunks.push_back({m->addr[j], m->len[j], m->file[j], m->offset[j], m->crc32c[j]});
+		idx.processes.push_back(std::move(p));
+	}
+	if (auto st = check_index(idx); !st)
+		return std::move(st).error();
+	return idx;
+}
+
+Status write_gpu_index(int dir_fd, const GpuImageIndex &index)
+{
+	return write_image_file(dir_fd, kGpuIndexFileName, encode_gpu_index(index));
+}
+
+Result<std::optional<GpuImageIndex>> read_gpu_index(int dir_fd)
+{
+	auto data = read_image_file(dir_fd, kGpuIndexFileName, kGpuIndexMaxBytes);
+	if (!data)
+		return std::move(data).error();
+	if (!*data)
+		return std::optional<GpuImageIndex>();
+	auto idx = decode_gpu_index((*data)->data(), (*data)->size());
+	if (!idx)
+		return std::move(idx).error().context("%s", kGpuIndexFileName);
+	return std::optional<GpuImageIndex>(std::move(*idx));
+}
+
+Result<GpuDataWriter> GpuDataWriter::create(int dir_fd, const std::string &name, const std::string &id)
+{
+	UniqueFd fd(openat(dir_fd, name.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644));
+	if (!fd.valid())
+		return errno_error("create %s in the image directory", name.c_str());
+	GpuDataWriter w(std::move(fd), name);
+	std::vector<uint8_t> h = data_header(id);
+	if (auto st = w.write(0, h.data(), h.size()); !st)
+		return std::move(st).error();
+	return w;
+}
+
+Status GpuDataWriter::write(uint64_t offset, const void *data, size_t len)
+{
+	const auto *p = static_cast<const uint8_t *>(data);
+	while (len) {
+		ssize_t n = pwrite(fd_.get(), p, len, static_cast<off_t>(offset));
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			return errno_error("write %s at offset %" PRIu64, name_.c_str(), offset);
+		p += n;
+		offset += static_cast<uint64_t>(n);
+		len -= static_cast<size_t>(n);
+	}
+	return {};
+}
+
+Status GpuDataWriter::finish(uint64_t size)
+{
+	if (ftruncate(fd_.get(), static_cast<off_t>(size)) != 0)
+		return errno_error("set the size of %s", name_.c_str());
+	if (fdatasync(fd_.get()) != 0 && errno != EINVAL)
+		return errno_error("sync %s", name_.c_str());
+	fd_.reset();
+	return {};
+}
+
+Result<GpuDataReader> GpuDataReader::open(int dir_fd, const GpuDataFile &file, const std::string &id)
+{
+	UniqueFd fd(openat(dir_fd, file.name.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
+	if (!fd.valid())
+		return errno_error("open %s (a file of the GPU image) in the image directory", file.name.c_str());
+	struct stat st {};
+	if (fstat(fd.get(), &st) != 0)
+		return errno_error("stat %s", file.name.c_str());
+	if (!S_ISREG(st.st_mode))
+		return make_error(EINVAL, "%s is not a regular file", file.name.c_str());
+	if (static_cast<uint64_t>(st.st_size) < file.size)
+		return make_error(EIO,
+				  "%s is cut short: %" PRIu64 " bytes, the index records %" PRIu64
+				  " (the image was copied incompletely: copy it again)",
+				  file.name.c_str(), static_cast<uint64_t>(st.st_size), file.size);
+	GpuDataReader r(std::move(fd), file.name);
+	std::vector<uint8_t> h(kGpuDataHeaderBytes);
+	if (auto s = r.read(0, h.data(), h.size()); !s)
+		return std::move(s).error();
+	if (std::memcmp(h.data(), kDataMagic, sizeof(kDataMagic)) != 0)
+		return make_error(EINVAL, "%s is not a data file of a GPU image (bad magic)", file.name.c_str());
+	if (std::memcmp(h.data() + sizeof(kDataMagic), id.data(), std::min(id.size(), kIdBytes)) != 0)
+		return make_error(EINVAL,
+				  "%s belongs to another dump (its GPU image id differs from cuda-gpu.img's): the image "
+				  "directory mixes files of two dumps",
+				  file.name.c_str());
+	return r;
+}
+
+Status GpuDataReader::read(uint64_t offset, void *data, size_t len) const
+{
+	auto *p = static_cast<uint8_t *>(data);
+	uint64_t at = offset;
+	while (len) {
+		ssize_t n = pread(fd_.get(), p, len, static_cast<off_t>(at));
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0)
+			return errno_error("read %s at offset %" PRIu64, name_.c_str(), at);
+		if (n == 0)
+			return make_error(EIO, "%s ends at offset %" PRIu64 ", before the data the index records there",
+					  name_.c_str(), at);
+		p += n;
+		at += static_cast<uint64_t>(n);
+		len -= static_cast<size_t>(n);
+	}
+	return {};
+}
+
+} // namespace cuda_criu
