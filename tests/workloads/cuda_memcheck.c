@@ -3,7 +3,7 @@
  *
  *   cuda_memcheck --mb N [--device I] [--state FILE] [--interval-ms MS]
  *                 [--seed S] [--children K] [--child-device I|spread] [--plain-children K]
- *                 [--tolerate-child-exit] [--managed-mb M]
+ *                 [--tolerate-child-exit] [--managed-mb M] [--zero-mb Z]
  *
  * Allocates N MiB of device memory and fills it, 64 MiB chunk by chunk, with a
  * pattern derived from the seed, the chunk index and the chunk's generation.
@@ -22,7 +22,9 @@
  * --plain-children K forks K processes that never touch CUDA. Children are
  * forked before cuInit. --managed-mb M also allocates M MiB of managed memory
  * (cuMemAllocManaged), filled and verified through its host pointer: the
- * driver cannot checkpoint such a process.
+ * driver cannot checkpoint such a process. --zero-mb Z also allocates Z MiB of device memory set to
+ * zero (cuMemsetD8), as serving systems allocate their KV caches, and verifies each iteration that it
+ * is still all zero.
  *
  * Only the CUDA driver API is used, so the same binary runs against a real
  * libcuda.so.1 or the fake one.
@@ -54,6 +56,7 @@ static pid_t g_cuda_children[256];
 static int g_ncuda_children;
 static int g_tolerate_child_exit; /* --tolerate-child-exit: a dead CUDA child is not a failure */
 static size_t g_managed_mb;       /* --managed-mb */
+static size_t g_zero_mb;          /* --zero-mb */
 
 /*
  * The state file is rewritten in place through one fd kept open, with a single fixed-size pwrite (newline
@@ -143,6 +146,13 @@ static void run(int device, unsigned interval_ms)
 		fill(managed, managed_bytes, (size_t)-1, 0);
 	}
 
+	CUdeviceptr zeros = 0;
+	size_t zero_bytes = g_zero_mb << 20;
+	if (zero_bytes) {
+		check(cuMemAlloc(&zeros, zero_bytes), "cuMemAlloc");
+		check(cuMemsetD8(zeros, 0, zero_bytes), "cuMemsetD8");
+	}
+
 	uint64_t *gen = calloc(nchunks, sizeof(*gen));
 	uint64_t *host = malloc(total < CHUNK ? total : CHUNK);
 	if (!gen || !host)
@@ -177,6 +187,15 @@ static void run(int device, unsigned interval_ms)
 					     c, w * 8, (unsigned long long)gen[c], g_iter + 1,
 					     (unsigned long long)want, (unsigned long long)host[w]);
 			}
+		}
+		size_t step = total < CHUNK ? total : CHUNK; /* the host buffer's size */
+		for (size_t off = 0; off < zero_bytes; off += step) {
+			size_t n = zero_bytes - off < step ? zero_bytes - off : step;
+			check(cuMemcpyDtoH(host, zeros + off, n), "cuMemcpyDtoH");
+			for (size_t w = 0; w < n / 8; w++)
+				if (host[w])
+					fail("zeroed memory changed at offset %zu (iteration %llu): 0x%016llx", off + w * 8,
+					     g_iter + 1, (unsigned long long)host[w]);
 		}
 		if (managed) {
 			uint64_t base = chunk_base((size_t)-1, 0);
@@ -213,7 +232,7 @@ static void usage(void)
 {
 	fprintf(stderr, "usage: cuda_memcheck --mb N [--device I] [--state FILE] [--interval-ms MS] "
 			"[--seed S] [--children K] [--child-device I|spread] [--plain-children K] [--tolerate-child-exit] "
-			"[--managed-mb M]\n");
+			"[--managed-mb M] [--zero-mb Z]\n");
 	exit(1);
 }
 
@@ -252,6 +271,8 @@ int main(int argc, char **argv)
 			plain = atoi(v);
 		else if (!strcmp(o, "--managed-mb"))
 			g_managed_mb = strtoull(v, NULL, 0);
+		else if (!strcmp(o, "--zero-mb"))
+			g_zero_mb = strtoull(v, NULL, 0);
 		else
 			usage();
 	}
