@@ -5,6 +5,8 @@
 source "$(dirname "$0")/lib.sh"
 e2e_setup
 start_fake_gpu
+# The GPU state in CRIU's pages images (the GPU image the plugin writes itself: gpu_image.sh).
+export CUDA_CRIU_GPU_IMAGE=criu
 # The fake restore writes its memory map and its copies' addresses before reading the copies.
 export FAKEGPU_RECORD_MAPS=1
 

@@ -76,7 +76,7 @@ must_refuse bad-magic "bad magic"
 
 variant newer-version # byte 13: the version varint right after the 12-byte header and field tag 0x08
 [ "$(od -An -tx1 -j12 -N1 "$T/base/$img" | tr -d ' ')" = 08 ] || fail "unexpected layout of $img"
-printf '\002' | dd of="$V/$img" bs=1 seek=13 conv=notrunc status=none
+printf '\003' | dd of="$V/$img" bs=1 seek=13 conv=notrunc status=none
 must_refuse newer-version "written by a newer cuda_plugin"
 
 variant oversized # 1 TiB, sparse: refused from its size, never read

@@ -1,0 +1,180 @@
+#!/usr/bin/env bash
+# The plugin's own GPU image (gpu-image=plugin, the default; docs/gpu-image.md): the plugin stores the
+# fake driver's copies itself (several files, all-zero chunks left out, a CRC-32C per chunk) and CRIU
+# leaves them out of pages-N.img (criu-patches/0004); the restore checks every chunk before the driver's
+# restore. Then what damages or moves an image: a flipped byte, a file cut short or missing, files of
+# another dump, holes filled with zeros, a restore without our plugin, stock CRIU 4.1.1 on either side,
+# gpu-image=criu, --leave-running, and the dumps that cannot leave pages out.
+source "$(dirname "$0")/lib.sh"
+e2e_setup
+start_fake_gpu
+
+# dump_gpu NAME [criu dump options]: a 16 MiB workload with 32 MiB of zeroed device memory, dumped into
+# $T/NAME; sets pid, img.
+dump_gpu() {
+	local name=$1
+	shift
+	start_memcheck "$name" 16 --zero-mb 32
+	pid=$LAST_PID img=$T/$name
+	dump "$pid" "$img" "$@" || fail "$name: dump failed"
+	wait_gone "$pid"
+}
+
+bytes_of() { du -cb --apparent-size "$@" 2>/dev/null | tail -n1 | cut -f1; }
+
+# must_fail NAME DIR PATTERN [criu options]: the restore fails within 20 s naming the problem (a plugin
+# error matching PATTERN), and nothing of the dumped process runs.
+must_fail() {
+	local name=$1 dir=$2 pattern=$3 t0=$SECONDS
+	shift 3
+	if timeout -s KILL 20 "$CRIU" restore -D "$dir" -d -L "$PLUGIN_DIR" -v4 -o restore.log "$@" </dev/null >/dev/null 2>&1; then
+		fail "$name: the restore succeeded"
+	fi
+	cp "$dir/restore.log" "$T/restore.log"
+	expect_log "$T/restore.log" "$pattern" "$name: the failure does not say what is wrong"
+	wait_for "$name: no restored process" 20 gone "$pid"
+	log "$name: refused in $((SECONDS - t0)) s: $(grep -m1 -oE "$pattern.*" "$T/restore.log" | cut -c1-160)"
+}
+
+# 1. The plugin stores the GPU state; CRIU's pages images do not hold it; the restore checks and writes it.
+dump_gpu base
+expect_log "$T/dump.log" "GPU image: [0-9.]+ MiB of GPU state, [0-9.]+ MiB written \(([5-9][0-9])\.[0-9]% zero pages\) into [1-9][0-9]* file" \
+	"no summary of the GPU image (or too few zero pages left out)"
+[ -f "$img/cuda-gpu.img" ] && [ -f "$img/cuda-gpu-0.img" ] || fail "no GPU image files"
+pages=$(bytes_of "$img"/pages-*.img)
+# The workload's own 16 MiB host buffer stays; the 48 MiB of GPU state (16 of data) must not be there.
+[ "$pages" -lt $((24 << 20)) ] || fail "CRIU still wrote the GPU state: pages images of $pages bytes"
+expect_log "$T/dump.log" "saved by a plugin" "CRIU's log does not say it left pages to the plugin"
+log "dump: pages images $((pages >> 10)) KiB, GPU image $(( $(bytes_of "$img"/cuda-gpu-*.img) >> 10 )) KiB apparent, $(du -ck "$img"/cuda-gpu-*.img | tail -n1 | cut -f1) KiB on disk"
+cp -a "$img" "$T/pristine"
+base_pid=$pid
+restore "$img" || fail "restore failed"
+expect_log "$T/restore.log" "GPU image is written into the processes by the plugin|asking CRIU to map its GPU image" \
+	"the restore does not say how the GPU image comes back"
+expect_log "$T/restore.log" "restore: 1 CUDA process\(es\), 0 failed.*GPU image checked in" "no restore summary"
+expect_healthy "$STATE"
+kill -9 "$pid"; wait_gone "$pid"
+log "plugin-written GPU image: dump and restore ok"
+
+# variant NAME: a fresh copy of the pristine dump in $V.
+variant() { V=$T/v-$1; rm -rf "$V"; cp -a "$T/pristine" "$V"; }
+data_file() { ls "$V"/cuda-gpu-[0-9]*.img | xargs -n1 du -b | sort -n | tail -n1 | cut -f2; } # the largest
+
+# 2. Damage: every case refused by name before the driver's restore, nothing left running.
+variant flipped
+f=$(data_file)
+printf '\125' | dd of="$f" bs=1 seek=$((4096 + 12345)) conv=notrunc status=none
+must_fail flipped "$V" "fails its checksum \(CRC-32C [0-9a-f]+, recorded [0-9a-f]+\)"
+expect_log "$T/restore.log" "in $(basename "$f") at offset [0-9]+ fails its checksum" "flipped: the file is not named"
+
+variant truncated
+f=$(data_file)
+truncate -s $(( $(stat -c %s "$f") - 8192 )) "$f"
+must_fail truncated "$V" "$(basename "$f") is cut short"
+
+variant missing-data
+rm "$(data_file)"
+must_fail missing-data "$V" "open cuda-gpu-[0-9]+\.img \(a file of the GPU image\)"
+
+variant missing-index
+rm "$V/cuda-gpu.img"
+must_fail missing-index "$V" "cuda-gpu.img is missing"
+
+dump_gpu other
+pid=$base_pid STATE=$T/base.state # the variants restore the first dump
+variant swapped # the data files of another dump
+cp "$T/other"/cuda-gpu-[0-9]*.img "$V/"
+must_fail swapped "$V" "belongs to another dump"
+
+# No plugin that knows the GPU image (CRIU's own CUDA plugin, an older one, none): CRIU refuses by name.
+variant no-plugin
+mkdir -p "$T/empty-libdir"
+if timeout 20 "$CRIU" restore -D "$V" -d -L "$T/empty-libdir" -v4 -o restore.log </dev/null >/dev/null 2>&1; then
+	fail "no-plugin: restored without the plugin (the GPU would get zeros)"
+fi
+expect_log "$V/restore.log" "Missing required plugin: cuda-gpu-image" "no-plugin: CRIU does not name the GPU image"
+wait_for "no-plugin: no restored process" 20 gone "$pid"
+log "no-plugin: refused: $(grep -m1 -o 'Missing required plugin: cuda-gpu-image.*' "$V/restore.log" | cut -c1-120)"
+
+# A copy that filled the holes with zeros (cp --sparse=never, some archivers) verifies and restores.
+V=$T/v-filled
+cp -r --sparse=never "$T/pristine" "$V"
+restore "$V" || fail "filled: restore failed"
+expect_healthy "$STATE"
+kill -9 "$pid"; wait_gone "$pid"
+log "holes filled with zeros: restored"
+
+# The damaged copy restores once the file is whole again.
+variant repaired
+f=$(data_file)
+truncate -s $(( $(stat -c %s "$f") - 8192 )) "$f"
+must_fail repaired-before "$V" "is cut short"
+cp "$T/pristine/$(basename "$f")" "$f"
+restore "$V" || fail "repaired: restore failed"
+expect_healthy "$STATE"
+kill -9 "$pid"; wait_gone "$pid"
+log "damage, then the file copied again: restored"
+
+# 3. gpu-image=criu: today's images, the pages in CRIU's pages images.
+CUDA_CRIU_GPU_IMAGE=criu dump_gpu criu
+expect_log "$T/dump.log" "the GPU state stays in CRIU's pages images: gpu-image=criu" "criu: no reason logged"
+[ ! -e "$img/cuda-gpu.img" ] || fail "criu: a GPU image was written"
+restore "$img" || fail "criu: restore failed"
+expect_healthy "$STATE"
+kill -9 "$pid"; wait_gone "$pid"
+log "gpu-image=criu: ok"
+
+# 4. --leave-running: the process goes on; dumped again, restored.
+start_memcheck leave 16 --zero-mb 32
+pid=$LAST_PID
+dump "$pid" "$T/leave1" --leave-running || fail "leave-running: dump failed"
+sleep 0.3
+expect_healthy "$STATE"
+dump "$pid" "$T/leave2" --leave-running || fail "leave-running: second dump failed"
+kill -9 "$pid"; wait_gone "$pid"
+restore "$T/leave2" || fail "leave-running: restore failed"
+expect_healthy "$STATE"
+kill -9 "$pid"; wait_gone "$pid"
+log "--leave-running twice, then restore: ok"
+
+# 5. A dump that cannot leave pages out keeps them in CRIU's images and says why.
+start_memcheck server 16 --zero-mb 32
+pid=$LAST_PID
+mkdir -p "$T/ps-target"
+"$CRIU" page-server -D "$T/ps-target" --port 27231 -v4 -o ps.log -d || fail "page-server did not start"
+dump "$pid" "$T/ps-dump" --page-server --address 127.0.0.1 --port 27231 || fail "page-server: dump failed"
+wait_gone "$pid"
+expect_log "$T/dump.log" "the GPU state stays in CRIU's pages images: this dump cannot leave pages out" \
+	"page-server: no reason logged"
+[ ! -e "$T/ps-dump/cuda-gpu.img" ] || fail "page-server: a GPU image was written on the dumping side"
+cp "$T/ps-target"/*.img "$T/ps-dump/"
+restore "$T/ps-dump" || fail "page-server: restore failed"
+expect_healthy "$STATE"
+kill -9 "$pid"; wait_gone "$pid"
+log "--page-server: pages kept in CRIU's images, restored on the other side"
+
+# 6. The GPU image written back by the plugin (process_vm_writev), as on a CRIU that cannot map a
+#    plugin's files (a stock CRIU: 4.1.1 cannot restore images of CRIU 4.2 at all, so 4.2.1 without the
+#    mapping stands in for it); and stock CRIU 4.1.1 dumping: it cannot leave pages out, so the GPU state
+#    stays in its pages images.
+variant written
+pid=$base_pid STATE=$T/base.state
+CUDA_CRIU_MAP_IMAGE=off restore "$V" || fail "written: restore failed"
+expect_log "$T/restore.log" "GPU image is written into the processes by the plugin: mapping it is off" \
+	"written: no reason logged"
+expect_healthy "$STATE"
+kill -9 "$pid"; wait_gone "$pid"
+log "GPU image written into the process by the plugin: ok"
+CRIU411=$BUILD_DIR/criu/4.1.1/install/sbin/criu
+if [ -x "$CRIU411" ]; then
+	CRIU=$CRIU411 dump_gpu stock-dump
+	expect_log "$T/dump.log" "this CRIU cannot leave pages to a plugin" "4.1.1 dump: no reason logged"
+	[ ! -e "$img/cuda-gpu.img" ] || fail "4.1.1: a GPU image was written"
+	CRIU=$CRIU411 restore "$img" || fail "4.1.1: restore of its own dump failed"
+	expect_healthy "$STATE"
+	kill -9 "$pid"; wait_gone "$pid"
+	log "stock CRIU 4.1.1: the GPU state stays in its pages images: ok"
+else
+	log "CRIU 4.1.1 not built (scripts/build-criu.sh 4.1.1): skipped that part"
+fi
+log PASS
