@@ -158,6 +158,7 @@ Result<GpuImageIndex> save_gpu_state(Host &host, int dir_fd, const std::vector<G
 	std::atomic<uint64_t> done{0};
 	std::atomic<bool> stop{false};
 	std::vector<Job> jobs;
+	jobs.reserve(parts.size());
 	for (unsigned w = 0; w < parts.size(); w++)
 		jobs.push_back({format("write %s", gpu_data_file_name(w).c_str()), [&, w]() -> Status {
 					Status st = save_slice(host, dir_fd, targets, pieces, parts[w], w, id, chunk_bytes, done,
@@ -224,6 +225,7 @@ Status load_gpu_state(Host &host, int dir_fd, const GpuImageIndex &index, const 
 	std::atomic<uint64_t> done{0};
 	std::atomic<bool> stop{false};
 	std::vector<Job> jobs;
+	jobs.reserve(parts.size());
 	for (const auto &part : parts)
 		jobs.push_back({"check the GPU image", [&, part]() -> Status {
 					std::vector<uint64_t> buf(index.chunk_bytes / sizeof(uint64_t));

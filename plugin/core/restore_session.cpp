@@ -109,6 +109,7 @@ void RestoreSession::restore_batch(const std::vector<pid_t> &candidates)
 			// Every chunk is checked (and put into its process) before any driver call: a damaged image
 			// is refused with every process still stopped.
 			std::vector<GpuLoadTarget> targets;
+			targets.reserve(jobs.size());
 			for (const ProcJob &j : jobs)
 				targets.push_back({j.pid, outcomes_[j.pid].ns_pid});
 			uint64_t t0 = now_us();

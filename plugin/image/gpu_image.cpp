@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cinttypes>
 #include <cstring>
 #include <memory>
@@ -29,7 +30,7 @@ std::vector<uint8_t> data_header(const std::string &id)
 {
 	std::vector<uint8_t> h(kGpuDataHeaderBytes, 0);
 	std::memcpy(h.data(), kDataMagic, sizeof(kDataMagic));
-	std::memcpy(h.data() + sizeof(kDataMagic), id.data(), std::min(id.size(), kIdBytes));
+	std::copy_n(id.begin(), std::min(id.size(), kIdBytes), h.begin() + sizeof(kDataMagic));
 	return h;
 }
 

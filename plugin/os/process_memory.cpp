@@ -41,7 +41,7 @@ Status read_process_memory(pid_t pid, uint64_t addr, void *buf, size_t len)
 	while (len) {
 		size_t step = len < kStep ? len : kStep;
 		iovec local{p, step};
-		iovec remote{reinterpret_cast<void *>(addr), step};
+		iovec remote{reinterpret_cast<void *>(addr), step}; // NOLINT(performance-no-int-to-ptr): another process's address
 		ssize_t n = process_vm_readv(pid, &local, 1, &remote, 1, 0);
 		if (n < 0 && errno == EINTR)
 			continue;
@@ -62,7 +62,7 @@ Status write_process_memory(pid_t pid, uint64_t addr, const void *buf, size_t le
 	while (len) {
 		size_t step = len < kStep ? len : kStep;
 		iovec local{const_cast<uint8_t *>(p), step};
-		iovec remote{reinterpret_cast<void *>(addr), step};
+		iovec remote{reinterpret_cast<void *>(addr), step}; // NOLINT(performance-no-int-to-ptr): another process's address
 		ssize_t n = process_vm_writev(pid, &local, 1, &remote, 1, 0);
 		if (n < 0 && errno == EINTR)
 			continue;
