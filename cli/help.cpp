@@ -60,6 +60,9 @@ and a `hint:` line below a warn or fail that says how to fix it. The checks:
   kernel            checkpoint/restore support (CONFIG_CHECKPOINT_RESTORE: /proc/sys/kernel/ns_last_pid,
                     kcmp(), /proc/self/map_files)
   ptrace            the Yama ptrace policy allows CRIU to attach
+  thp               the transparent huge page mode: `always` is ok, `madvise` or `never` a warning
+                    (the driver's checkpoint buffer gets huge pages only with `always`, which makes
+                    checkpoint and restore faster); the hint sets it until reboot
 
 On a machine without an NVIDIA GPU (no /proc/driver/nvidia/gpus entry and no CUDA_CRIU_LIBCUDA) the
 driver checks warn instead of failing, unless --require-gpu is given.
@@ -85,8 +88,8 @@ CUDA_CRIU_CRIU_CONFIG_DIR, when set, is read in place of /etc/criu for CRIU's co
 cuda-criu check --json | python3 -m json.tool
 cuda-criu check --criu /opt/criu/sbin/criu --libdir /opt/criu/lib --require-gpu)"},
 
-	{"inspect", "show what the plugin stored in a CRIU image directory",
-	 "cuda-criu inspect [--json] DIR",
+	{"inspect", "show what the plugin stored in a CRIU image directory, and verify it",
+	 "cuda-criu inspect [--json] [--verify] DIR",
 	 R"(Reads cuda-plugin.img, the file cuda_plugin.so adds to CRIU's image directory DIR at the end of a
 dump, and prints the image format version, the plugin and NVIDIA driver versions, the host, when it
 was written and how long the checkpoint took; every GPU the dumped processes used (ordinal, UUID,
@@ -94,18 +97,67 @@ model, memory, PCI bus id); and one line per CUDA process: its pid, its pid insi
 the CUDA state the dump found it in, the GPU state the checkpoint added to its memory, the time to
 lock it and to checkpoint it, and its GPUs.
 
+Then who holds the GPU state:
+
+  the plugin's GPU image (cuda-gpu*.img)
+                    written by the plugin itself (gpu-image=plugin, the default): a restore
+                    needs this project's cuda_plugin.so; CRIU's own CUDA plugin, or none,
+                    refuses the image
+  CRIU's pages images (pages-*.img)
+                    gpu-image=criu (CUDA_CRIU_GPU_IMAGE=criu), a CRIU without
+                    criu-patches/0004, or a dump to a page server: CRIU's own CUDA plugin can
+                    restore it too
+
+and, for a GPU image, its id, its data files (size, bytes written, bytes on disk: zero pages are
+holes), and per process the GPU state (its checkpoint ranges), the bytes stored, the share in
+all-zero 2 MiB chunks (not stored) and the number of chunks, with totals; the write time and rate.
+Every stored chunk carries a CRC-32C.
+
 A directory without cuda-plugin.img is not an error: CRIU's own CUDA plugin writes no such file, nor
 does a dump without CUDA processes. A file that is truncated, corrupt, of another kind (wrong
-magic), or written by a newer plugin (a newer image format) is an error that says which.)",
+magic), or written by a newer plugin (a newer image format) is an error that says which, as is a GPU
+image whose index (cuda-gpu.img) is missing or of another dump.
+
+--verify checks that every file a restore needs is present and whole, one line per check
+
+    ok|FAIL  NAME  DETAIL
+
+  cuda-plugin.img   parses (absent is fine: no CUDA process, or CRIU's own CUDA plugin)
+  inventory.img     CRIU's inventory parses, and lists the GPU image only when cuda-plugin.img
+                    names one
+  cuda-gpu.img      present, of this dump (its id), and covers each process's GPU state
+  cuda-gpu-N.img    each data file: present, of this dump (its header), not cut short
+  checksums         every chunk of GPU state read back against its CRC-32C (in parallel)
+  pagemap-N.img     for each of CRIU's pagemaps, its pages-N.img holds at least the bytes its
+                    entries declare (pages of a parent image, or served by lazy migration, are not
+                    in it)
+
+and a result line with the bytes read, the time and the rate. A FAIL names the file and what is
+wrong: the chunk's address, file and offset for a checksum, the entry and offsets for a pages file
+cut short. CRIU keeps no checksum of the processes' ordinary memory: its pages files are checked for
+their size only; only the GPU state, when the plugin's GPU image holds it, is checksummed. Run it
+after every copy of an image to another host, before the restore.)",
 	 R"(--json            print one JSON object: "directory", "cuda_image" (false when there is no
-                  cuda-plugin.img), and when there is one "version", "plugin_version",
+                  cuda-plugin.img), "gpu_state_in" ("gpu_image", "criu_pages", or null without
+                  cuda-plugin.img), "gpu_image" (null without one: else "id", "chunk_bytes",
+                  "checksum", "write_us", "write_gb_per_s", "files" [{"name", "size",
+                  "data_bytes", "present", "disk_bytes"}], "processes" [{"pid", "ns_pid",
+                  "state_bytes", "stored_bytes", "zero_bytes", "zero_share", "chunks"}] and
+                  "total"), and when there is a cuda-plugin.img "version", "plugin_version",
                   "driver_version", "hostname", "created_unix", "device_phase_us", "gpus" and
-                  "processes")",
-	 R"(0  the image was read, or the directory has no cuda-plugin.img
-1  DIR or its cuda-plugin.img cannot be read, or the file is corrupt, foreign or too new
+                  "processes". With --verify: "directory", "result" (ok or fail),
+                  "gpu_state_in", "checks" [{"name", "status", "detail"}], "bytes_read",
+                  "seconds", "gb_per_s" and "checksums" (what they cover)
+--verify          check that every file the image needs is present and whole (above) instead of
+                  describing it)",
+	 R"(0  the image was read, or the directory has no cuda-plugin.img; with --verify, every check passed
+1  DIR or one of its files cannot be read, or a file is corrupt, foreign or too new; with --verify,
+   a file is missing, cut short or damaged
 2  bad usage)",
 	 R"(cuda-criu inspect /var/lib/checkpoints/job42
-cuda-criu inspect --json /var/lib/checkpoints/job42 | jq '.processes[].state_bytes')"},
+cuda-criu inspect --json /var/lib/checkpoints/job42 | jq '.gpu_image.total.zero_share'
+rsync -a job42/ gpuhost2:/var/lib/checkpoints/job42/ &&
+    ssh gpuhost2 cuda-criu inspect --verify /var/lib/checkpoints/job42)"},
 
 	{"ps", "list the CUDA processes on this machine and their checkpoint state", "cuda-criu ps [--json]",
 	 R"(Finds every process that has the NVIDIA driver library (libcuda.so*) mapped by reading /proc, asks
@@ -369,8 +421,9 @@ DESCRIPTION
     Before a checkpoint, `check` tells whether this machine can do it and `ps` lists the CUDA
     processes. `lock`, `checkpoint`, `restore`, `unlock`, `suspend` and `resume` move a process
     through the driver's states by hand, and `status` shows where it is. After a dump, `inspect`
-    shows what the plugin stored in the image. `selftest` runs the whole stack end to end, and
-    `roundtrip` checks that your own program survives a checkpoint and restore (for CI).
+    shows what the plugin stored in the image, and `inspect --verify` checks that a copy of it is
+    whole. `selftest` runs the whole stack end to end, and `roundtrip` checks that your own program
+    survives a checkpoint and restore (for CI).
 
     The driver's states of a CUDA process, and the commands between them:
 

@@ -1,14 +1,27 @@
-// cuda-criu inspect: what cuda-plugin.img in a CRIU image directory holds.
+// cuda-criu inspect: what cuda-plugin.img in a CRIU image directory holds, and who holds the GPU state
+// (the plugin's GPU image, cuda-gpu*.img, or CRIU's pages images); with --verify, whether every file a
+// restore needs is present and whole.
+#include <dirent.h>
 #include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
+#include <algorithm>
+#include <cinttypes>
 #include <cstdio>
 #include <ctime>
+#include <memory>
 
+#include "base/clock.h"
 #include "base/text.h"
 #include "cli.h"
+#include "core/gpu_store.h"
 #include "image/devices_image.h"
+#include "image/gpu_image.h"
 #include "image/image.h"
+#include "image/image_file.h"
 #include "json.h"
+#include "os/host.h"
 #include "os/unique_fd.h"
 #include "units.h"
 
@@ -121,7 +134,437 @@ void inherited_json(JsonWriter &j, const InheritedDevicesRecord &r)
 	j.end_array().end_object();
 }
 
-void print_text(const ImageRecord &r)
+// CRIU's own images, decoded by hand: only the few fields --verify needs (images/pagemap.proto and
+// images/inventory.proto of CRIU 4.2; magic numbers from criu/include/magic.h). The CLI does not build
+// CRIU's .proto files for three messages of plain varints. Every length is bounded by the bytes at hand.
+constexpr uint32_t kCriuCommonMagic = 0x54564319;    // IMG_COMMON_MAGIC, the first word of most images
+constexpr uint32_t kCriuPagemapMagic = 0x56084025;   // PAGEMAP_MAGIC (and SHMEM_PAGEMAP_MAGIC)
+constexpr uint32_t kCriuInventoryMagic = 0x58313116; // INVENTORY_MAGIC: the inventory's only magic word
+// PagemapEntry.flags (criu/include/pagemap.h)
+constexpr uint32_t kPeParent = 1 << 0;  // the pages are in the parent image (an incremental dump)
+constexpr uint32_t kPeLazy = 1 << 1;    // lazy migration serves them
+constexpr uint32_t kPePresent = 1 << 2; // they are in pages-<pages_id>.img, entry after entry
+
+// CRIU writes its numbers in the host's byte order; the images of an x86-64 or arm64 host are
+// little-endian, as is every machine this plugin runs on.
+uint32_t le32(const uint8_t *p)
+{
+	return uint32_t(p[0]) | uint32_t(p[1]) << 8 | uint32_t(p[2]) << 16 | uint32_t(p[3]) << 24;
+}
+
+// One field of a protobuf message: a varint's value, or a length-delimited field's bytes.
+struct WireField {
+	uint32_t number = 0;
+	unsigned type = 0; // 0 varint, 1 64-bit, 2 length-delimited, 5 32-bit
+	uint64_t varint = 0;
+	const uint8_t *bytes = nullptr;
+	size_t len = 0;
+};
+
+// The fields of one message in order; nothing is read past its end.
+class WireReader {
+public:
+	WireReader(const uint8_t *data, size_t size) : p_(data), end_(data + size) {}
+
+	// false at the end of the message; an error when it is malformed.
+	Result<bool> next(WireField &f)
+	{
+		if (p_ == end_)
+			return false;
+		uint64_t key = 0;
+		if (!varint(key) || (key >> 3) == 0 || (key >> 3) > 0x1fffffff)
+			return make_error(EINVAL, "a malformed field key");
+		f = WireField{static_cast<uint32_t>(key >> 3), static_cast<unsigned>(key & 7)};
+		size_t skip = 0;
+		switch (f.type) {
+		case 0:
+			if (!varint(f.varint))
+				return make_error(EINVAL, "field %u: a malformed varint", f.number);
+			return true;
+		case 1:
+			skip = 8;
+			break;
+		case 5:
+			skip = 4;
+			break;
+		case 2: {
+			uint64_t len = 0;
+			if (!varint(len))
+				return make_error(EINVAL, "field %u: a malformed length", f.number);
+			if (len > static_cast<uint64_t>(end_ - p_))
+				return make_error(EINVAL, "field %u: %" PRIu64 " bytes, past the message's end", f.number, len);
+			f.bytes = p_;
+			f.len = static_cast<size_t>(len);
+			skip = f.len;
+			break;
+		}
+		default: // groups (3, 4) are not in CRIU's images; 6 and 7 do not exist
+			return make_error(EINVAL, "field %u: wire type %u", f.number, f.type);
+		}
+		if (skip > static_cast<size_t>(end_ - p_))
+			return make_error(EINVAL, "field %u: past the message's end", f.number);
+		p_ += skip;
+		return true;
+	}
+
+private:
+	bool varint(uint64_t &v)
+	{
+		v = 0;
+		for (unsigned shift = 0; shift < 64 && p_ != end_; shift += 7) {
+			uint8_t b = *p_++;
+			v |= static_cast<uint64_t>(b & 0x7f) << shift;
+			if (!(b & 0x80))
+				return true;
+		}
+		return false;
+	}
+
+	const uint8_t *p_;
+	const uint8_t *end_;
+};
+
+// Calls field(f) for each field of the message in r; a malformed message is an error.
+template <typename F>
+Status for_each_field(WireReader r, F &&field)
+{
+	WireField f;
+	for (;;) {
+		auto more = r.next(f);
+		if (!more)
+			return std::move(more).error();
+		if (!*more)
+			return {};
+		if (Status st = field(f); !st)
+			return st;
+	}
+}
+
+// An entry whose pages are in the pages image.
+struct PagemapRun {
+	uint64_t vaddr = 0;
+	uint64_t bytes = 0;
+	uint64_t pages_offset = 0; // where its pages begin in pages-<pages_id>.img
+	uint64_t entry_offset = 0; // where the entry is in the pagemap file
+};
+
+struct CriuPagemap {
+	uint32_t pages_id = 0;
+	size_t entries = 0;
+	std::vector<PagemapRun> present; // in the order of their pages in the pages image
+	uint64_t present_bytes = 0;
+	uint64_t parent_bytes = 0; // in the parent image of an incremental dump (not in this directory)
+	uint64_t lazy_bytes = 0;   // in no image: lazy migration serves them
+};
+
+// CRIU's framing after the magic words: each message is preceded by its size in 4 bytes. Calls
+// message(offset, reader) for each; errors name the offset in the file.
+template <typename F>
+Status for_each_criu_message(const uint8_t *data, size_t size, size_t offset, F &&message)
+{
+	while (offset < size) {
+		if (size - offset < 4)
+			return make_error(EINVAL, "cut short at offset %zu: %zu byte(s) where a message's 4-byte size belongs",
+					  offset, size - offset);
+		uint32_t len = le32(data + offset);
+		if (len > size - offset - 4)
+			return make_error(EINVAL, "cut short at offset %zu: a message of %u bytes, %zu left", offset, len,
+					  size - offset - 4);
+		if (auto st = message(offset, WireReader(data + offset + 4, len)); !st)
+			return std::move(st).error().context("the message at offset %zu", offset);
+		offset += 4 + static_cast<size_t>(len);
+	}
+	return {};
+}
+
+// pagemap-N.img or pagemap-shmem-N.img: a PagemapHead {pages_id}, then PagemapEntry {vaddr,
+// compat_nr_pages, in_parent, flags, nr_pages} messages, read as CRIU's init_compat_pagemap_entry()
+// reads them (no flags: present; in_parent: in the parent). page_size: of the dumping machine.
+Result<CriuPagemap> decode_criu_pagemap(const uint8_t *data, size_t size, uint64_t page_size)
+{
+	if (size < 8)
+		return make_error(EINVAL, "cut short: %zu bytes, fewer than CRIU's two magic words", size);
+	if (le32(data) != kCriuCommonMagic || le32(data + 4) != kCriuPagemapMagic)
+		return make_error(EINVAL, "not a CRIU pagemap image (magic %08x %08x)", le32(data), le32(data + 4));
+	CriuPagemap pm;
+	bool head = false;
+	Status parsed = for_each_criu_message(data, size, 8, [&](size_t offset, WireReader r) -> Status {
+		if (!head) {
+			bool has_id = false;
+			Status st = for_each_field(r, [&](const WireField &f) -> Status {
+				if (f.number == 1 && f.type == 0) {
+					pm.pages_id = static_cast<uint32_t>(f.varint);
+					has_id = true;
+				}
+				return {};
+			});
+			if (!st)
+				return st;
+			if (!has_id)
+				return make_error(EINVAL, "a PagemapHead without pages_id");
+			head = true;
+			return {};
+		}
+		uint64_t vaddr = 0, compat_nr = 0, nr = 0;
+		uint32_t flags = 0;
+		bool has_vaddr = false, has_compat = false, has_flags = false, has_nr = false, in_parent = false;
+		Status st = for_each_field(r, [&](const WireField &f) -> Status {
+			if (f.number <= 5 && f.type != 0)
+				return make_error(EINVAL, "PagemapEntry field %u of wire type %u", f.number, f.type);
+			if (f.number == 1) {
+				vaddr = f.varint;
+				has_vaddr = true;
+			} else if (f.number == 2) {
+				compat_nr = f.varint & 0xffffffff; // a uint32
+				has_compat = true;
+			} else if (f.number == 3) {
+				in_parent = f.varint != 0;
+			} else if (f.number == 4) {
+				flags = static_cast<uint32_t>(f.varint);
+				has_flags = true;
+			} else if (f.number == 5) {
+				nr = f.varint;
+				has_nr = true;
+			} // other fields: of a newer CRIU
+			return {};
+		});
+		if (!st)
+			return st;
+		if (!has_vaddr || !has_compat)
+			return make_error(EINVAL, "a PagemapEntry without vaddr or nr_pages");
+		if (in_parent)
+			flags |= kPeParent;
+		else if (!has_flags)
+			flags = kPePresent;
+		if (!has_nr)
+			nr = compat_nr;
+		if (nr > UINT64_MAX / page_size)
+			return make_error(EINVAL, "a PagemapEntry of %" PRIu64 " pages", nr);
+		uint64_t bytes = nr * page_size;
+		pm.entries++;
+		if (flags & kPePresent) {
+			if (pm.present_bytes + bytes < pm.present_bytes)
+				return make_error(EINVAL, "the entries declare more than 2^64 bytes");
+			pm.present.push_back({vaddr, bytes, pm.present_bytes, offset});
+			pm.present_bytes += bytes;
+		} else if (flags & kPeParent) {
+			pm.parent_bytes += bytes;
+		} else if (flags & kPeLazy) {
+			pm.lazy_bytes += bytes;
+		} else { // CRIU would read such pages from the pages image all the same, from the wrong offset
+			return make_error(EINVAL, "a PagemapEntry at %#" PRIx64 " with flags %#x: neither present, in the "
+						  "parent nor lazy", vaddr, flags);
+		}
+		return {};
+	});
+	if (!parsed)
+		return std::move(parsed).error();
+	if (!head)
+		return make_error(EINVAL, "cut short: no PagemapHead after the magic words");
+	return pm;
+}
+
+struct CriuInventory {
+	uint32_t img_version = 0;
+	std::vector<std::string> plugins; // the plugins a restore needs (CRIU 4.0+ writes the list)
+};
+
+// inventory.img: its magic word, then one InventoryEntry {img_version = 1, plugins_entry = 12
+// {plugins = 12}}.
+Result<CriuInventory> decode_criu_inventory(const uint8_t *data, size_t size)
+{
+	if (size < 4)
+		return make_error(EINVAL, "cut short: %zu bytes, fewer than CRIU's magic word", size);
+	if (le32(data) != kCriuInventoryMagic)
+		return make_error(EINVAL, "not a CRIU inventory (magic %08x)", le32(data));
+	CriuInventory inv;
+	size_t messages = 0;
+	Status parsed = for_each_criu_message(data, size, 4, [&](size_t, WireReader r) -> Status {
+		if (messages++)
+			return make_error(EINVAL, "a second InventoryEntry");
+		return for_each_field(r, [&](const WireField &f) -> Status {
+			if (f.number == 1 && f.type == 0)
+				inv.img_version = static_cast<uint32_t>(f.varint);
+			if (f.number != 12 || f.type != 2)
+				return {};
+			Status st = for_each_field(WireReader(f.bytes, f.len), [&](const WireField &p) -> Status {
+				if (p.number == 12 && p.type == 2)
+					inv.plugins.emplace_back(reinterpret_cast<const char *>(p.bytes), p.len);
+				return {};
+			});
+			if (!st)
+				return std::move(st).error().context("%s", "plugins_entry");
+			return {};
+		});
+	});
+	if (!parsed)
+		return std::move(parsed).error();
+	if (!messages)
+		return make_error(EINVAL, "cut short: no InventoryEntry after the magic word");
+	return inv;
+}
+
+// ---- The GPU state: who holds it, and the plugin's GPU image as inspect shows it.
+
+// Who holds the GPU state, what a restore needs, and the dump option that chose it.
+constexpr const char *kStateInGpuImage =
+	"the plugin's GPU image (cuda-gpu*.img): restore needs this project's cuda_plugin.so\n"
+	"  (criu restore -L its directory); CRIU's own CUDA plugin, or none, refuses the image.\n"
+	"  Dumped with gpu-image=plugin, the default; gpu-image=criu (CUDA_CRIU_GPU_IMAGE=criu) leaves the\n"
+	"  GPU state in CRIU's pages images";
+constexpr const char *kStateInCriuPages =
+	"CRIU's pages images (pages-*.img): CRIU's own CUDA plugin can restore it too\n"
+	"  (dumped with gpu-image=criu, by a CRIU without criu-patches/0004, or to a page server); no checksum\n"
+	"  guards it";
+
+uint64_t range_bytes(const std::vector<MemoryRange> &ranges)
+{
+	uint64_t n = 0;
+	for (const MemoryRange &r : ranges)
+		n += r.end - r.start;
+	return n;
+}
+
+double share(uint64_t part, uint64_t whole)
+{
+	return whole ? static_cast<double>(part) / static_cast<double>(whole) : 0.0;
+}
+
+double gb_per_s(uint64_t bytes, uint64_t us)
+{
+	return static_cast<double>(bytes) / 1e3 / static_cast<double>(std::max<uint64_t>(us, 1));
+}
+
+struct GpuFileView {
+	GpuDataFile file;        // as the index records it
+	bool present = false;    // a regular file of that name is in the directory
+	uint64_t disk_bytes = 0; // the blocks it has (its zero pages are holes)
+};
+
+struct GpuProcessView {
+	int pid = 0;
+	int ns_pid = 0;
+	uint64_t state_bytes = 0;  // its checkpoint ranges (cuda-plugin.img)
+	uint64_t stored_bytes = 0; // its chunks
+	uint64_t zero_bytes = 0;   // in all-zero chunks, not stored
+	size_t chunks = 0;
+};
+
+struct GpuImageView {
+	const GpuImageIndex *index = nullptr;
+	std::vector<GpuFileView> files;
+	std::vector<GpuProcessView> processes;
+	GpuProcessView total;
+	uint64_t data_bytes = 0; // written into the files
+	uint64_t disk_bytes = 0;
+};
+
+GpuImageView gpu_image_view(int dir_fd, const ImageRecord &r, const GpuImageIndex &idx)
+{
+	GpuImageView v;
+	v.index = &idx;
+	for (const GpuDataFile &f : idx.files) {
+		GpuFileView fv{f};
+		struct stat st;
+		if (fstatat(dir_fd, f.name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode)) {
+			fv.present = true;
+			fv.disk_bytes = static_cast<uint64_t>(st.st_blocks) * 512;
+		}
+		v.data_bytes += f.data_bytes;
+		v.disk_bytes += fv.disk_bytes;
+		v.files.push_back(fv);
+	}
+	for (const GpuProcessChunks &p : idx.processes) {
+		GpuProcessView pv{p.pid, p.ns_pid, 0, p.stored_bytes(), p.zero_bytes, p.chunks.size()};
+		pv.state_bytes = pv.stored_bytes + pv.zero_bytes;
+		for (const ProcessRecord &rp : r.processes)
+			if (rp.ns_pid == p.ns_pid && !rp.checkpoint_ranges.empty())
+				pv.state_bytes = range_bytes(rp.checkpoint_ranges);
+		v.total.state_bytes += pv.state_bytes;
+		v.total.stored_bytes += pv.stored_bytes;
+		v.total.zero_bytes += pv.zero_bytes;
+		v.total.chunks += pv.chunks;
+		v.processes.push_back(pv);
+	}
+	return v;
+}
+
+void print_gpu_image_text(const GpuImageView &v)
+{
+	const GpuImageIndex &idx = *v.index;
+	std::string chunk = idx.chunk_bytes % (1 << 20) ? format("%u KiB", idx.chunk_bytes >> 10)
+							: format("%u MiB", idx.chunk_bytes >> 20);
+	std::printf("GPU image %s: %zu data file(s), CRC-32C per %s chunk; written in %.3f s, %.2f GB/s of GPU state\n",
+		    printable(idx.id).c_str(), idx.files.size(), chunk.c_str(), idx.write_us / 1e6,
+		    gb_per_s(v.total.state_bytes, idx.write_us));
+	std::printf("%-20s %12s %12s %12s\n", "FILE", "SIZE", "WRITTEN", "ON-DISK");
+	for (const GpuFileView &f : v.files)
+		std::printf("%-20s %12s %12s %12s\n", printable(f.file.name).c_str(), mib(f.file.size).c_str(),
+			    mib(f.file.data_bytes).c_str(), f.present ? mib(f.disk_bytes).c_str() : "missing");
+	std::printf("%-8s %-8s %12s %12s %7s %7s\n", "PID", "NS-PID", "GPU-STATE", "STORED", "ZERO", "CHUNKS");
+	auto row = [](const std::string &pid, const std::string &ns_pid, const GpuProcessView &p) {
+		std::printf("%-8s %-8s %12s %12s %6.1f%% %7zu\n", pid.c_str(), ns_pid.c_str(), mib(p.state_bytes).c_str(),
+			    mib(p.stored_bytes).c_str(), 100 * share(p.zero_bytes, p.state_bytes), p.chunks);
+	};
+	for (const GpuProcessView &p : v.processes)
+		row(std::to_string(p.pid), std::to_string(p.ns_pid), p);
+	row("total", "", v.total);
+	std::printf("%s of GPU state: %.1f%% in all-zero chunks (not stored), %s written (%.1f%% zero pages), %s on "
+		    "disk\n",
+		    mib(v.total.state_bytes).c_str(), 100 * share(v.total.zero_bytes, v.total.state_bytes),
+		    mib(v.data_bytes).c_str(),
+		    100 * share(v.total.state_bytes - std::min(v.data_bytes, v.total.state_bytes), v.total.state_bytes),
+		    mib(v.disk_bytes).c_str());
+	for (const GpuFileView &f : v.files)
+		if (!f.present) {
+			std::printf("%s is missing: the image cannot be restored (cuda-criu inspect --verify checks every "
+				    "file)\n",
+				    printable(f.file.name).c_str());
+			break;
+		}
+}
+
+JsonWriter &gpu_process_json(JsonWriter &j, const GpuProcessView &p)
+{
+	return j.field("state_bytes", p.state_bytes)
+		.field("stored_bytes", p.stored_bytes)
+		.field("zero_bytes", p.zero_bytes)
+		.field("zero_share", share(p.zero_bytes, p.state_bytes))
+		.field("chunks", static_cast<uint64_t>(p.chunks));
+}
+
+void gpu_image_json(JsonWriter &j, const GpuImageView &v)
+{
+	const GpuImageIndex &idx = *v.index;
+	j.key("gpu_image").begin_object();
+	j.field("id", idx.id)
+		.field("index", kGpuIndexFileName)
+		.field("checksum", "CRC-32C")
+		.field("chunk_bytes", idx.chunk_bytes)
+		.field("write_us", idx.write_us)
+		.field("write_gb_per_s", gb_per_s(v.total.state_bytes, idx.write_us));
+	j.key("files").begin_array();
+	for (const GpuFileView &f : v.files) {
+		j.begin_object()
+			.field("name", f.file.name)
+			.field("size", f.file.size)
+			.field("data_bytes", f.file.data_bytes)
+			.field("present", f.present);
+		if (f.present)
+			j.field("disk_bytes", f.disk_bytes);
+		else
+			j.key("disk_bytes").null();
+		j.end_object();
+	}
+	j.end_array().key("processes").begin_array();
+	for (const GpuProcessView &p : v.processes)
+		gpu_process_json(j.begin_object().field("pid", p.pid).field("ns_pid", p.ns_pid), p).end_object();
+	j.end_array().key("total").begin_object();
+	gpu_process_json(j, v.total).field("data_bytes", v.data_bytes).field("disk_bytes", v.disk_bytes).end_object();
+	j.end_object();
+}
+
+void print_text(const ImageRecord &r, const std::optional<GpuImageView> &gpu)
 {
 	uint64_t total = 0;
 	for (const ProcessRecord &p : r.processes)
@@ -148,13 +591,25 @@ void print_text(const ImageRecord &r)
 			    p.initial_state ? to_string(*p.initial_state) : "unknown",
 			    p.state_bytes / double(1 << 20), p.lock_us / 1e3, p.checkpoint_us / 1e6, gpus.c_str());
 	}
+	std::printf("\nGPU state: %s\n", gpu ? kStateInGpuImage : kStateInCriuPages);
+	if (gpu)
+		print_gpu_image_text(*gpu);
 }
 
 void print_json(const std::string &dir, const std::optional<ImageRecord> &img,
-		const std::optional<InheritedDevicesRecord> &inherited)
+		const std::optional<InheritedDevicesRecord> &inherited, const std::optional<GpuImageView> &gpu)
 {
 	JsonWriter j;
 	j.begin_object().field("directory", dir).field("cuda_image", img.has_value());
+	j.key("gpu_state_in"); // null without cuda-plugin.img: an image of CRIU's own plugin keeps it in the pages
+	if (img)
+		j.value(gpu ? "gpu_image" : "criu_pages");
+	else
+		j.null();
+	if (gpu)
+		gpu_image_json(j, *gpu);
+	else
+		j.key("gpu_image").null();
 	if (img) {
 		const ImageRecord &r = *img;
 		j.field("version", r.version)
@@ -197,12 +652,369 @@ void print_json(const std::string &dir, const std::optional<ImageRecord> &img,
 	std::fputs(j.str().c_str(), stdout);
 }
 
+// ---- --verify: is every file a restore needs present and whole?
+
+constexpr const char *kInventoryFileName = "inventory.img";
+constexpr size_t kCriuImageMaxBytes = size_t(1) << 30; // a pagemap of tens of millions of entries
+// The start of the GPU image's entry in CRIU's inventory (kGpuImageInventoryName).
+constexpr const char *kGpuImageInventoryPrefix = "cuda-gpu-image";
+
+struct VerifyCheck {
+	std::string name;
+	bool ok = true;
+	std::string detail;
+};
+
+struct Verification {
+	std::vector<VerifyCheck> checks;
+	std::optional<bool> gpu_image; // the GPU state is in the plugin's GPU image; unknown without cuda-plugin.img
+	uint64_t bytes_read = 0;
+	uint64_t elapsed_us = 0;
+
+	void add(const std::string &name, bool ok, std::string detail) { checks.push_back({name, ok, std::move(detail)}); }
+	size_t failed() const
+	{
+		auto bad = std::count_if(checks.begin(), checks.end(), [](const VerifyCheck &c) { return !c.ok; });
+		return static_cast<size_t>(bad);
+	}
+};
+
+uint64_t file_size_at(int dir_fd, const char *name)
+{
+	struct stat st;
+	return fstatat(dir_fd, name, &st, AT_SYMLINK_NOFOLLOW) == 0 ? static_cast<uint64_t>(st.st_size) : 0;
+}
+
+// "pagemap-N.img" and "pagemap-shmem-N.img" (CRIU's CR_FD_PAGEMAP and CR_FD_SHMEM_PAGEMAP).
+bool is_pagemap_name(const std::string &n)
+{
+	std::string_view s = n;
+	if (!s.starts_with("pagemap-") || !s.ends_with(".img"))
+		return false;
+	s = s.substr(8, s.size() - 12);
+	if (s.starts_with("shmem-"))
+		s.remove_prefix(6);
+	return !s.empty() && std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
+}
+
+Result<std::vector<std::string>> pagemap_names(int dir_fd)
+{
+	// fdopendir takes the descriptor it is given: a duplicate, whose offset is shared, hence the rewind.
+	int fd = fcntl(dir_fd, F_DUPFD_CLOEXEC, 0);
+	if (fd < 0)
+		return errno_error("read the image directory");
+	std::unique_ptr<DIR, int (*)(DIR *)> d(fdopendir(fd), closedir);
+	if (!d) {
+		close(fd);
+		return errno_error("read the image directory");
+	}
+	rewinddir(d.get());
+	std::vector<std::string> names;
+	while (struct dirent *e = readdir(d.get()))
+		if (is_pagemap_name(e->d_name))
+			names.emplace_back(e->d_name);
+	std::sort(names.begin(), names.end());
+	return names;
+}
+
+// cuda-plugin.img parses.
+std::optional<ImageRecord> verify_plugin_image(Verification &v, int dir_fd)
+{
+	auto img = read_image(dir_fd);
+	if (!img) {
+		v.add(kImageFileName, false, img.error().message());
+		return std::nullopt;
+	}
+	if (!*img) {
+		v.add(kImageFileName, true,
+		      "absent: no CUDA process was dumped by cuda_plugin.so (CRIU's own CUDA plugin writes none)");
+		return std::nullopt;
+	}
+	const ImageRecord &r = **img;
+	v.gpu_image = !r.gpu_image_id.empty();
+	v.bytes_read += file_size_at(dir_fd, kImageFileName);
+	v.add(kImageFileName, true,
+	      format("format %u, %zu CUDA process(es); the GPU state is in %s", r.version, r.processes.size(),
+		     *v.gpu_image ? "the plugin's GPU image (cuda-gpu*.img)" : "CRIU's pages images"));
+	return **img;
+}
+
+// inventory.img parses, and lists the GPU image exactly when cuda-plugin.img names one.
+void verify_inventory(Verification &v, int dir_fd, bool plugin_image_read)
+{
+	auto data = read_image_file(dir_fd, kInventoryFileName, kCriuImageMaxBytes);
+	if (!data) {
+		v.add(kInventoryFileName, false, data.error().message());
+		return;
+	}
+	if (!*data) {
+		v.add(kInventoryFileName, false, "missing: CRIU cannot restore without it");
+		return;
+	}
+	v.bytes_read += (*data)->size();
+	auto inv = decode_criu_inventory((*data)->data(), (*data)->size());
+	if (!inv) {
+		v.add(kInventoryFileName, false, inv.error().message());
+		return;
+	}
+	bool lists_gpu_image = false;
+	std::string plugins;
+	for (const std::string &p : inv->plugins) {
+		lists_gpu_image |= p.starts_with(kGpuImageInventoryPrefix);
+		plugins += (plugins.empty() ? "" : ", ") + printable(p.substr(0, p.find(' ')));
+	}
+	std::string detail = format("CRIU image version %u; a restore needs the plugin(s): %s", inv->img_version,
+				    plugins.empty() ? "none" : plugins.c_str());
+	if (lists_gpu_image && plugin_image_read && !v.gpu_image.value_or(false)) {
+		v.add(kInventoryFileName, false,
+		      format("lists the plugin's GPU image, but %s names none: the directory mixes files of two dumps, or "
+			     "%s is missing",
+			     kImageFileName, kImageFileName));
+		return;
+	}
+	if (v.gpu_image.value_or(false) && !lists_gpu_image)
+		detail += " (not the GPU image: a CRIU without plugin inventory entries wrote it)";
+	v.add(kInventoryFileName, true, detail);
+}
+
+// load_gpu_state's errors speak of a restore ("check the GPU image: restore pid 4242 (pid 7 in the
+// image): GPU state at ..."); nothing is restored here.
+std::string checksum_failure(const std::string &message, const std::vector<GpuLoadTarget> &targets)
+{
+	for (const GpuLoadTarget &t : targets) {
+		std::string context = format("restore pid %d (pid %d in the image): ", t.pid, t.ns_pid);
+		if (size_t at = message.find(context); at != std::string::npos)
+			return format("pid %d: %s", t.ns_pid, message.substr(at + context.size()).c_str());
+	}
+	return message;
+}
+
+// cuda-gpu.img is present and of this dump and covers every process; each data file is present, of this
+// dump and not cut short; every chunk's CRC-32C matches.
+void verify_gpu_image(Verification &v, int dir_fd, const ImageRecord &r)
+{
+	auto index = read_gpu_index(dir_fd);
+	if (!index) {
+		v.add(kGpuIndexFileName, false, index.error().message());
+		return;
+	}
+	if (!*index) {
+		v.add(kGpuIndexFileName, false,
+		      "missing: it indexes this image's GPU state (copy the whole directory, cuda-gpu*.img included)");
+		return;
+	}
+	const GpuImageIndex &idx = **index;
+	if (idx.id != r.gpu_image_id) {
+		v.add(kGpuIndexFileName, false,
+		      format("belongs to another dump (GPU image id %s, %s names %s): the directory mixes files of two "
+			     "dumps",
+			     printable(idx.id).c_str(), kImageFileName, printable(r.gpu_image_id).c_str()));
+		return;
+	}
+	v.bytes_read += file_size_at(dir_fd, kGpuIndexFileName);
+	std::string problem;
+	for (const ProcessRecord &p : r.processes) {
+		uint64_t want = range_bytes(p.checkpoint_ranges);
+		const GpuProcessChunks *c = idx.find(p.ns_pid);
+		uint64_t have = c ? c->stored_bytes() + c->zero_bytes : 0;
+		if (want && !c)
+			problem = format("has no chunks of pid %d, whose %s of GPU state %s records", p.ns_pid,
+					 mib(want).c_str(), kImageFileName);
+		else if (c && have != want)
+			problem = format("covers %" PRIu64 " bytes of pid %d's GPU state, %s records %" PRIu64, have, p.ns_pid,
+					 kImageFileName, want);
+		if (!problem.empty())
+			break;
+	}
+	size_t chunks = 0;
+	for (const GpuProcessChunks &p : idx.processes)
+		chunks += p.chunks.size();
+	v.add(kGpuIndexFileName, problem.empty(),
+	      problem.empty() ? format("of this dump; %zu data file(s), %zu process(es), %zu chunk(s)", idx.files.size(),
+				       idx.processes.size(), chunks)
+			      : problem);
+
+	// The chunks of the files that open are checked even when another file is missing or cut short:
+	// one damaged file is then all there is to copy again.
+	GpuImageIndex usable = idx;
+	usable.files.clear();
+	std::vector<int> renumber(idx.files.size(), -1);
+	for (size_t i = 0; i < idx.files.size(); i++) {
+		const GpuDataFile &f = idx.files[i];
+		auto reader = GpuDataReader::open(dir_fd, f, idx.id);
+		if (!reader) {
+			v.add(f.name, false, reader.error().message());
+			continue;
+		}
+		v.add(f.name, true,
+		      format("of this dump, whole: %" PRIu64 " bytes, %s written", f.size, mib(f.data_bytes).c_str()));
+		renumber[i] = static_cast<int>(usable.files.size());
+		usable.files.push_back(f);
+	}
+	uint64_t bytes = 0;
+	size_t checked = 0, skipped = 0;
+	std::vector<GpuLoadTarget> targets;
+	for (GpuProcessChunks &p : usable.processes) {
+		size_t all = p.chunks.size();
+		std::erase_if(p.chunks, [&](GpuChunk &c) {
+			if (renumber[c.file] < 0)
+				return true;
+			c.file = static_cast<uint32_t>(renumber[c.file]);
+			return false;
+		});
+		skipped += all - p.chunks.size();
+		checked += p.chunks.size();
+		bytes += p.stored_bytes();
+		targets.push_back({p.pid, p.ns_pid, false}); // write=false: checked only; the host is never used
+	}
+	unsigned threads = gpu_io_threads(0, bytes);
+	SystemHost host;
+	Status st = load_gpu_state(host, dir_fd, usable, targets, threads);
+	v.bytes_read += bytes;
+	std::string not_checked = skipped ? format("; %zu chunk(s) in the files above not checked", skipped) : "";
+	if (!checked && skipped)
+		v.add("checksums", false, format("not checked: all %zu chunk(s) are in the files above", skipped));
+	else if (!st)
+		v.add("checksums", false, checksum_failure(st.error().message(), targets) + not_checked);
+	else
+		v.add("checksums", true,
+		      format("CRC-32C of %zu chunk(s), %s, read by %u thread(s): every one matches%s", checked,
+			     mib(bytes).c_str(), threads, not_checked.c_str()));
+}
+
+// Each pagemap's pages file holds at least the bytes of its present entries.
+void verify_pages(Verification &v, int dir_fd)
+{
+	auto names = pagemap_names(dir_fd);
+	if (!names) {
+		v.add("pagemap-*.img", false, names.error().message());
+		return;
+	}
+	if (names->empty()) {
+		v.add("pagemap-*.img", false,
+		      "none: the processes' memory is not in this directory (a dump to a page server leaves it there)");
+		return;
+	}
+	const auto page_size = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+	for (const std::string &name : *names) {
+		auto data = read_image_file(dir_fd, name.c_str(), kCriuImageMaxBytes);
+		if (!data || !*data) {
+			v.add(name, false, data ? "vanished while being read" : data.error().message());
+			continue;
+		}
+		v.bytes_read += (*data)->size();
+		auto pm = decode_criu_pagemap((*data)->data(), (*data)->size(), page_size);
+		if (!pm) {
+			v.add(name, false, pm.error().message());
+			continue;
+		}
+		std::string pages = format("pages-%u.img", pm->pages_id);
+		struct stat st;
+		if (fstatat(dir_fd, pages.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) {
+			int err = errno;
+			v.add(name, false,
+			      format("%s: %s (it holds the %" PRIu64 " bytes of memory this pagemap declares)", pages.c_str(),
+				     errno_string(err).c_str(), pm->present_bytes));
+			continue;
+		}
+		if (!S_ISREG(st.st_mode)) {
+			v.add(name, false, format("%s is not a regular file", pages.c_str()));
+			continue;
+		}
+		auto size = static_cast<uint64_t>(st.st_size);
+		if (size < pm->present_bytes) {
+			auto run = std::find_if(pm->present.begin(), pm->present.end(),
+						[&](const PagemapRun &r) { return r.pages_offset + r.bytes > size; });
+			v.add(name, false,
+			      format("%s is cut short: %" PRIu64 " bytes, its entries declare %" PRIu64 "; the pages of %#" PRIx64
+				     " (the entry at offset %" PRIu64 " of %s) lie at offset %" PRIu64 "-%" PRIu64 " of %s",
+				     pages.c_str(), size, pm->present_bytes, run->vaddr, run->entry_offset, name.c_str(),
+				     run->pages_offset, run->pages_offset + run->bytes, pages.c_str()));
+			continue;
+		}
+		std::string detail = format("%s holds the %" PRIu64 " bytes (%s) its %zu entries declare", pages.c_str(),
+					    pm->present_bytes, mib(pm->present_bytes).c_str(), pm->entries);
+		if (pm->parent_bytes)
+			detail += format("; %" PRIu64 " bytes in the parent image (not checked)", pm->parent_bytes);
+		if (pm->lazy_bytes)
+			detail += format("; %" PRIu64 " bytes served by lazy migration (in no image)", pm->lazy_bytes);
+		v.add(name, true, detail);
+	}
+}
+
+Verification verify_image(int dir_fd)
+{
+	uint64_t t0 = now_us();
+	Verification v;
+	auto img = verify_plugin_image(v, dir_fd);
+	verify_inventory(v, dir_fd, v.checks.back().ok);
+	if (img && v.gpu_image.value_or(false))
+		verify_gpu_image(v, dir_fd, *img);
+	verify_pages(v, dir_fd);
+	v.elapsed_us = now_us() - t0;
+	return v;
+}
+
+std::string checksum_note(const Verification &v)
+{
+	std::string s = "CRIU keeps no checksum of the processes' ordinary memory: its pages-*.img files are checked "
+			"for their size only, not their contents; ";
+	if (!v.gpu_image.has_value())
+		return s + "only a GPU state that the plugin's GPU image holds is checksummed";
+	if (*v.gpu_image)
+		return s + "only the GPU state (cuda-gpu-*.img) is checksummed, CRC-32C per chunk";
+	return s + "the GPU state is in them too (gpu-image=criu), without a checksum either";
+}
+
+int print_verification(const std::string &dir, const Verification &v, bool json)
+{
+	double secs = static_cast<double>(v.elapsed_us) / 1e6;
+	double rate = gb_per_s(v.bytes_read, v.elapsed_us);
+	size_t failed = v.failed();
+	if (json) {
+		JsonWriter j;
+		j.begin_object().field("directory", dir).field("result", failed ? "fail" : "ok");
+		j.key("gpu_state_in");
+		if (v.gpu_image)
+			j.value(*v.gpu_image ? "gpu_image" : "criu_pages");
+		else
+			j.null();
+		j.key("checks").begin_array();
+		for (const VerifyCheck &c : v.checks)
+			j.begin_object()
+				.field("name", c.name)
+				.field("status", c.ok ? "ok" : "fail")
+				.field("detail", c.detail)
+				.end_object();
+		j.end_array()
+			.field("bytes_read", v.bytes_read)
+			.field("seconds", secs)
+			.field("gb_per_s", rate)
+			.field("checksums", checksum_note(v))
+			.end_object();
+		std::fputs(j.str().c_str(), stdout);
+	} else {
+		for (const VerifyCheck &c : v.checks)
+			std::printf("%-4s  %-20s  %s\n", c.ok ? "ok" : "FAIL", printable(c.name).c_str(),
+				    printable(c.detail).c_str());
+		if (failed)
+			std::printf("result: FAIL, %zu check(s) failed: the image cannot be restored as it is; copy it "
+				    "again from an intact source",
+				    failed);
+		else
+			std::printf("result: ok, every file a restore needs is present and whole");
+		std::printf(" (read %s in %.3f s, %.2f GB/s)\n", mib(v.bytes_read).c_str(), secs, rate);
+		std::printf("note: %s\n", checksum_note(v).c_str());
+	}
+	return failed ? kExitFailure : kExitOk;
+}
+
 } // namespace
 
 int cmd_inspect(const Args &args)
 {
 	ParsedArgs a;
-	if (auto rc = parse_command("inspect", args, {{"--json", false, nullptr}}, a))
+	if (auto rc = parse_command("inspect", args, {{"--json", false, nullptr}, {"--verify", false, nullptr}}, a))
 		return *rc;
 	if (a.positionals.size() != 1)
 		return usage_error("inspect", "takes one image directory");
@@ -211,14 +1023,35 @@ int cmd_inspect(const Args &args)
 	UniqueFd fd(open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
 	if (!fd.valid())
 		return report_failure(format("cannot open image directory %s: %s", dir.c_str(), errno_string(errno).c_str()));
+	if (a.has("--verify"))
+		return print_verification(dir, verify_image(fd.get()), a.has("--json"));
 	auto img = read_image(fd.get());
 	if (!img)
 		return report_failure(format("%s: %s", dir.c_str(), img.error().message().c_str()));
 	auto inherited = read_devices_image(fd.get());
 	if (!inherited)
 		return report_failure(format("%s: %s", dir.c_str(), inherited.error().message().c_str()));
+	std::optional<GpuImageIndex> index;
+	std::optional<GpuImageView> gpu;
+	if (*img && !(**img).gpu_image_id.empty()) {
+		auto idx = read_gpu_index(fd.get());
+		if (!idx)
+			return report_failure(format("%s: %s", dir.c_str(), idx.error().message().c_str()));
+		if (!*idx)
+			return report_failure(format("%s: %s is missing, and the GPU state of this image is in the plugin's "
+						     "GPU image: the image cannot be restored (copy the whole directory; "
+						     "cuda-criu inspect --verify checks every file)",
+						     dir.c_str(), kGpuIndexFileName));
+		if ((*idx)->id != (**img).gpu_image_id)
+			return report_failure(format("%s: %s belongs to another dump (GPU image id %s, %s names %s): the "
+						     "directory mixes files of two dumps",
+						     dir.c_str(), kGpuIndexFileName, printable((*idx)->id).c_str(),
+						     kImageFileName, printable((**img).gpu_image_id).c_str()));
+		index = std::move(**idx);
+		gpu = gpu_image_view(fd.get(), **img, *index);
+	}
 	if (a.has("--json")) {
-		print_json(dir, *img, *inherited);
+		print_json(dir, *img, *inherited, gpu);
 		return kExitOk;
 	}
 	if (!img->has_value())
@@ -226,7 +1059,7 @@ int cmd_inspect(const Args &args)
 			    "plugin, or of processes without CUDA)\n",
 			    dir.c_str(), kImageFileName);
 	else
-		print_text(**img);
+		print_text(**img, gpu);
 	if (*inherited)
 		print_inherited_text(**inherited);
 	return kExitOk;
