@@ -1,6 +1,7 @@
 // The C ABI shim: CRIU's plugin descriptor and one short extern "C" function per hook, each running
 // its C++ body through hook_barrier(). This is the only file that includes CRIU's header.
 #include <dlfcn.h>
+#include <fcntl.h>
 #include <link.h>
 #include <sys/time.h>
 #include <unistd.h>
@@ -284,6 +285,10 @@ int init_restore(State &s)
 		if (auto st = check_driver_version(**image, kernel_driver_version()); !st)
 			return fail(std::move(st).error().context("%s", "cannot restore"));
 	GpuImageLoad load_gpu;
+	if (!image->has_value() && faccessat(s.criu.get_image_dir(), kGpuIndexFileName, F_OK, AT_SYMLINK_NOFOLLOW) == 0)
+		return fail(make_error(ENOENT, "cannot restore: the image directory holds a GPU image (%s) but no %s: "
+					       "copy the whole image directory",
+				       kGpuIndexFileName, kImageFileName));
 	if (image->has_value() && !(*image)->gpu_image_id.empty()) {
 		auto load = prepare_gpu_image(s, **image);
 		if (!load)

@@ -100,7 +100,9 @@ expect_healthy "$STATE"
 [ "$(state_value "$STATE" iterations)" -gt "$before" ] || fail "no progress after the in-tree restore"
 log "CRIU's in-tree plugin dumps and restores through our cuda-checkpoint: ok"
 
-# 7. Images of either plugin restore with the other (both record "cuda_plugin" in CRIU's inventory).
+# 7. Images of the in-tree plugin restore with ours. Ours restore with the in-tree plugin when the GPU state
+#    is in CRIU's pages images (gpu-image=criu); by default our plugin holds it (docs/gpu-image.md), and
+#    the in-tree plugin is refused by name (CRIU's inventory lists the GPU image), never restoring zeros.
 rm -rf "$T/img"; mkdir -p "$T/img"
 intree_criu dump -t "$pid" -D "$T/img" -L "$T/intree" -v4 -o dump.log || fail "in-tree dump (for ours) failed"
 wait_gone "$pid"
@@ -110,8 +112,19 @@ expect_healthy "$STATE"
 rm -rf "$T/img"; mkdir -p "$T/img"
 dump "$pid" "$T/img" || fail "our dump (for the in-tree plugin) failed"
 wait_gone "$pid"
-intree_criu restore -D "$T/img" -d -L "$T/intree" -v4 -o restore.log || { cp "$T/img/restore.log" "$T/"; fail "the in-tree plugin could not restore our image"; }
+[ -e "$T/img/cuda-gpu.img" ] || fail "our dump holds no GPU image of the plugin"
+if intree_criu restore -D "$T/img" -d -L "$T/intree" -v4 -o restore.log; then
+	fail "the in-tree plugin restored an image whose GPU state our plugin holds"
+fi
+expect_log "$T/img/restore.log" "Missing required plugin: cuda-gpu-image" "the in-tree plugin's refusal does not name the GPU image"
+wait_gone "$pid"
+restore "$T/img" || fail "our plugin could not restore its image after the in-tree plugin refused it"
+expect_healthy "$STATE"
+rm -rf "$T/img"; mkdir -p "$T/img"
+CUDA_CRIU_GPU_IMAGE=criu dump "$pid" "$T/img" || fail "our dump with gpu-image=criu failed"
+wait_gone "$pid"
+intree_criu restore -D "$T/img" -d -L "$T/intree" -v4 -o restore.log || { cp "$T/img/restore.log" "$T/"; fail "the in-tree plugin could not restore our gpu-image=criu image"; }
 expect_state "$pid" running
 expect_healthy "$STATE"
-log "in-tree image restored by ours, and ours by the in-tree plugin: ok"
+log "in-tree image restored by ours; ours refused by the in-tree plugin by name, and restored with gpu-image=criu: ok"
 log PASS

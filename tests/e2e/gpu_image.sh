@@ -80,6 +80,10 @@ variant missing-index
 rm "$V/cuda-gpu.img"
 must_fail missing-index "$V" "cuda-gpu.img is missing"
 
+variant missing-plugin-image
+rm "$V/cuda-plugin.img"
+must_fail missing-plugin-image "$V" "holds a GPU image \(cuda-gpu.img\) but no cuda-plugin.img"
+
 dump_gpu other
 pid=$base_pid STATE=$T/base.state # the variants restore the first dump
 variant swapped # the data files of another dump
@@ -114,6 +118,24 @@ restore "$V" || fail "repaired: restore failed"
 expect_healthy "$STATE"
 kill -9 "$pid"; wait_gone "$pid"
 log "damage, then the file copied again: restored"
+
+# Restores CRIU cannot map a plugin's files in: --lazy-pages (the plugin writes the GPU image into the
+# process) and --auto-dedup (which punches holes only into CRIU's pages files).
+variant lazy
+"$CRIU" lazy-pages -D "$V" -v4 -o lazy-pages.log &
+PIDS+=($!)
+wait_for "the lazy-pages daemon" 10 test -S "$V/lazy-pages.socket"
+restore "$V" --lazy-pages || fail "lazy pages: restore failed"
+expect_log "$T/restore.log" "CRIU refused to map .* from cuda-gpu-[0-9]+\.img \(Operation not supported\); the plugin writes" \
+	"lazy pages: no reason logged"
+expect_healthy "$STATE"
+kill -9 "$pid"; wait_gone "$pid"
+variant dedup
+restore "$V" --auto-dedup || fail "auto-dedup: restore failed"
+expect_healthy "$STATE"
+kill -9 "$pid"; wait_gone "$pid"
+cmp "$V/cuda-gpu-0.img" "$T/pristine/cuda-gpu-0.img" || fail "auto-dedup: the GPU image changed"
+log "--lazy-pages (written by the plugin) and --auto-dedup (GPU image untouched): ok"
 
 # 3. gpu-image=criu: today's images, the pages in CRIU's pages images.
 CUDA_CRIU_GPU_IMAGE=criu dump_gpu criu
