@@ -253,10 +253,11 @@ Status GpuDataWriter::write(uint64_t offset, const void *data, size_t len)
 
 Status GpuDataWriter::finish(uint64_t size)
 {
+	// Not synced, as CRIU does not sync its pages images: a sync would bind the dump to the disk's rate
+	// (measured on the GPU machine: 2.2 GB/s with 16 writers instead of ~10). Whatever a crash loses
+	// shows at restore as a file cut short or a failed checksum, never as wrong GPU memory.
 	if (ftruncate(fd_.get(), static_cast<off_t>(size)) != 0)
 		return errno_error("set the size of %s", name_.c_str());
-	if (fdatasync(fd_.get()) != 0 && errno != EINVAL)
-		return errno_error("sync %s", name_.c_str());
 	fd_.reset();
 	return {};
 }

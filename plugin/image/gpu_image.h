@@ -75,7 +75,7 @@ Status write_gpu_index(int dir_fd, const GpuImageIndex &index);
 Result<std::optional<GpuImageIndex>> read_gpu_index(int dir_fd);
 
 // One data file being written: created with its header; chunks are written at offsets the caller
-// chooses (pwrite, so several files fill in parallel); finish() sets its final size and syncs it.
+// chooses (pwrite, so several files fill in parallel); finish() sets its final size.
 class GpuDataWriter {
 public:
 	static Result<GpuDataWriter> create(int dir_fd, const std::string &name, const std::string &id);
