@@ -189,7 +189,7 @@ int init_dump(State &s)
 	unsigned timeout_ms = s.options.restore_timeout_ms;
 	s.dump = std::make_unique<DumpSession>(s.options, s.host, driver_source(s.options),
 					       [libcuda, timeout_ms] { return DumpGuard::start(libcuda, timeout_ms); },
-					       seize_alarm_left_ms);
+					       seize_alarm_left_ms, s.criu.get_image_dir());
 	LOG_INFO("ready to dump CUDA processes (lock timeout %.1f s)", s.options.lock_timeout_ms / 1000.0);
 	return 0;
 }

@@ -13,6 +13,7 @@
 #include "base/text.h"
 #include "core/gpu_store.h"
 #include "core/memory_check.h"
+#include "core/space_check.h"
 #include "os/memory.h"
 #include "os/proc.h"
 
@@ -30,9 +31,10 @@ constexpr unsigned kAlarmMarginMs = 1000;
 
 } // namespace
 
-DumpSession::DumpSession(Options options, Host &host, DriverSource driver, GuardSource guard, AlarmClock alarm)
+DumpSession::DumpSession(Options options, Host &host, DriverSource driver, GuardSource guard, AlarmClock alarm,
+			 int image_dir_fd)
 	: options_(std::move(options)), host_(host), driver_source_(std::move(driver)), guard_source_(std::move(guard)),
-	  alarm_(std::move(alarm))
+	  alarm_(std::move(alarm)), image_dir_fd_(image_dir_fd)
 {
 }
 
@@ -147,6 +149,8 @@ Result<bool> DumpSession::pause_cuda(pid_t pid, uint64_t deadline)
 		preflight_done_ = true;
 		if (auto st = check_memory(deadline); !st)
 			return std::move(st).error();
+		if (auto st = check_space(); !st)
+			return std::move(st).error();
 	}
 	if (auto it = gpu_bytes_.find(pid); it != gpu_bytes_.end())
 		p.gpu_bytes = it->second;
@@ -192,6 +196,7 @@ Status DumpSession::check_memory(uint64_t deadline)
 		return {};
 	}
 	gpu_bytes_ = std::move(*usage);
+	gpu_bytes_known_ = true;
 	if (options_.memory_check == MemoryCheck::Off)
 		return {};
 	std::vector<CheckpointNeed> needs;
@@ -209,6 +214,56 @@ Status DumpSession::check_memory(uint64_t deadline)
 		return {};
 	}
 	return st;
+}
+
+// The room preflight (core/space_check.h): the tree's private memory and the CUDA processes' GPU memory
+// against the free space of the image directory. Skipped where the pages do not go there (CRIU's command
+// line says so; a CRIU driven over RPC shows no options) or the free space is unknown.
+Status DumpSession::check_space()
+{
+	if (options_.space_check == SpaceCheck::Off || image_dir_fd_ < 0)
+		return {};
+	ImageSpaceNeed need;
+	for (const std::string &a : host_.command_line()) {
+		for (const char *elsewhere : {"--page-server", "--lazy-pages", "--stream"})
+			if (a == elsewhere) {
+				LOG_INFO("no space preflight: the pages do not go into the image directory (%s)", elsewhere);
+				return {};
+			}
+		if (a.rfind("--prev-images-dir", 0) == 0)
+			need.ordinary_is_floor = false;
+	}
+	auto space = host_.free_space_at(image_dir_fd_);
+	if (!space) {
+		LOG_INFO("no space preflight: the room in the image directory is unknown (%s)",
+			 space.error().message().c_str());
+		return {};
+	}
+	need.gpu_known = gpu_bytes_known_;
+	need.gpu_sparse = options_.gpu_image == GpuImage::Plugin;
+	std::vector<pid_t> tree{first_pid_};
+	for (size_t i = 0; i < tree.size(); i++) {
+		for (pid_t c : children_of(tree[i]))
+			tree.push_back(c);
+		need.processes++;
+		need.ordinary_bytes += host_.task_info(tree[i]).anon_bytes;
+		if (host_.uses_libcuda(tree[i])) {
+			need.cuda_processes++;
+			if (auto it = gpu_bytes_.find(tree[i]); it != gpu_bytes_.end())
+				need.gpu_bytes += it->second;
+		}
+	}
+	ImageSpaceVerdict v = check_image_space(need, *space);
+	LOG_INFO("%s", v.summary.c_str());
+	if (!v.refusal && options_.space_check == SpaceCheck::Warn) {
+		LOG_WARN("%s (space-check=warn: dumping anyway)", v.refusal.error().message().c_str());
+		return {};
+	}
+	if (!v.refusal)
+		return std::move(v.refusal).error();
+	if (!v.warning.empty())
+		LOG_WARN("%s", v.warning.c_str());
+	return {};
 }
 
 // The GPUs the process holds: those whose device nodes it has open, narrowed to those it has a CUDA

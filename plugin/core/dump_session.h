@@ -34,8 +34,9 @@ using AlarmClock = std::function<unsigned()>;
 
 class DumpSession {
 public:
+	// image_dir_fd: CRIU's image directory (CRIU owns it), for the room preflight; -1: none (tests).
 	DumpSession(Options options, Host &host, DriverSource driver, GuardSource guard = {},
-		    AlarmClock alarm = {});
+		    AlarmClock alarm = {}, int image_dir_fd = -1);
 
 	// PAUSE_DEVICES: locks pid if it is a CUDA process. false: not a CUDA process (nothing done). A pid
 	// paused already (CRIU pauses again after a failed seize retry) is answered true again.
@@ -80,6 +81,7 @@ private:
 	Status lock(Proc &p, uint64_t deadline_us);
 	Result<unsigned> pause_budget_ms(pid_t pid) const;
 	Status check_memory(uint64_t deadline_us);
+	Status check_space();
 	Status checkpoint_all();
 	void record_checkpoint(Proc &p, ProcResult result, Status &first_failure);
 	std::string state_now(pid_t pid, unsigned timeout_ms = kDriverGraceMs);
@@ -97,6 +99,8 @@ private:
 	pid_t first_pid_ = 0;     // the first pid CRIU paused: the root of the tree
 	bool preflight_done_ = false;
 	std::map<pid_t, uint64_t> gpu_bytes_; // GPU memory of each process before the dump (NVML)
+	bool gpu_bytes_known_ = false;        // NVML answered
+	int image_dir_fd_ = -1;
 	bool checkpointed_ = false;
 	uint64_t device_phase_us_ = 0;
 	uint64_t rollback_us_ = 0;

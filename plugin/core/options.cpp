@@ -44,6 +44,18 @@ const Key kKeys[] = {
 			 return make_error(EINVAL, "'%s' is not one of error, warn, off", v.c_str());
 		 return {};
 	 }},
+	{"space-check",
+	 [](Options &o, const std::string &v) -> Status {
+		 if (v == "error")
+			 o.space_check = SpaceCheck::Refuse;
+		 else if (v == "warn")
+			 o.space_check = SpaceCheck::Warn;
+		 else if (v == "off")
+			 o.space_check = SpaceCheck::Off;
+		 else
+			 return make_error(EINVAL, "'%s' is not one of error, warn, off", v.c_str());
+		 return {};
+	 }},
 	{"parallel",
 	 [](Options &o, const std::string &v) -> Status {
 		 char *end = nullptr;

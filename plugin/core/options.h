@@ -13,6 +13,9 @@ namespace cuda_criu {
 // What the dump does when a checkpoint would not fit in host memory (core/memory_check.h).
 enum class MemoryCheck { Refuse, Warn, Off };
 
+// What the dump does when its image would not fit in the image directory (core/space_check.h).
+enum class SpaceCheck { Refuse, Warn, Off };
+
 // Who stores the GPU state of a dump (docs/gpu-image.md): the plugin, in its own files (parallel,
 // sparse, checksummed), or CRIU, in its pages images (what CRIU's own CUDA plugin can restore).
 enum class GpuImage { Plugin, Criu };
@@ -23,6 +26,7 @@ struct Options {
 	unsigned restore_timeout_ms = 600000;    // restore-timeout: per process (restore and unlock)
 	unsigned stall_timeout_ms = 30000;       // stall-timeout: a copy without progress this long is hung
 	MemoryCheck memory_check = MemoryCheck::Refuse; // memory-check: the dump's host memory preflight
+	SpaceCheck space_check = SpaceCheck::Refuse;    // space-check: the dump's image directory preflight
 	unsigned parallel = 0;                   // parallel: processes handled at once, 0 = all
 	std::string libcuda;                     // libcuda: absolute path of libcuda.so.1 (default: loader's search)
 	DeviceMap device_map;                    // device-map: OLD=NEW,... GPU remapping on restore

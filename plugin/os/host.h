@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "base/result.h"
@@ -22,9 +23,17 @@ public:
 	virtual Status stop() = 0;
 };
 
+// The file system under a directory (fstatvfs), for the dump's room preflight (core/space_check.h).
+struct FreeSpace {
+	uint64_t free_bytes = 0; // what an unprivileged writer may still use (f_bavail)
+	uint64_t size_bytes = 0;
+	std::string path; // the directory, for messages
+};
+
 struct TaskInfo {
 	pid_t ns_pid = 0;                     // pid inside the task's own pid namespace
 	uint64_t rss_bytes = 0;               // resident memory
+	uint64_t anon_bytes = 0;              // resident private anonymous memory (RssAnon): CRIU writes it
 	std::vector<unsigned> nvidia_minors;  // minors of the NVIDIA GPU device nodes it holds open
 };
 
@@ -57,6 +66,15 @@ public:
 	// Copies of the GPU state between the plugin and a stopped process (os/process_memory.h).
 	virtual Status read_memory(pid_t pid, uint64_t addr, void *buf, size_t len) = 0;
 	virtual Status write_memory(pid_t pid, uint64_t addr, const void *buf, size_t len) = 0;
+	// The room left on the file system of the directory dir_fd; an error when it cannot be told (a
+	// file system that reports no size, an fd that is no directory).
+	virtual Result<FreeSpace> free_space_at(int dir_fd)
+	{
+		(void)dir_fd;
+		return make_error(ENOSYS, "%s", "not known");
+	}
+	// This process's command line (CRIU's own: its options); empty when unknown.
+	virtual std::vector<std::string> command_line() { return {}; }
 };
 
 class SystemHost final : public Host {
@@ -72,6 +90,8 @@ public:
 	std::vector<Mapping> memory_map(pid_t pid) override;
 	Status read_memory(pid_t pid, uint64_t addr, void *buf, size_t len) override;
 	Status write_memory(pid_t pid, uint64_t addr, const void *buf, size_t len) override;
+	Result<FreeSpace> free_space_at(int dir_fd) override;
+	std::vector<std::string> command_line() override;
 };
 
 } // namespace cuda_criu

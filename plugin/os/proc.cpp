@@ -57,6 +57,8 @@ Result<TaskStatus> read_task_status(pid_t tid)
 			st.state = *v;
 		} else if (const char *v = value("VmRSS:")) {
 			st.rss_bytes = std::strtoull(v, nullptr, 10) * 1024;
+		} else if (const char *v = value("RssAnon:")) {
+			st.anon_bytes = std::strtoull(v, nullptr, 10) * 1024;
 		} else if (const char *v = value("NSpid:")) {
 			std::istringstream in(v);
 			pid_t p = 0;

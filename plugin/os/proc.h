@@ -22,6 +22,7 @@ struct TaskStatus {
 	pid_t innermost_pid = 0;     // last NSpid entry: the pid inside the task's own pid namespace
 	char state = '?';            // first letter of State
 	uint64_t rss_bytes = 0;      // VmRSS
+	uint64_t anon_bytes = 0;     // RssAnon
 };
 Result<TaskStatus> read_task_status(pid_t tid);
 

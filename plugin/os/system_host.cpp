@@ -4,12 +4,15 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <sys/sysmacros.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <set>
 
+#include "base/text.h"
 #include "os/nvidia.h"
 #include "os/nvidia_files.h"
 #include "os/proc.h"
@@ -59,6 +62,7 @@ TaskInfo SystemHost::task_info(pid_t pid)
 	if (auto st = read_task_status(pid)) {
 		info.ns_pid = st->innermost_pid ? st->innermost_pid : pid;
 		info.rss_bytes = st->rss_bytes;
+		info.anon_bytes = st->anon_bytes;
 	}
 	info.nvidia_minors = gpu_minors_in("/proc/" + std::to_string(pid) + "/fd", 0);
 	return info;
@@ -125,6 +129,41 @@ Status SystemHost::read_memory(pid_t pid, uint64_t addr, void *buf, size_t len)
 Status SystemHost::write_memory(pid_t pid, uint64_t addr, const void *buf, size_t len)
 {
 	return write_process_memory(pid, addr, buf, len);
+}
+
+Result<FreeSpace> SystemHost::free_space_at(int dir_fd)
+{
+	FreeSpace out;
+	char link[64], path[4096];
+	std::snprintf(link, sizeof(link), "/proc/self/fd/%d", dir_fd);
+	ssize_t n = readlink(link, path, sizeof(path) - 1);
+	out.path = n > 0 ? std::string(path, static_cast<size_t>(n)) : "the image directory";
+	struct statvfs st {};
+	if (fstatvfs(dir_fd, &st) != 0)
+		return errno_error("statfs %s", out.path.c_str());
+	// A file system without a size (some FUSE, proc-like or network ones) says nothing about its room.
+	if (st.f_blocks == 0)
+		return make_error(ENOTSUP, "the file system of %s reports no size", out.path.c_str());
+	uint64_t unit = st.f_frsize ? st.f_frsize : st.f_bsize;
+	out.free_bytes = static_cast<uint64_t>(st.f_bavail) * unit;
+	out.size_bytes = static_cast<uint64_t>(st.f_blocks) * unit;
+	return out;
+}
+
+std::vector<std::string> SystemHost::command_line()
+{
+	std::vector<std::string> args;
+	auto text = read_small_file("/proc/self/cmdline", 1 << 20);
+	if (!text)
+		return args;
+	for (size_t at = 0; at < text->size();) {
+		size_t end = text->find('\0', at);
+		if (end == std::string::npos)
+			end = text->size();
+		args.push_back(text->substr(at, end - at));
+		at = end + 1;
+	}
+	return args;
 }
 
 } // namespace cuda_criu

@@ -108,6 +108,8 @@ TaskInfo FakeHost::task_info(pid_t pid)
 	auto it = ns_pids.find(pid);
 	t.ns_pid = it != ns_pids.end() ? it->second : pid;
 	t.rss_bytes = 1 << 20;
+	auto a = anon.find(pid);
+	t.anon_bytes = a != anon.end() ? a->second : 1 << 20;
 	if (auto m = minors.find(pid); m != minors.end())
 		t.nvidia_minors = m->second;
 	return t;
@@ -165,6 +167,14 @@ Status FakeHost::write_memory(pid_t pid, uint64_t addr, const void *buf, size_t 
 		else
 			m.erase(addr + i);
 	return {};
+}
+
+Result<FreeSpace> FakeHost::free_space_at(int dir_fd)
+{
+	space_asked.push_back(dir_fd);
+	if (space_error)
+		return *space_error;
+	return space;
 }
 
 std::vector<Mapping> FakeHost::memory_map(pid_t pid)

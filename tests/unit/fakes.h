@@ -4,6 +4,7 @@
 #include <condition_variable>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -50,6 +51,8 @@ public:
 	uint64_t free_bytes(const GpuUuid &uuid) override { return free.count(uuid.str()) ? free[uuid.str()] : 0; }
 	std::optional<std::map<pid_t, std::vector<GpuUuid>>> contexts; // gpus_by_process() (default: unknown)
 	std::optional<std::map<pid_t, std::vector<GpuUuid>>> gpus_by_process() override { return contexts; }
+	std::optional<std::map<pid_t, uint64_t>> usage; // gpu_bytes_by_process() (default: unknown)
+	std::optional<std::map<pid_t, uint64_t>> gpu_bytes_by_process() override { return usage; }
 
 private:
 	class Call;
@@ -91,6 +94,14 @@ public:
 	std::mutex memory_mu;
 	Status read_memory(pid_t pid, uint64_t addr, void *buf, size_t len) override;
 	Status write_memory(pid_t pid, uint64_t addr, const void *buf, size_t len) override;
+	std::map<pid_t, uint64_t> anon;   // task_info().anon_bytes (default: 1 MiB)
+	// free_space_at(): this room, or space_error when set.
+	FreeSpace space{uint64_t{1} << 40, uint64_t{1} << 40, "/images"};
+	std::optional<Error> space_error;
+	std::vector<int> space_asked; // the dir fds asked
+	Result<FreeSpace> free_space_at(int dir_fd) override;
+	std::vector<std::string> args; // command_line()
+	std::vector<std::string> command_line() override { return args; }
 };
 
 } // namespace cuda_criu::testing
