@@ -1,7 +1,6 @@
 // cuda-criu inspect: what cuda-plugin.img in a CRIU image directory holds, and who holds the GPU state
 // (the plugin's GPU image, cuda-gpu*.img, or CRIU's pages images); with --verify, whether every file a
 // restore needs is present and whole.
-#include <dirent.h>
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -10,12 +9,12 @@
 #include <cinttypes>
 #include <cstdio>
 #include <ctime>
-#include <memory>
 
 #include "base/clock.h"
 #include "base/text.h"
 #include "cli.h"
 #include "core/gpu_store.h"
+#include "image/criu_pages.h"
 #include "image/devices_image.h"
 #include "image/gpu_image.h"
 #include "image/image.h"
@@ -132,276 +131,6 @@ void inherited_json(JsonWriter &j, const InheritedDevicesRecord &r)
 		j.end_array().end_object();
 	}
 	j.end_array().end_object();
-}
-
-// CRIU's own images, decoded by hand: only the few fields --verify needs (images/pagemap.proto and
-// images/inventory.proto of CRIU 4.2; magic numbers from criu/include/magic.h). The CLI does not build
-// CRIU's .proto files for three messages of plain varints. Every length is bounded by the bytes at hand.
-constexpr uint32_t kCriuCommonMagic = 0x54564319;    // IMG_COMMON_MAGIC, the first word of most images
-constexpr uint32_t kCriuPagemapMagic = 0x56084025;   // PAGEMAP_MAGIC (and SHMEM_PAGEMAP_MAGIC)
-constexpr uint32_t kCriuInventoryMagic = 0x58313116; // INVENTORY_MAGIC: the inventory's only magic word
-// PagemapEntry.flags (criu/include/pagemap.h)
-constexpr uint32_t kPeParent = 1 << 0;  // the pages are in the parent image (an incremental dump)
-constexpr uint32_t kPeLazy = 1 << 1;    // lazy migration serves them
-constexpr uint32_t kPePresent = 1 << 2; // they are in pages-<pages_id>.img, entry after entry
-
-// CRIU writes its numbers in the host's byte order; the images of an x86-64 or arm64 host are
-// little-endian, as is every machine this plugin runs on.
-uint32_t le32(const uint8_t *p)
-{
-	return uint32_t(p[0]) | uint32_t(p[1]) << 8 | uint32_t(p[2]) << 16 | uint32_t(p[3]) << 24;
-}
-
-// One field of a protobuf message: a varint's value, or a length-delimited field's bytes.
-struct WireField {
-	uint32_t number = 0;
-	unsigned type = 0; // 0 varint, 1 64-bit, 2 length-delimited, 5 32-bit
-	uint64_t varint = 0;
-	const uint8_t *bytes = nullptr;
-	size_t len = 0;
-};
-
-// The fields of one message in order; nothing is read past its end.
-class WireReader {
-public:
-	WireReader(const uint8_t *data, size_t size) : p_(data), end_(data + size) {}
-
-	// false at the end of the message; an error when it is malformed.
-	Result<bool> next(WireField &f)
-	{
-		if (p_ == end_)
-			return false;
-		uint64_t key = 0;
-		if (!varint(key) || (key >> 3) == 0 || (key >> 3) > 0x1fffffff)
-			return make_error(EINVAL, "a malformed field key");
-		f = WireField{static_cast<uint32_t>(key >> 3), static_cast<unsigned>(key & 7)};
-		size_t skip = 0;
-		switch (f.type) {
-		case 0:
-			if (!varint(f.varint))
-				return make_error(EINVAL, "field %u: a malformed varint", f.number);
-			return true;
-		case 1:
-			skip = 8;
-			break;
-		case 5:
-			skip = 4;
-			break;
-		case 2: {
-			uint64_t len = 0;
-			if (!varint(len))
-				return make_error(EINVAL, "field %u: a malformed length", f.number);
-			if (len > static_cast<uint64_t>(end_ - p_))
-				return make_error(EINVAL, "field %u: %" PRIu64 " bytes, past the message's end", f.number, len);
-			f.bytes = p_;
-			f.len = static_cast<size_t>(len);
-			skip = f.len;
-			break;
-		}
-		default: // groups (3, 4) are not in CRIU's images; 6 and 7 do not exist
-			return make_error(EINVAL, "field %u: wire type %u", f.number, f.type);
-		}
-		if (skip > static_cast<size_t>(end_ - p_))
-			return make_error(EINVAL, "field %u: past the message's end", f.number);
-		p_ += skip;
-		return true;
-	}
-
-private:
-	bool varint(uint64_t &v)
-	{
-		v = 0;
-		for (unsigned shift = 0; shift < 64 && p_ != end_; shift += 7) {
-			uint8_t b = *p_++;
-			v |= static_cast<uint64_t>(b & 0x7f) << shift;
-			if (!(b & 0x80))
-				return true;
-		}
-		return false;
-	}
-
-	const uint8_t *p_;
-	const uint8_t *end_;
-};
-
-// Calls field(f) for each field of the message in r; a malformed message is an error.
-template <typename F>
-Status for_each_field(WireReader r, F &&field)
-{
-	WireField f;
-	for (;;) {
-		auto more = r.next(f);
-		if (!more)
-			return std::move(more).error();
-		if (!*more)
-			return {};
-		if (Status st = field(f); !st)
-			return st;
-	}
-}
-
-// An entry whose pages are in the pages image.
-struct PagemapRun {
-	uint64_t vaddr = 0;
-	uint64_t bytes = 0;
-	uint64_t pages_offset = 0; // where its pages begin in pages-<pages_id>.img
-	uint64_t entry_offset = 0; // where the entry is in the pagemap file
-};
-
-struct CriuPagemap {
-	uint32_t pages_id = 0;
-	size_t entries = 0;
-	std::vector<PagemapRun> present; // in the order of their pages in the pages image
-	uint64_t present_bytes = 0;
-	uint64_t parent_bytes = 0; // in the parent image of an incremental dump (not in this directory)
-	uint64_t lazy_bytes = 0;   // in no image: lazy migration serves them
-};
-
-// CRIU's framing after the magic words: each message is preceded by its size in 4 bytes. Calls
-// message(offset, reader) for each; errors name the offset in the file.
-template <typename F>
-Status for_each_criu_message(const uint8_t *data, size_t size, size_t offset, F &&message)
-{
-	while (offset < size) {
-		if (size - offset < 4)
-			return make_error(EINVAL, "cut short at offset %zu: %zu byte(s) where a message's 4-byte size belongs",
-					  offset, size - offset);
-		uint32_t len = le32(data + offset);
-		if (len > size - offset - 4)
-			return make_error(EINVAL, "cut short at offset %zu: a message of %u bytes, %zu left", offset, len,
-					  size - offset - 4);
-		if (auto st = message(offset, WireReader(data + offset + 4, len)); !st)
-			return std::move(st).error().context("the message at offset %zu", offset);
-		offset += 4 + static_cast<size_t>(len);
-	}
-	return {};
-}
-
-// pagemap-N.img or pagemap-shmem-N.img: a PagemapHead {pages_id}, then PagemapEntry {vaddr,
-// compat_nr_pages, in_parent, flags, nr_pages} messages, read as CRIU's init_compat_pagemap_entry()
-// reads them (no flags: present; in_parent: in the parent). page_size: of the dumping machine.
-Result<CriuPagemap> decode_criu_pagemap(const uint8_t *data, size_t size, uint64_t page_size)
-{
-	if (size < 8)
-		return make_error(EINVAL, "cut short: %zu bytes, fewer than CRIU's two magic words", size);
-	if (le32(data) != kCriuCommonMagic || le32(data + 4) != kCriuPagemapMagic)
-		return make_error(EINVAL, "not a CRIU pagemap image (magic %08x %08x)", le32(data), le32(data + 4));
-	CriuPagemap pm;
-	bool head = false;
-	Status parsed = for_each_criu_message(data, size, 8, [&](size_t offset, WireReader r) -> Status {
-		if (!head) {
-			bool has_id = false;
-			Status st = for_each_field(r, [&](const WireField &f) -> Status {
-				if (f.number == 1 && f.type == 0) {
-					pm.pages_id = static_cast<uint32_t>(f.varint);
-					has_id = true;
-				}
-				return {};
-			});
-			if (!st)
-				return st;
-			if (!has_id)
-				return make_error(EINVAL, "a PagemapHead without pages_id");
-			head = true;
-			return {};
-		}
-		uint64_t vaddr = 0, compat_nr = 0, nr = 0;
-		uint32_t flags = 0;
-		bool has_vaddr = false, has_compat = false, has_flags = false, has_nr = false, in_parent = false;
-		Status st = for_each_field(r, [&](const WireField &f) -> Status {
-			if (f.number <= 5 && f.type != 0)
-				return make_error(EINVAL, "PagemapEntry field %u of wire type %u", f.number, f.type);
-			if (f.number == 1) {
-				vaddr = f.varint;
-				has_vaddr = true;
-			} else if (f.number == 2) {
-				compat_nr = f.varint & 0xffffffff; // a uint32
-				has_compat = true;
-			} else if (f.number == 3) {
-				in_parent = f.varint != 0;
-			} else if (f.number == 4) {
-				flags = static_cast<uint32_t>(f.varint);
-				has_flags = true;
-			} else if (f.number == 5) {
-				nr = f.varint;
-				has_nr = true;
-			} // other fields: of a newer CRIU
-			return {};
-		});
-		if (!st)
-			return st;
-		if (!has_vaddr || !has_compat)
-			return make_error(EINVAL, "a PagemapEntry without vaddr or nr_pages");
-		if (in_parent)
-			flags |= kPeParent;
-		else if (!has_flags)
-			flags = kPePresent;
-		if (!has_nr)
-			nr = compat_nr;
-		if (nr > UINT64_MAX / page_size)
-			return make_error(EINVAL, "a PagemapEntry of %" PRIu64 " pages", nr);
-		uint64_t bytes = nr * page_size;
-		pm.entries++;
-		if (flags & kPePresent) {
-			if (pm.present_bytes + bytes < pm.present_bytes)
-				return make_error(EINVAL, "the entries declare more than 2^64 bytes");
-			pm.present.push_back({vaddr, bytes, pm.present_bytes, offset});
-			pm.present_bytes += bytes;
-		} else if (flags & kPeParent) {
-			pm.parent_bytes += bytes;
-		} else if (flags & kPeLazy) {
-			pm.lazy_bytes += bytes;
-		} else { // CRIU would read such pages from the pages image all the same, from the wrong offset
-			return make_error(EINVAL, "a PagemapEntry at %#" PRIx64 " with flags %#x: neither present, in the "
-						  "parent nor lazy", vaddr, flags);
-		}
-		return {};
-	});
-	if (!parsed)
-		return std::move(parsed).error();
-	if (!head)
-		return make_error(EINVAL, "cut short: no PagemapHead after the magic words");
-	return pm;
-}
-
-struct CriuInventory {
-	uint32_t img_version = 0;
-	std::vector<std::string> plugins; // the plugins a restore needs (CRIU 4.0+ writes the list)
-};
-
-// inventory.img: its magic word, then one InventoryEntry {img_version = 1, plugins_entry = 12
-// {plugins = 12}}.
-Result<CriuInventory> decode_criu_inventory(const uint8_t *data, size_t size)
-{
-	if (size < 4)
-		return make_error(EINVAL, "cut short: %zu bytes, fewer than CRIU's magic word", size);
-	if (le32(data) != kCriuInventoryMagic)
-		return make_error(EINVAL, "not a CRIU inventory (magic %08x)", le32(data));
-	CriuInventory inv;
-	size_t messages = 0;
-	Status parsed = for_each_criu_message(data, size, 4, [&](size_t, WireReader r) -> Status {
-		if (messages++)
-			return make_error(EINVAL, "a second InventoryEntry");
-		return for_each_field(r, [&](const WireField &f) -> Status {
-			if (f.number == 1 && f.type == 0)
-				inv.img_version = static_cast<uint32_t>(f.varint);
-			if (f.number != 12 || f.type != 2)
-				return {};
-			Status st = for_each_field(WireReader(f.bytes, f.len), [&](const WireField &p) -> Status {
-				if (p.number == 12 && p.type == 2)
-					inv.plugins.emplace_back(reinterpret_cast<const char *>(p.bytes), p.len);
-				return {};
-			});
-			if (!st)
-				return std::move(st).error().context("%s", "plugins_entry");
-			return {};
-		});
-	});
-	if (!parsed)
-		return std::move(parsed).error();
-	if (!messages)
-		return make_error(EINVAL, "cut short: no InventoryEntry after the magic word");
-	return inv;
 }
 
 // ---- The GPU state: who holds it, and the plugin's GPU image as inspect shows it.
@@ -655,7 +384,6 @@ void print_json(const std::string &dir, const std::optional<ImageRecord> &img,
 // ---- --verify: is every file a restore needs present and whole?
 
 constexpr const char *kInventoryFileName = "inventory.img";
-constexpr size_t kCriuImageMaxBytes = size_t(1) << 30; // a pagemap of tens of millions of entries
 // The start of the GPU image's entry in CRIU's inventory (kGpuImageInventoryName).
 constexpr const char *kGpuImageInventoryPrefix = "cuda-gpu-image";
 
@@ -683,38 +411,6 @@ uint64_t file_size_at(int dir_fd, const char *name)
 {
 	struct stat st;
 	return fstatat(dir_fd, name, &st, AT_SYMLINK_NOFOLLOW) == 0 ? static_cast<uint64_t>(st.st_size) : 0;
-}
-
-// "pagemap-N.img" and "pagemap-shmem-N.img" (CRIU's CR_FD_PAGEMAP and CR_FD_SHMEM_PAGEMAP).
-bool is_pagemap_name(const std::string &n)
-{
-	std::string_view s = n;
-	if (!s.starts_with("pagemap-") || !s.ends_with(".img"))
-		return false;
-	s = s.substr(8, s.size() - 12);
-	if (s.starts_with("shmem-"))
-		s.remove_prefix(6);
-	return !s.empty() && std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
-}
-
-Result<std::vector<std::string>> pagemap_names(int dir_fd)
-{
-	// fdopendir takes the descriptor it is given: a duplicate, whose offset is shared, hence the rewind.
-	int fd = fcntl(dir_fd, F_DUPFD_CLOEXEC, 0);
-	if (fd < 0)
-		return errno_error("read the image directory");
-	std::unique_ptr<DIR, int (*)(DIR *)> d(fdopendir(fd), closedir);
-	if (!d) {
-		close(fd);
-		return errno_error("read the image directory");
-	}
-	rewinddir(d.get());
-	std::vector<std::string> names;
-	while (struct dirent *e = readdir(d.get()))
-		if (is_pagemap_name(e->d_name))
-			names.emplace_back(e->d_name);
-	std::sort(names.begin(), names.end());
-	return names;
 }
 
 // cuda-plugin.img parses.
@@ -882,7 +578,8 @@ void verify_gpu_image(Verification &v, int dir_fd, const ImageRecord &r)
 			     mib(bytes).c_str(), threads, not_checked.c_str()));
 }
 
-// Each pagemap's pages file holds at least the bytes of its present entries.
+// Each pagemap's pages file holds at least the bytes of its present entries (the check a restore makes
+// with the plugin, shown in detail).
 void verify_pages(Verification &v, int dir_fd)
 {
 	auto names = pagemap_names(dir_fd);
@@ -897,47 +594,38 @@ void verify_pages(Verification &v, int dir_fd)
 	}
 	const auto page_size = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
 	for (const std::string &name : *names) {
-		auto data = read_image_file(dir_fd, name.c_str(), kCriuImageMaxBytes);
-		if (!data || !*data) {
-			v.add(name, false, data ? "vanished while being read" : data.error().message());
+		auto f = read_pagemap_files(dir_fd, name, page_size);
+		if (!f) {
+			v.add(name, false, f.error().message());
 			continue;
 		}
-		v.bytes_read += (*data)->size();
-		auto pm = decode_criu_pagemap((*data)->data(), (*data)->size(), page_size);
-		if (!pm) {
-			v.add(name, false, pm.error().message());
-			continue;
-		}
-		std::string pages = format("pages-%u.img", pm->pages_id);
-		struct stat st;
-		if (fstatat(dir_fd, pages.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) {
-			int err = errno;
+		v.bytes_read += f->pagemap_bytes;
+		const CriuPagemap &pm = f->map;
+		const char *pages = f->pages.c_str();
+		if (f->pages_errno) {
 			v.add(name, false,
-			      format("%s: %s (it holds the %" PRIu64 " bytes of memory this pagemap declares)", pages.c_str(),
-				     errno_string(err).c_str(), pm->present_bytes));
+			      format("%s: %s (it holds the %" PRIu64 " bytes of memory this pagemap declares)", pages,
+				     errno_string(f->pages_errno).c_str(), pm.present_bytes));
 			continue;
 		}
-		if (!S_ISREG(st.st_mode)) {
-			v.add(name, false, format("%s is not a regular file", pages.c_str()));
+		if (!f->pages_regular) {
+			v.add(name, false, format("%s is not a regular file", pages));
 			continue;
 		}
-		auto size = static_cast<uint64_t>(st.st_size);
-		if (size < pm->present_bytes) {
-			auto run = std::find_if(pm->present.begin(), pm->present.end(),
-						[&](const PagemapRun &r) { return r.pages_offset + r.bytes > size; });
+		if (const PagemapRun *run = f->first_run_cut_off()) {
 			v.add(name, false,
 			      format("%s is cut short: %" PRIu64 " bytes, its entries declare %" PRIu64 "; the pages of %#" PRIx64
 				     " (the entry at offset %" PRIu64 " of %s) lie at offset %" PRIu64 "-%" PRIu64 " of %s",
-				     pages.c_str(), size, pm->present_bytes, run->vaddr, run->entry_offset, name.c_str(),
-				     run->pages_offset, run->pages_offset + run->bytes, pages.c_str()));
+				     pages, f->pages_size, pm.present_bytes, run->vaddr, run->entry_offset, name.c_str(),
+				     run->pages_offset, run->pages_offset + run->bytes, pages));
 			continue;
 		}
-		std::string detail = format("%s holds the %" PRIu64 " bytes (%s) its %zu entries declare", pages.c_str(),
-					    pm->present_bytes, mib(pm->present_bytes).c_str(), pm->entries);
-		if (pm->parent_bytes)
-			detail += format("; %" PRIu64 " bytes in the parent image (not checked)", pm->parent_bytes);
-		if (pm->lazy_bytes)
-			detail += format("; %" PRIu64 " bytes served by lazy migration (in no image)", pm->lazy_bytes);
+		std::string detail = format("%s holds the %" PRIu64 " bytes (%s) its %zu entries declare", pages,
+					    pm.present_bytes, mib(pm.present_bytes).c_str(), pm.entries);
+		if (pm.parent_bytes)
+			detail += format("; %" PRIu64 " bytes in the parent image (not checked)", pm.parent_bytes);
+		if (pm.lazy_bytes)
+			detail += format("; %" PRIu64 " bytes served by lazy migration (in no image)", pm.lazy_bytes);
 		v.add(name, true, detail);
 	}
 }

@@ -27,6 +27,7 @@ extern "C" {
 
 #include "abi/criu_symbols.h"
 #include "base/log.h"
+#include "base/text.h"
 #include "core/criu_errno.h"
 #include "core/dump_session.h"
 #include "core/gpu_plan.h"
@@ -36,6 +37,7 @@ extern "C" {
 #include "core/restore_session.h"
 #include "driver/libcuda.h"
 #include "driver/nvml.h"
+#include "image/criu_pages.h"
 #include "image/gpu_image.h"
 #include "image/image.h"
 #include "os/fs_context.h"
@@ -255,6 +257,20 @@ Result<GpuImageLoad> prepare_gpu_image(State &s, const ImageRecord &image)
 	});
 }
 
+// A pages file cut short hangs a stock CRIU's restore (its restorer retries the read at the end of the
+// file forever) or fails it deep inside: refused here, before CRIU reads any page.
+Status check_pages_before_restore(int dir_fd)
+{
+	auto check = check_pages_files(dir_fd, static_cast<uint64_t>(sysconf(_SC_PAGESIZE)));
+	if (!check)
+		return std::move(check).error().context("%s", "cannot restore");
+	for (const std::string &why : check->unchecked)
+		LOG_WARN("pages file not checked (CRIU reads it itself): %s", why.c_str());
+	LOG_INFO("pages files: %zu pagemap(s), each pages file holds the %s they declare", check->pagemaps,
+		 human_bytes(check->bytes).c_str());
+	return {};
+}
+
 int init_restore(State &s)
 {
 	bool listed = true; // the inventory names a CUDA plugin (or predates the list)
@@ -264,6 +280,8 @@ int init_restore(State &s)
 		LOG_INFO("the image holds no CUDA process; CUDA plugin inactive");
 		return 0;
 	}
+	if (auto st = check_pages_before_restore(s.criu.get_image_dir()); !st)
+		return fail(st.error());
 	// Read now: the restored tasks answer from this copy, forked before their fds are rearranged.
 	s.inherited_restore = std::make_unique<InheritedDevicesRestore>(s.criu.get_image_dir());
 	if (auto st = s.inherited_restore->load(); !st)

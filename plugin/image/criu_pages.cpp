@@ -1,0 +1,363 @@
+#include "image/criu_pages.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cinttypes>
+#include <memory>
+#include <string_view>
+
+#include "base/format.h"
+#include "image/image_file.h"
+
+namespace cuda_criu {
+namespace {
+
+constexpr uint32_t kCriuCommonMagic = 0x54564319;    // IMG_COMMON_MAGIC, the first word of most images
+constexpr uint32_t kCriuPagemapMagic = 0x56084025;   // PAGEMAP_MAGIC (and SHMEM_PAGEMAP_MAGIC)
+constexpr uint32_t kCriuInventoryMagic = 0x58313116; // INVENTORY_MAGIC: the inventory's only magic word
+// PagemapEntry.flags (criu/include/pagemap.h)
+constexpr uint32_t kPeParent = 1 << 0;  // the pages are in the parent image (an incremental dump)
+constexpr uint32_t kPeLazy = 1 << 1;    // lazy migration serves them
+constexpr uint32_t kPePresent = 1 << 2; // they are in pages-<pages_id>.img, entry after entry
+
+// CRIU writes its numbers in the host's byte order; the images of an x86-64 or arm64 host are
+// little-endian, as is every machine this plugin runs on.
+uint32_t le32(const uint8_t *p)
+{
+	return uint32_t(p[0]) | uint32_t(p[1]) << 8 | uint32_t(p[2]) << 16 | uint32_t(p[3]) << 24;
+}
+
+// One field of a protobuf message: a varint's value, or a length-delimited field's bytes.
+struct WireField {
+	uint32_t number = 0;
+	unsigned type = 0; // 0 varint, 1 64-bit, 2 length-delimited, 5 32-bit
+	uint64_t varint = 0;
+	const uint8_t *bytes = nullptr;
+	size_t len = 0;
+};
+
+// The fields of one message in order; nothing is read past its end.
+class WireReader {
+public:
+	WireReader(const uint8_t *data, size_t size) : p_(data), end_(data + size) {}
+
+	// false at the end of the message; an error when it is malformed.
+	Result<bool> next(WireField &f)
+	{
+		if (p_ == end_)
+			return false;
+		uint64_t key = 0;
+		if (!varint(key) || (key >> 3) == 0 || (key >> 3) > 0x1fffffff)
+			return make_error(EINVAL, "a malformed field key");
+		f = WireField{static_cast<uint32_t>(key >> 3), static_cast<unsigned>(key & 7)};
+		size_t skip = 0;
+		switch (f.type) {
+		case 0:
+			if (!varint(f.varint))
+				return make_error(EINVAL, "field %u: a malformed varint", f.number);
+			return true;
+		case 1:
+			skip = 8;
+			break;
+		case 5:
+			skip = 4;
+			break;
+		case 2: {
+			uint64_t len = 0;
+			if (!varint(len))
+				return make_error(EINVAL, "field %u: a malformed length", f.number);
+			if (len > static_cast<uint64_t>(end_ - p_))
+				return make_error(EINVAL, "field %u: %" PRIu64 " bytes, past the message's end", f.number, len);
+			f.bytes = p_;
+			f.len = static_cast<size_t>(len);
+			skip = f.len;
+			break;
+		}
+		default: // groups (3, 4) are not in CRIU's images; 6 and 7 do not exist
+			return make_error(EINVAL, "field %u: wire type %u", f.number, f.type);
+		}
+		if (skip > static_cast<size_t>(end_ - p_))
+			return make_error(EINVAL, "field %u: past the message's end", f.number);
+		p_ += skip;
+		return true;
+	}
+
+private:
+	bool varint(uint64_t &v)
+	{
+		v = 0;
+		for (unsigned shift = 0; shift < 64 && p_ != end_; shift += 7) {
+			uint8_t b = *p_++;
+			v |= static_cast<uint64_t>(b & 0x7f) << shift;
+			if (!(b & 0x80))
+				return true;
+		}
+		return false;
+	}
+
+	const uint8_t *p_;
+	const uint8_t *end_;
+};
+
+// Calls field(f) for each field of the message in r; a malformed message is an error.
+template <typename F>
+Status for_each_field(WireReader r, F &&field)
+{
+	WireField f;
+	for (;;) {
+		auto more = r.next(f);
+		if (!more)
+			return std::move(more).error();
+		if (!*more)
+			return {};
+		if (Status st = field(f); !st)
+			return st;
+	}
+}
+
+// CRIU's framing after the magic words: each message is preceded by its size in 4 bytes. Calls
+// message(offset, reader) for each; errors name the offset in the file.
+template <typename F>
+Status for_each_criu_message(const uint8_t *data, size_t size, size_t offset, F &&message)
+{
+	while (offset < size) {
+		if (size - offset < 4)
+			return make_error(EINVAL, "cut short at offset %zu: %zu byte(s) where a message's 4-byte size belongs",
+					  offset, size - offset);
+		uint32_t len = le32(data + offset);
+		if (len > size - offset - 4)
+			return make_error(EINVAL, "cut short at offset %zu: a message of %u bytes, %zu left", offset, len,
+					  size - offset - 4);
+		if (auto st = message(offset, WireReader(data + offset + 4, len)); !st)
+			return std::move(st).error().context("the message at offset %zu", offset);
+		offset += 4 + static_cast<size_t>(len);
+	}
+	return {};
+}
+
+} // namespace
+
+Result<CriuPagemap> decode_criu_pagemap(const uint8_t *data, size_t size, uint64_t page_size)
+{
+	if (size < 8)
+		return make_error(EINVAL, "cut short: %zu bytes, fewer than CRIU's two magic words", size);
+	if (le32(data) != kCriuCommonMagic || le32(data + 4) != kCriuPagemapMagic)
+		return make_error(EINVAL, "not a CRIU pagemap image (magic %08x %08x)", le32(data), le32(data + 4));
+	CriuPagemap pm;
+	bool head = false;
+	Status parsed = for_each_criu_message(data, size, 8, [&](size_t offset, WireReader r) -> Status {
+		if (!head) {
+			bool has_id = false;
+			Status st = for_each_field(r, [&](const WireField &f) -> Status {
+				if (f.number == 1 && f.type == 0) {
+					pm.pages_id = static_cast<uint32_t>(f.varint);
+					has_id = true;
+				}
+				return {};
+			});
+			if (!st)
+				return st;
+			if (!has_id)
+				return make_error(EINVAL, "a PagemapHead without pages_id");
+			head = true;
+			return {};
+		}
+		uint64_t vaddr = 0, compat_nr = 0, nr = 0;
+		uint32_t flags = 0;
+		bool has_vaddr = false, has_compat = false, has_flags = false, has_nr = false, in_parent = false;
+		Status st = for_each_field(r, [&](const WireField &f) -> Status {
+			if (f.number <= 5 && f.type != 0)
+				return make_error(EINVAL, "PagemapEntry field %u of wire type %u", f.number, f.type);
+			if (f.number == 1) {
+				vaddr = f.varint;
+				has_vaddr = true;
+			} else if (f.number == 2) {
+				compat_nr = f.varint & 0xffffffff; // a uint32
+				has_compat = true;
+			} else if (f.number == 3) {
+				in_parent = f.varint != 0;
+			} else if (f.number == 4) {
+				flags = static_cast<uint32_t>(f.varint);
+				has_flags = true;
+			} else if (f.number == 5) {
+				nr = f.varint;
+				has_nr = true;
+			} // other fields: of a newer CRIU
+			return {};
+		});
+		if (!st)
+			return st;
+		if (!has_vaddr || !has_compat)
+			return make_error(EINVAL, "a PagemapEntry without vaddr or nr_pages");
+		if (in_parent)
+			flags |= kPeParent;
+		else if (!has_flags)
+			flags = kPePresent;
+		if (!has_nr)
+			nr = compat_nr;
+		if (nr > UINT64_MAX / page_size)
+			return make_error(EINVAL, "a PagemapEntry of %" PRIu64 " pages", nr);
+		uint64_t bytes = nr * page_size;
+		pm.entries++;
+		if (flags & kPePresent) {
+			if (pm.present_bytes + bytes < pm.present_bytes)
+				return make_error(EINVAL, "the entries declare more than 2^64 bytes");
+			pm.present.push_back({vaddr, bytes, pm.present_bytes, offset});
+			pm.present_bytes += bytes;
+		} else if (flags & kPeParent) {
+			pm.parent_bytes += bytes;
+		} else if (flags & kPeLazy) {
+			pm.lazy_bytes += bytes;
+		} else { // CRIU would read such pages from the pages image all the same, from the wrong offset
+			return make_error(EINVAL, "a PagemapEntry at %#" PRIx64 " with flags %#x: neither present, in the "
+						  "parent nor lazy", vaddr, flags);
+		}
+		return {};
+	});
+	if (!parsed)
+		return std::move(parsed).error();
+	if (!head)
+		return make_error(EINVAL, "cut short: no PagemapHead after the magic words");
+	return pm;
+}
+
+Result<CriuInventory> decode_criu_inventory(const uint8_t *data, size_t size)
+{
+	if (size < 4)
+		return make_error(EINVAL, "cut short: %zu bytes, fewer than CRIU's magic word", size);
+	if (le32(data) != kCriuInventoryMagic)
+		return make_error(EINVAL, "not a CRIU inventory (magic %08x)", le32(data));
+	CriuInventory inv;
+	size_t messages = 0;
+	Status parsed = for_each_criu_message(data, size, 4, [&](size_t, WireReader r) -> Status {
+		if (messages++)
+			return make_error(EINVAL, "a second InventoryEntry");
+		return for_each_field(r, [&](const WireField &f) -> Status {
+			if (f.number == 1 && f.type == 0)
+				inv.img_version = static_cast<uint32_t>(f.varint);
+			if (f.number != 12 || f.type != 2)
+				return {};
+			Status st = for_each_field(WireReader(f.bytes, f.len), [&](const WireField &p) -> Status {
+				if (p.number == 12 && p.type == 2)
+					inv.plugins.emplace_back(reinterpret_cast<const char *>(p.bytes), p.len);
+				return {};
+			});
+			if (!st)
+				return std::move(st).error().context("%s", "plugins_entry");
+			return {};
+		});
+	});
+	if (!parsed)
+		return std::move(parsed).error();
+	if (!messages)
+		return make_error(EINVAL, "cut short: no InventoryEntry after the magic word");
+	return inv;
+}
+
+bool is_pagemap_name(const std::string &name)
+{
+	std::string_view s = name;
+	if (!s.starts_with("pagemap-") || !s.ends_with(".img"))
+		return false;
+	s = s.substr(8, s.size() - 12);
+	if (s.starts_with("shmem-"))
+		s.remove_prefix(6);
+	return !s.empty() && std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
+}
+
+Result<std::vector<std::string>> pagemap_names(int dir_fd)
+{
+	// A new open file description: a duplicate of dir_fd would share its offset with CRIU's descriptor.
+	int fd = openat(dir_fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (fd < 0)
+		return errno_error("read the image directory");
+	std::unique_ptr<DIR, int (*)(DIR *)> d(fdopendir(fd), closedir);
+	if (!d) {
+		Error e = errno_error("read the image directory");
+		close(fd);
+		return e;
+	}
+	std::vector<std::string> names;
+	while (struct dirent *e = readdir(d.get()))
+		if (is_pagemap_name(e->d_name))
+			names.emplace_back(e->d_name);
+	std::sort(names.begin(), names.end());
+	return names;
+}
+
+const PagemapRun *PagemapFiles::first_run_cut_off() const
+{
+	auto run = std::find_if(map.present.begin(), map.present.end(),
+				[&](const PagemapRun &r) { return r.pages_offset + r.bytes > pages_size; });
+	return run == map.present.end() ? nullptr : &*run;
+}
+
+Result<PagemapFiles> read_pagemap_files(int dir_fd, const std::string &name, uint64_t page_size)
+{
+	auto data = read_image_file(dir_fd, name.c_str(), kCriuImageMaxBytes);
+	if (!data)
+		return std::move(data).error();
+	if (!*data)
+		return make_error(ENOENT, "%s vanished while being read", name.c_str());
+	auto map = decode_criu_pagemap((*data)->data(), (*data)->size(), page_size);
+	if (!map)
+		return std::move(map).error();
+	PagemapFiles f;
+	f.pagemap = name;
+	f.pagemap_bytes = (*data)->size();
+	f.map = std::move(*map);
+	f.pages = format("pages-%u.img", f.map.pages_id);
+	struct stat st;
+	if (fstatat(dir_fd, f.pages.c_str(), &st, 0) != 0) {
+		f.pages_errno = errno;
+		return f;
+	}
+	f.pages_regular = S_ISREG(st.st_mode);
+	f.pages_size = static_cast<uint64_t>(st.st_size);
+	return f;
+}
+
+Result<PagesCheck> check_pages_files(int dir_fd, uint64_t page_size)
+{
+	PagesCheck check;
+	auto names = pagemap_names(dir_fd);
+	if (!names) {
+		check.unchecked.push_back(names.error().message());
+		return check;
+	}
+	for (const std::string &name : *names) {
+		auto f = read_pagemap_files(dir_fd, name, page_size);
+		if (!f) {
+			std::string why = f.error().message();
+			if (!why.starts_with(name))
+				why = format("%s: %s", name.c_str(), why.c_str());
+			check.unchecked.push_back(std::move(why));
+			continue;
+		}
+		const uint64_t want = f->map.present_bytes;
+		if (f->pages_errno == ENOENT && want)
+			return make_error(ENOENT,
+					  "%s is missing: the image's pagemap declares %" PRIu64 " bytes in it (the image was "
+					  "copied incompletely: copy it again)",
+					  f->pages.c_str(), want);
+		if (f->pages_errno && want)
+			return make_error(f->pages_errno, "%s (the image's pagemap declares %" PRIu64 " bytes in it): %s",
+					  f->pages.c_str(), want, errno_string(f->pages_errno).c_str());
+		if (f->pages_errno == 0 && !f->pages_regular && want)
+			return make_error(EINVAL, "%s is not a regular file", f->pages.c_str());
+		if (f->pages_errno == 0 && f->pages_size < want)
+			return make_error(EIO,
+					  "%s is cut short: %" PRIu64 " bytes, the image's pagemap declares %" PRIu64
+					  " (the image was copied incompletely: copy it again)",
+					  f->pages.c_str(), f->pages_size, want);
+		check.pagemaps++;
+		check.bytes += want;
+	}
+	return check;
+}
+
+} // namespace cuda_criu

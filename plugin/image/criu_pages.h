@@ -1,0 +1,93 @@
+// CRIU's own images, read by hand: the few fields that say whether each pages-N.img holds the bytes its
+// pagemap declares (images/pagemap.proto and images/inventory.proto of CRIU 4.x, magic numbers from
+// criu/include/magic.h). A pages file cut short hangs a stock CRIU's restore (its restorer retries a read
+// that returns 0 at the end of the file forever) and, mapped, would end in SIGBUS: the plugin checks the
+// sizes at restore, before CRIU reads any page, and `cuda-criu inspect --verify` shows them. The project
+// does not build CRIU's .proto files for three messages of plain varints; every length is bounded by the
+// bytes at hand, never trusted.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "base/result.h"
+
+namespace cuda_criu {
+
+// The largest CRIU image read whole (a pagemap of tens of millions of entries).
+inline constexpr size_t kCriuImageMaxBytes = size_t(1) << 30;
+
+// An entry whose pages are in the pages image.
+struct PagemapRun {
+	uint64_t vaddr = 0;
+	uint64_t bytes = 0;
+	uint64_t pages_offset = 0; // where its pages begin in pages-<pages_id>.img
+	uint64_t entry_offset = 0; // where the entry is in the pagemap file
+};
+
+struct CriuPagemap {
+	uint32_t pages_id = 0;
+	size_t entries = 0;
+	std::vector<PagemapRun> present; // in the order of their pages in the pages image
+	uint64_t present_bytes = 0;      // the bytes pages-<pages_id>.img must hold
+	uint64_t parent_bytes = 0;       // in the parent image of an incremental dump (not in this directory)
+	uint64_t lazy_bytes = 0;         // in no image: lazy migration serves them
+};
+
+// pagemap-N.img or pagemap-shmem-N.img: a PagemapHead {pages_id}, then PagemapEntry {vaddr,
+// compat_nr_pages, in_parent, flags, nr_pages} messages, read as CRIU's init_compat_pagemap_entry()
+// reads them (no flags: present; in_parent: in the parent). page_size: of the dumping machine.
+Result<CriuPagemap> decode_criu_pagemap(const uint8_t *data, size_t size, uint64_t page_size);
+
+struct CriuInventory {
+	uint32_t img_version = 0;
+	std::vector<std::string> plugins; // the plugins a restore needs (CRIU 4.0+ writes the list)
+};
+
+// inventory.img: its magic word, then one InventoryEntry {img_version = 1, plugins_entry = 12
+// {plugins = 12}}.
+Result<CriuInventory> decode_criu_inventory(const uint8_t *data, size_t size);
+
+// "pagemap-N.img" and "pagemap-shmem-N.img" (CRIU's CR_FD_PAGEMAP and CR_FD_SHMEM_PAGEMAP).
+bool is_pagemap_name(const std::string &name);
+
+// The pagemaps in the image directory dir_fd, sorted (read through a descriptor of its own: dir_fd's
+// offset, which CRIU may share, is left alone).
+Result<std::vector<std::string>> pagemap_names(int dir_fd);
+
+// A pagemap and the pages file it names, as they are in the image directory.
+struct PagemapFiles {
+	std::string pagemap; // "pagemap-N.img"
+	uint64_t pagemap_bytes = 0;
+	CriuPagemap map;
+	std::string pages;   // "pages-<pages_id>.img"
+	int pages_errno = 0; // of its stat (ENOENT: missing); 0 when it was found
+	bool pages_regular = false;
+	uint64_t pages_size = 0;
+
+	bool pages_whole() const { return pages_errno == 0 && pages_regular && pages_size >= map.present_bytes; }
+	// The first run whose pages lie past the end of the pages file; nullptr when there is none.
+	const PagemapRun *first_run_cut_off() const;
+};
+
+// Reads the pagemap name in dir_fd (never through a symbolic link, at most kCriuImageMaxBytes) and stats
+// the pages file it names (through a symbolic link, as CRIU opens it). An error: the pagemap cannot be
+// read or decoded.
+Result<PagemapFiles> read_pagemap_files(int dir_fd, const std::string &name, uint64_t page_size);
+
+struct PagesCheck {
+	size_t pagemaps = 0;                // checked
+	uint64_t bytes = 0;                 // the pages files' bytes they declare
+	std::vector<std::string> unchecked; // pagemaps that could not be read, with the reason: left to CRIU
+};
+
+// The restore's check, before CRIU reads any page: every pages file that a pagemap of dir_fd names holds
+// the bytes the pagemap declares. Fails on the first that is cut short, missing or not a regular file
+// ("pages-1.img is cut short: X bytes, the image's pagemap declares Y (the image was copied
+// incompletely: copy it again)"); a pagemap this reader cannot take is listed, not refused: CRIU reads
+// it itself.
+Result<PagesCheck> check_pages_files(int dir_fd, uint64_t page_size);
+
+} // namespace cuda_criu

@@ -1,0 +1,234 @@
+// CRIU's pagemaps read by hand (image/criu_pages.h): what a restore with the plugin checks before CRIU
+// reads any page, and what `cuda-criu inspect --verify` shows.
+#include <gtest/gtest.h>
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "image/criu_pages.h"
+
+namespace cuda_criu {
+namespace {
+
+constexpr uint64_t kPage = 4096;
+
+using Bytes = std::vector<uint8_t>;
+
+Bytes bytes(const std::string &s) { return Bytes(s.begin(), s.end()); }
+
+// pages_id 7; an entry without flags (present, as older CRIUs wrote them) of 2 pages at 0x1000 (at offset
+// 14 of the file), one in the parent image (3 pages), a lazy one (1 page), a present one with nr_pages (1
+// page at 0x30000, at offset 49). The same file as tests/e2e/cli_inspect.sh's.
+Bytes sample_pagemap()
+{
+	return bytes(std::string("\x19\x43\x56\x54\x25\x40\x08\x56\x02\x00\x00\x00\x08\x07", 14) +
+		     std::string("\x05\x00\x00\x00\x08\x80\x20\x10\x02", 9) +
+		     std::string("\x08\x00\x00\x00\x08\x80\x80\x04\x10\x03\x18\x01", 12) +
+		     std::string("\x0a\x00\x00\x00\x08\x80\x80\x08\x10\x00\x20\x02\x28\x01", 14) +
+		     std::string("\x0a\x00\x00\x00\x08\x80\x80\x0c\x10\x00\x20\x04\x28\x01", 14));
+}
+
+class TempDir {
+public:
+	TempDir()
+	{
+		char tmpl[] = "/tmp/criu_pages_test.XXXXXX";
+		path_ = mkdtemp(tmpl);
+		fd_ = open(path_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	}
+	~TempDir()
+	{
+		close(fd_);
+		std::string cmd = "rm -rf '" + path_ + "'";
+		(void)std::system(cmd.c_str());
+	}
+	int fd() const { return fd_; }
+	std::string file(const std::string &name) const { return path_ + "/" + name; }
+	void write(const std::string &name, const Bytes &data) const
+	{
+		int fd = open(file(name).c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+		ASSERT_GE(fd, 0);
+		ASSERT_EQ(::write(fd, data.data(), data.size()), static_cast<ssize_t>(data.size()));
+		close(fd);
+	}
+	void resize(const std::string &name, off_t size) const { ASSERT_EQ(truncate(file(name).c_str(), size), 0); }
+
+private:
+	std::string path_;
+	int fd_ = -1;
+};
+
+TEST(CriuPages, DecodesPresentCompatParentAndLazyEntries)
+{
+	Bytes pm = sample_pagemap();
+	auto r = decode_criu_pagemap(pm.data(), pm.size(), kPage);
+	ASSERT_TRUE(r.ok()) << r.error().message();
+	EXPECT_EQ(r->pages_id, 7u);
+	EXPECT_EQ(r->entries, 4u);
+	ASSERT_EQ(r->present.size(), 2u);
+	EXPECT_EQ(r->present[0].vaddr, 0x1000u);
+	EXPECT_EQ(r->present[0].bytes, 2 * kPage);
+	EXPECT_EQ(r->present[0].pages_offset, 0u);
+	EXPECT_EQ(r->present[0].entry_offset, 14u);
+	EXPECT_EQ(r->present[1].vaddr, 0x30000u);
+	EXPECT_EQ(r->present[1].pages_offset, 2 * kPage);
+	EXPECT_EQ(r->present[1].entry_offset, 49u);
+	EXPECT_EQ(r->present_bytes, 3 * kPage);
+	EXPECT_EQ(r->parent_bytes, 3 * kPage);
+	EXPECT_EQ(r->lazy_bytes, kPage);
+}
+
+// Every length in the file is checked against the bytes at hand: a cut, a length past the end, a varint
+// that never ends or a page count that overflows is an error, never a read past the buffer (ASan).
+TEST(CriuPages, LengthsAreNeverTrusted)
+{
+	Bytes pm = sample_pagemap();
+	for (size_t n = 0; n < pm.size(); n++) {
+		Bytes cut(pm.begin(), pm.begin() + static_cast<long>(n));
+		auto r = decode_criu_pagemap(cut.data(), cut.size(), kPage);
+		// A cut between two messages is a shorter pagemap: only CRIU's sizes can tell (check_pages_files).
+		if (n == 14 || n == 23 || n == 35 || n == 49)
+			EXPECT_TRUE(r.ok()) << n << ": " << r.error().message();
+		else
+			EXPECT_FALSE(r.ok()) << "a pagemap cut at " << n << " bytes decoded";
+	}
+	Bytes huge = pm;
+	huge.insert(huge.end(), {0xff, 0xff, 0xff, 0x7f, 0x08}); // a message of 2 GiB, 1 byte there
+	auto r = decode_criu_pagemap(huge.data(), huge.size(), kPage);
+	ASSERT_FALSE(r.ok());
+	EXPECT_EQ(r.error().message(), "cut short at offset 63: a message of 2147483647 bytes, 1 left");
+
+	Bytes endless = pm;
+	endless.insert(endless.end(), {0x0b, 0, 0, 0, 0x08, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff});
+	r = decode_criu_pagemap(endless.data(), endless.size(), kPage);
+	ASSERT_FALSE(r.ok());
+	EXPECT_NE(r.error().message().find("field 1: a malformed varint"), std::string::npos) << r.error().message();
+
+	Bytes overflow = pm; // 2^62 pages at 0
+	overflow.insert(overflow.end(), {0x0e, 0, 0, 0, 0x08, 0x00, 0x10, 0x00, 0x28, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80,
+					 0x80, 0x80, 0x40});
+	r = decode_criu_pagemap(overflow.data(), overflow.size(), kPage);
+	ASSERT_FALSE(r.ok());
+	EXPECT_NE(r.error().message().find("a PagemapEntry of 4611686018427387904 pages"), std::string::npos)
+		<< r.error().message();
+
+	Bytes foreign = pm;
+	foreign[4] ^= 1;
+	r = decode_criu_pagemap(foreign.data(), foreign.size(), kPage);
+	ASSERT_FALSE(r.ok());
+	EXPECT_NE(r.error().message().find("not a CRIU pagemap image"), std::string::npos);
+}
+
+TEST(CriuPages, InventoryListsItsPlugins)
+{
+	// INVENTORY_MAGIC, then InventoryEntry {img_version = 2, plugins_entry {plugins = "cuda_plugin"}}
+	Bytes inv = bytes(std::string("\x16\x31\x31\x58\x11\x00\x00\x00\x08\x02\x62\x0d\x62\x0b"
+				      "cuda_plugin",
+				      25));
+	auto r = decode_criu_inventory(inv.data(), inv.size());
+	ASSERT_TRUE(r.ok()) << r.error().message();
+	EXPECT_EQ(r->img_version, 2u);
+	ASSERT_EQ(r->plugins.size(), 1u);
+	EXPECT_EQ(r->plugins[0], "cuda_plugin");
+	inv[11] = 0x0e; // plugins_entry one byte longer than its message
+	EXPECT_FALSE(decode_criu_inventory(inv.data(), inv.size()).ok());
+}
+
+TEST(CriuPages, PagemapNames)
+{
+	EXPECT_TRUE(is_pagemap_name("pagemap-1.img"));
+	EXPECT_TRUE(is_pagemap_name("pagemap-shmem-42.img"));
+	EXPECT_FALSE(is_pagemap_name("pagemap-.img"));
+	EXPECT_FALSE(is_pagemap_name("pagemap-1x.img"));
+	EXPECT_FALSE(is_pagemap_name("pages-1.img"));
+	EXPECT_FALSE(is_pagemap_name("pagemap-shmem-.img"));
+
+	TempDir d;
+	for (const char *n : {"pagemap-2.img", "pagemap-10.img", "pages-2.img", "pagemap-shmem-3.img", "core-1.img"})
+		d.write(n, {});
+	off_t before = lseek(d.fd(), 0, SEEK_CUR);
+	auto names = pagemap_names(d.fd());
+	ASSERT_TRUE(names.ok()) << names.error().message();
+	EXPECT_EQ(*names, (std::vector<std::string>{"pagemap-10.img", "pagemap-2.img", "pagemap-shmem-3.img"}));
+	EXPECT_EQ(lseek(d.fd(), 0, SEEK_CUR), before); // CRIU's descriptor of the directory is left alone
+}
+
+// The restore's check: a pages file shorter than its pagemap declares, or missing, refuses the restore
+// by name; whole again, it passes.
+TEST(CriuPages, AShortOrMissingPagesFileIsRefusedByName)
+{
+	TempDir d;
+	d.write("pagemap-1.img", sample_pagemap());
+	d.write("pages-7.img", Bytes(3 * kPage, 0x5a));
+	auto ok = check_pages_files(d.fd(), kPage);
+	ASSERT_TRUE(ok.ok()) << ok.error().message();
+	EXPECT_EQ(ok->pagemaps, 1u);
+	EXPECT_EQ(ok->bytes, 3 * kPage);
+	EXPECT_TRUE(ok->unchecked.empty());
+
+	d.resize("pages-7.img", 10000);
+	auto cut = check_pages_files(d.fd(), kPage);
+	ASSERT_FALSE(cut.ok());
+	EXPECT_EQ(cut.error().message(), "pages-7.img is cut short: 10000 bytes, the image's pagemap declares 12288 "
+					 "(the image was copied incompletely: copy it again)");
+	auto f = read_pagemap_files(d.fd(), "pagemap-1.img", kPage);
+	ASSERT_TRUE(f.ok());
+	EXPECT_FALSE(f->pages_whole());
+	ASSERT_NE(f->first_run_cut_off(), nullptr);
+	EXPECT_EQ(f->first_run_cut_off()->vaddr, 0x30000u);
+
+	ASSERT_EQ(unlink(d.file("pages-7.img").c_str()), 0);
+	auto missing = check_pages_files(d.fd(), kPage);
+	ASSERT_FALSE(missing.ok());
+	EXPECT_EQ(missing.error().errno_value(), ENOENT);
+	EXPECT_EQ(missing.error().message(), "pages-7.img is missing: the image's pagemap declares 12288 bytes in it "
+					     "(the image was copied incompletely: copy it again)");
+
+	d.write("pages-7.img", Bytes(3 * kPage + 1, 0)); // longer is fine: CRIU reads what the entries say
+	EXPECT_TRUE(check_pages_files(d.fd(), kPage).ok());
+	ASSERT_EQ(symlink(d.file("pages-7.img").c_str(), d.file("pages-8.img").c_str()), 0);
+	Bytes through_link = sample_pagemap();
+	through_link[13] = 8; // pages_id 8: a symbolic link, which CRIU follows
+	d.write("pagemap-2.img", through_link);
+	auto linked = check_pages_files(d.fd(), kPage);
+	ASSERT_TRUE(linked.ok()) << linked.error().message();
+	EXPECT_EQ(linked->pagemaps, 2u);
+}
+
+// Nothing to hold: a pagemap of parent and lazy pages only needs no pages file.
+TEST(CriuPages, APagemapWithoutPresentPagesNeedsNoPagesFile)
+{
+	TempDir d;
+	Bytes pm = sample_pagemap();
+	pm.resize(35); // the head, the compat entry and the parent entry: cut after the parent's
+	pm.erase(pm.begin() + 14, pm.begin() + 23);
+	d.write("pagemap-1.img", pm);
+	auto r = check_pages_files(d.fd(), kPage);
+	ASSERT_TRUE(r.ok()) << r.error().message();
+	EXPECT_EQ(r->pagemaps, 1u);
+	EXPECT_EQ(r->bytes, 0u);
+}
+
+// What this reader cannot take (a symbolic link, which the plugin never reads through; a format it does
+// not know) is left to CRIU, which reads the pagemap itself, and listed; it does not refuse the restore.
+TEST(CriuPages, APagemapItCannotReadIsLeftToCriu)
+{
+	TempDir d;
+	d.write("real.img", sample_pagemap());
+	ASSERT_EQ(symlink(d.file("real.img").c_str(), d.file("pagemap-1.img").c_str()), 0);
+	d.write("pagemap-2.img", bytes("not a pagemap"));
+	auto r = check_pages_files(d.fd(), kPage);
+	ASSERT_TRUE(r.ok()) << r.error().message();
+	EXPECT_EQ(r->pagemaps, 0u);
+	ASSERT_EQ(r->unchecked.size(), 2u);
+	EXPECT_EQ(r->unchecked[0], "pagemap-1.img is a symbolic link: refusing to follow it");
+	EXPECT_NE(r->unchecked[1].find("pagemap-2.img: not a CRIU pagemap image"), std::string::npos) << r->unchecked[1];
+}
+
+} // namespace
+} // namespace cuda_criu
