@@ -143,8 +143,8 @@ constexpr const char *kStateInGpuImage =
 	"  GPU state in CRIU's pages images";
 constexpr const char *kStateInCriuPages =
 	"CRIU's pages images (pages-*.img): CRIU's own CUDA plugin can restore it too\n"
-	"  (dumped with gpu-image=criu, by a CRIU without criu-patches/0004, or to a page server); no checksum\n"
-	"  guards it";
+	"  (dumped with gpu-image=criu, by a CRIU without criu-patches/0004, or to a page server); the plugin's\n"
+	"  restore checks it against the checksums in cuda-gpu.img, where the dump recorded them";
 
 uint64_t range_bytes(const std::vector<MemoryRange> &ranges)
 {
@@ -487,6 +487,34 @@ std::string checksum_failure(const std::string &message, const std::vector<GpuLo
 
 // cuda-gpu.img is present and of this dump and covers every process; each data file is present, of this
 // dump and not cut short; every chunk's CRC-32C matches.
+// The checksums of a GPU state CRIU's pages images hold: present and of this dump. The memory they guard
+// is checked by the restore, over what CRIU restored (inspect cannot read it out of the pages images).
+void verify_gpu_checksums(Verification &v, int dir_fd, const ImageRecord &r)
+{
+	auto index = read_gpu_index(dir_fd);
+	if (!index || !*index) {
+		v.add(kGpuIndexFileName, false,
+		      index ? format("missing: %s names the checksums of the GPU state in it", kImageFileName)
+			    : index.error().message());
+		return;
+	}
+	const GpuImageIndex &idx = **index;
+	if (!idx.criu_pages || idx.id != r.gpu_checksums_id) {
+		v.add(kGpuIndexFileName, false,
+		      format("belongs to another dump (id %s, %s names %s)", printable(idx.id).c_str(), kImageFileName,
+			     printable(r.gpu_checksums_id).c_str()));
+		return;
+	}
+	size_t chunks = 0;
+	for (const GpuProcessChunks &p : idx.processes)
+		chunks += p.chunks.size();
+	v.bytes_read += file_size_at(dir_fd, kGpuIndexFileName);
+	v.add(kGpuIndexFileName, true,
+	      format("CRC-32C of %zu chunk(s) of the GPU state in CRIU's pages images; the restore checks them over "
+		     "the memory CRIU restores",
+		     chunks));
+}
+
 void verify_gpu_image(Verification &v, int dir_fd, const ImageRecord &r)
 {
 	auto index = read_gpu_index(dir_fd);
@@ -638,6 +666,8 @@ Verification verify_image(int dir_fd)
 	verify_inventory(v, dir_fd, v.checks.back().ok);
 	if (img && v.gpu_image.value_or(false))
 		verify_gpu_image(v, dir_fd, *img);
+	else if (img && !img->gpu_checksums_id.empty())
+		verify_gpu_checksums(v, dir_fd, *img);
 	verify_pages(v, dir_fd);
 	v.elapsed_us = now_us() - t0;
 	return v;
@@ -651,7 +681,8 @@ std::string checksum_note(const Verification &v)
 		return s + "only a GPU state that the plugin's GPU image holds is checksummed";
 	if (*v.gpu_image)
 		return s + "only the GPU state (cuda-gpu-*.img) is checksummed, CRC-32C per chunk";
-	return s + "the GPU state is in them too (gpu-image=criu), without a checksum either";
+	return s + "the GPU state is in them too (gpu-image=criu): its checksums (cuda-gpu.img) are checked by the "
+		   "restore, not here";
 }
 
 int print_verification(const std::string &dir, const Verification &v, bool json)

@@ -220,30 +220,39 @@ void warn_if_image_still_mapped(pid_t pid)
 // driver's restore (check every chunk, write what is not mapped).
 Result<GpuImageLoad> prepare_gpu_image(State &s, const ImageRecord &image)
 {
-	if (s.criu.check_and_remove_inventory_plugin)
+	bool data = !image.gpu_image_id.empty(); // else: checksums of the GPU state CRIU's pages images hold
+	const std::string &id = data ? image.gpu_image_id : image.gpu_checksums_id;
+	if (data && s.criu.check_and_remove_inventory_plugin)
 		s.criu.check_and_remove_inventory_plugin(kGpuImageInventoryName, std::strlen(kGpuImageInventoryName));
 	int dir = s.criu.get_image_dir();
 	auto index = read_gpu_index(dir);
 	if (!index)
 		return std::move(index).error().context("%s", "cannot restore: the GPU image is unusable");
 	if (!*index)
-		return make_error(ENOENT, "cannot restore: the GPU state of this image is in the plugin's files, but %s is "
-					  "missing from the image directory (copy the whole directory, cuda-gpu*.img included)",
-				  kGpuIndexFileName);
+		return make_error(ENOENT, "cannot restore: %s is missing from the image directory, which %s names (%s): copy "
+					  "the whole directory, cuda-gpu*.img included",
+				  kGpuIndexFileName, kImageFileName,
+				  data ? "the GPU state is in the plugin's files" : "it holds the checksums of the GPU state");
 	auto idx = std::make_shared<GpuImageIndex>(std::move(**index));
-	if (idx->id != image.gpu_image_id)
+	if (idx->id != id || idx->criu_pages == data)
 		return make_error(EINVAL, "cannot restore: %s belongs to another dump (GPU image id %s, %s names %s): the "
 					  "image directory mixes files of two dumps",
-				  kGpuIndexFileName, idx->id.c_str(), kImageFileName, image.gpu_image_id.c_str());
-	if (auto st = check_gpu_files(dir, *idx); !st)
-		return std::move(st).error().context("%s", "cannot restore: the GPU image is incomplete");
-	MapFile map;
-	if (s.criu.restore_map_file)
-		map = [f = s.criu.restore_map_file](int pid, uint64_t start, uint64_t end, const char *name, uint64_t off) {
-			return f(pid, start, end, name, off);
-		};
-	std::set<int> mapped = request_mapped_gpu_image(*idx, s.options.map_image, map);
-	s.maps_image = !mapped.empty();
+				  kGpuIndexFileName, idx->id.c_str(), kImageFileName, id.c_str());
+	std::set<int> mapped;
+	if (data) {
+		if (auto st = check_gpu_files(dir, *idx); !st)
+			return std::move(st).error().context("%s", "cannot restore: the GPU image is incomplete");
+		MapFile map;
+		if (s.criu.restore_map_file)
+			map = [f = s.criu.restore_map_file](int pid, uint64_t start, uint64_t end, const char *name,
+							    uint64_t off) { return f(pid, start, end, name, off); };
+		mapped = request_mapped_gpu_image(*idx, s.options.map_image, map);
+		s.maps_image = !mapped.empty();
+	} else {
+		s.maps_image = request_mapped_restore(image, s.options.map_image,
+						      s.criu.restore_map_from_image ? MapFromImage(s.criu.restore_map_from_image)
+										    : MapFromImage()) > 0;
+	}
 	uint64_t bytes = 0;
 	for (const GpuProcessChunks &p : idx->processes)
 		bytes += p.stored_bytes();
@@ -303,11 +312,16 @@ int init_restore(State &s)
 		if (auto st = check_driver_version(**image, kernel_driver_version()); !st)
 			return fail(std::move(st).error().context("%s", "cannot restore"));
 	GpuImageLoad load_gpu;
-	if (!image->has_value() && faccessat(s.criu.get_image_dir(), kGpuIndexFileName, F_OK, AT_SYMLINK_NOFOLLOW) == 0)
-		return fail(make_error(ENOENT, "cannot restore: the image directory holds a GPU image (%s) but no %s: "
-					       "copy the whole image directory",
-				       kGpuIndexFileName, kImageFileName));
-	if (image->has_value() && !(*image)->gpu_image_id.empty()) {
+	if (!image->has_value() && faccessat(s.criu.get_image_dir(), kGpuIndexFileName, F_OK, AT_SYMLINK_NOFOLLOW) == 0) {
+		auto index = read_gpu_index(s.criu.get_image_dir());
+		if (!index || !*index || !(*index)->criu_pages)
+			return fail(make_error(ENOENT, "cannot restore: the image directory holds a GPU image (%s) but no %s: "
+						       "copy the whole image directory",
+					       kGpuIndexFileName, kImageFileName));
+		LOG_WARN("%s holds checksums of the GPU state, but there is no %s to name it: the GPU state is restored "
+			 "unchecked", kGpuIndexFileName, kImageFileName);
+	}
+	if (image->has_value() && (!(*image)->gpu_image_id.empty() || !(*image)->gpu_checksums_id.empty())) {
 		auto load = prepare_gpu_image(s, **image);
 		if (!load)
 			return fail(load.error());

@@ -455,10 +455,23 @@ Status DumpSession::store_gpu_image(int dir_fd, const SkipPages &skip)
 		}
 	if (targets.empty())
 		return {};
-	auto keep_in_criu = [&](const char *why) {
-		gpu_image_note_ = format("GPU state in CRIU's pages images (%s)", why);
+	unsigned threads = gpu_io_threads(options_.io_threads, bytes);
+	// CRIU's pages images keep the GPU state: the plugin still records a checksum of every chunk, which the
+	// restore checks over the memory CRIU restored, before the driver's restore.
+	auto keep_in_criu = [&](const char *why) -> Status {
 		LOG_INFO("the GPU state stays in CRIU's pages images: %s", why);
-		return Status();
+		std::string id = new_gpu_image_id();
+		auto index = checksum_gpu_state(host_, targets, id, threads);
+		if (!index)
+			return std::move(index).error().context("%s", "cannot record the GPU state's checksums (the dump fails; "
+								      "every process is returned to its state)");
+		gpu_image_dir_fd_ = dir_fd;
+		if (auto st = write_gpu_index(dir_fd, *index); !st)
+			return std::move(st).error().context("%s", "cannot record the GPU state's checksums");
+		gpu_checksums_id_ = id;
+		gpu_image_note_ = format("GPU state in CRIU's pages images (%s), its checksums taken in %s", why,
+					 seconds(index->write_us).c_str());
+		return {};
 	};
 	if (options_.gpu_image == GpuImage::Criu)
 		return keep_in_criu("gpu-image=criu");
@@ -480,13 +493,16 @@ Status DumpSession::store_gpu_image(int dir_fd, const SkipPages &skip)
 			first = false;
 		}
 	std::string id = new_gpu_image_id();
-	unsigned threads = gpu_io_threads(options_.io_threads, bytes);
 	auto index = save_gpu_state(host_, dir_fd, targets, id, threads);
 	if (!index)
 		return std::move(index).error().context("%s", "cannot store the GPU image (the dump fails; every process "
 							      "is returned to its state)");
-	if (auto st = write_gpu_index(dir_fd, *index); !st)
+	gpu_image_dir_fd_ = dir_fd;
+	gpu_files_ = index->files;
+	if (auto st = write_gpu_index(dir_fd, *index); !st) {
+		remove_gpu_image(dir_fd, gpu_files_);
 		return std::move(st).error().context("%s", "cannot store the GPU image");
+	}
 	gpu_image_id_ = id;
 	uint64_t written = 0;
 	for (const GpuDataFile &f : index->files)
@@ -503,6 +519,11 @@ Status DumpSession::store_gpu_image(int dir_fd, const SkipPages &skip)
 
 Status DumpSession::finish(bool dump_failed, bool leave_running)
 {
+	if (dump_failed && gpu_image_dir_fd_ >= 0) {
+		// CRIU wrote no inventory: the image never restores; its GPU state can take as much disk as the GPUs.
+		remove_gpu_image(gpu_image_dir_fd_, gpu_files_);
+		LOG_INFO("dump failed: the GPU image's files (%zu) removed", gpu_files_.size() + 1);
+	}
 	if (!dump_failed && !leave_running)
 		return {}; // CRIU kills the tasks now; their GPU state is in the image
 	std::vector<ProcJob> jobs;
@@ -603,6 +624,7 @@ ImageRecord DumpSession::image_record() const
 	gethostname(host, sizeof(host) - 1);
 	r.hostname = host;
 	r.gpu_image_id = gpu_image_id_;
+	r.gpu_checksums_id = gpu_checksums_id_;
 	return r;
 }
 

@@ -16,6 +16,7 @@
 #include "core/guard.h"
 #include "core/options.h"
 #include "driver/driver.h"
+#include "image/gpu_image.h"
 #include "image/record.h"
 #include "os/host.h"
 
@@ -49,7 +50,7 @@ public:
 	Status finish(bool dump_failed, bool leave_running);
 	// After the checkpoint, once: where the gpu-image option and CRIU allow, stores the checkpointed
 	// processes' GPU state in the plugin's own files in dir_fd (core/gpu_store.h) and has CRIU leave those
-	// pages out of its pages images; otherwise logs why CRIU keeps them.
+	// pages out of its pages images; otherwise logs why CRIU keeps them and records their checksums.
 	Status store_gpu_image(int dir_fd, const SkipPages &skip);
 
 	bool has_cuda_processes() const { return !procs_.empty(); }
@@ -109,6 +110,9 @@ private:
 	bool gpus_listed_ = false;          // the three lists asked (note_gpus)
 	std::map<pid_t, std::vector<GpuUuid>> contexts_; // GPUs each process has a context on (NVML; empty: unknown)
 	std::string gpu_image_id_;  // set once the plugin stored the GPU state
+	std::string gpu_checksums_id_; // set once it recorded checksums of the GPU state CRIU stores
+	int gpu_image_dir_fd_ = -1;          // where it wrote them (CRIU's fd)
+	std::vector<GpuDataFile> gpu_files_; // the data files it wrote
 	std::string gpu_image_note_; // for the summary: what was stored, or who keeps the GPU state
 };
 

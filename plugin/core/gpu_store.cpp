@@ -7,6 +7,7 @@
 #include <atomic>
 #include <cinttypes>
 #include <memory>
+#include <optional>
 #include <thread>
 
 #include "base/clock.h"
@@ -83,15 +84,22 @@ struct SliceOut {
 	GpuDataFile file;
 };
 
+// One writer's slice: each chunk read out of its process and, with a data file (dir_fd >= 0), stored there
+// unless all zero; without one (dir_fd < 0: CRIU's pages hold the state) only its checksum is kept, for
+// every chunk.
 Status save_slice(Host &host, int dir_fd, const std::vector<GpuSaveTarget> &targets, const std::vector<Piece> &pieces,
 		  std::pair<size_t, size_t> range, unsigned index, const std::string &id, uint32_t chunk_bytes,
 		  std::atomic<uint64_t> &done, const std::atomic<bool> &stop, SliceOut &out)
 {
 	out.zero_bytes.assign(targets.size(), 0);
-	out.file.name = gpu_data_file_name(index);
-	auto writer = GpuDataWriter::create(dir_fd, out.file.name, id);
-	if (!writer)
-		return std::move(writer).error();
+	std::optional<GpuDataWriter> writer;
+	if (dir_fd >= 0) {
+		out.file.name = gpu_data_file_name(index);
+		auto w = GpuDataWriter::create(dir_fd, out.file.name, id);
+		if (!w)
+			return std::move(w).error();
+		writer = std::move(*w);
+	}
 	std::vector<uint64_t> buf(chunk_bytes / sizeof(uint64_t));
 	auto *bytes = reinterpret_cast<uint8_t *>(buf.data());
 	uint64_t offset = kGpuDataHeaderBytes;
@@ -100,6 +108,11 @@ Status save_slice(Host &host, int dir_fd, const std::vector<GpuSaveTarget> &targ
 		pid_t pid = targets[p.target].pid;
 		if (auto st = host.read_memory(pid, p.addr, bytes, p.len); !st)
 			return std::move(st).error().context("save the GPU state of pid %d", pid);
+		if (!writer) {
+			out.chunks.push_back({p.target, {p.addr, p.len, 0, 0, crc32c(bytes, p.len)}});
+			done.fetch_add(p.len, std::memory_order_relaxed);
+			continue;
+		}
 		// Runs of non-zero pages are written; zero pages inside a stored chunk stay holes.
 		size_t pages = p.len / kPage, run = 0, stored = 0;
 		for (size_t pg = 0; pg <= pages; pg++) {
@@ -126,7 +139,7 @@ Status save_slice(Host &host, int dir_fd, const std::vector<GpuSaveTarget> &targ
 		offset += p.len;
 	}
 	out.file.size = offset;
-	return writer->finish(offset);
+	return writer ? writer->finish(offset) : Status();
 }
 
 } // namespace
@@ -140,8 +153,10 @@ unsigned gpu_io_threads(unsigned io_threads, uint64_t bytes)
 	return static_cast<unsigned>(std::min<uint64_t>({kMaxAutoThreads, cores, by_size}));
 }
 
-Result<GpuImageIndex> save_gpu_state(Host &host, int dir_fd, const std::vector<GpuSaveTarget> &targets,
-				     const std::string &id, unsigned threads, uint32_t chunk_bytes)
+namespace {
+
+Result<GpuImageIndex> save_or_checksum(Host &host, int dir_fd, const std::vector<GpuSaveTarget> &targets,
+				       const std::string &id, unsigned threads, uint32_t chunk_bytes)
 {
 	uint64_t t0 = now_us();
 	std::vector<Piece> pieces;
@@ -167,20 +182,23 @@ Result<GpuImageIndex> save_gpu_state(Host &host, int dir_fd, const std::vector<G
 						stop = true;
 					return st;
 				}});
-	std::vector<Status> results = run_jobs(std::move(jobs), 0, 0, progress_watch("GPU image written", done, total));
+	std::vector<Status> results = run_jobs(std::move(jobs), 0, 0,
+					       progress_watch(dir_fd >= 0 ? "GPU image written" : "GPU state checksummed", done, total));
 	for (const Status &st : results)
 		if (!st) {
-			for (unsigned w = 0; w < parts.size(); w++)
+			for (unsigned w = 0; dir_fd >= 0 && w < parts.size(); w++)
 				unlinkat(dir_fd, gpu_data_file_name(w).c_str(), 0);
 			return st.error();
 		}
 	GpuImageIndex index;
 	index.id = id;
 	index.chunk_bytes = chunk_bytes;
+	index.criu_pages = dir_fd < 0;
 	for (const GpuSaveTarget &t : targets)
 		index.processes.push_back({t.ns_pid, t.pid, {}, 0});
 	for (SliceOut &o : outs) {
-		index.files.push_back(o.file);
+		if (dir_fd >= 0)
+			index.files.push_back(o.file);
 		for (auto &[t, c] : o.chunks)
 			index.processes[t].chunks.push_back(c);
 		for (size_t t = 0; t < targets.size(); t++)
@@ -188,6 +206,20 @@ Result<GpuImageIndex> save_gpu_state(Host &host, int dir_fd, const std::vector<G
 	}
 	index.write_us = now_us() - t0;
 	return index;
+}
+
+} // namespace
+
+Result<GpuImageIndex> save_gpu_state(Host &host, int dir_fd, const std::vector<GpuSaveTarget> &targets,
+				     const std::string &id, unsigned threads, uint32_t chunk_bytes)
+{
+	return save_or_checksum(host, dir_fd, targets, id, threads, chunk_bytes);
+}
+
+Result<GpuImageIndex> checksum_gpu_state(Host &host, const std::vector<GpuSaveTarget> &targets, const std::string &id,
+					 unsigned threads, uint32_t chunk_bytes)
+{
+	return save_or_checksum(host, -1, targets, id, threads, chunk_bytes);
 }
 
 Status check_gpu_files(int dir_fd, const GpuImageIndex &index)
@@ -233,19 +265,23 @@ Status load_gpu_state(Host &host, int dir_fd, const GpuImageIndex &index, const 
 						const Piece &p = pieces[i];
 						const GpuChunk &c = *p.chunk;
 						const GpuLoadTarget &t = targets[p.target];
-						const GpuDataReader &r = readers[c.file];
-						Status st = r.read(c.offset, buf.data(), c.len);
-						if (st) {
-							uint32_t crc = crc32c(buf.data(), c.len);
-							if (crc != c.crc)
-								st = make_error(EBADMSG,
-										"GPU state at %#" PRIx64 " (%u bytes) in %s at offset %" PRIu64
-										" fails its checksum (CRC-32C %08x, recorded %08x): the image "
-										"is damaged; restore from an intact copy (cuda-criu inspect "
-										"--verify checks one)",
-										c.addr, c.len, r.name().c_str(), c.offset, crc, c.crc);
-						}
-						if (st && t.write)
+						Status st = index.criu_pages ? host.read_memory(t.pid, c.addr, buf.data(), c.len)
+									     : readers[c.file].read(c.offset, buf.data(), c.len);
+						uint32_t crc = st ? crc32c(buf.data(), c.len) : c.crc;
+						if (crc != c.crc && index.criu_pages)
+							st = make_error(EBADMSG,
+									"GPU state at %#" PRIx64 " (%u bytes), as CRIU restored it from its "
+									"pages images, fails its checksum (CRC-32C %08x, recorded %08x): "
+									"the image's pages files are damaged; restore from an intact copy",
+									c.addr, c.len, crc, c.crc);
+						else if (crc != c.crc)
+							st = make_error(EBADMSG,
+									"GPU state at %#" PRIx64 " (%u bytes) in %s at offset %" PRIu64
+									" fails its checksum (CRC-32C %08x, recorded %08x): the image "
+									"is damaged; restore from an intact copy (cuda-criu inspect "
+									"--verify checks one)",
+									c.addr, c.len, readers[c.file].name().c_str(), c.offset, crc, c.crc);
+						if (st && t.write && !index.criu_pages)
 							st = host.write_memory(t.pid, c.addr, buf.data(), c.len);
 						if (!st) {
 							stop = true;
@@ -256,7 +292,9 @@ Status load_gpu_state(Host &host, int dir_fd, const GpuImageIndex &index, const 
 					}
 					return {};
 				}});
-	std::vector<Status> results = run_jobs(std::move(jobs), 0, 0, progress_watch("GPU image read back", done, total));
+	std::vector<Status> results = run_jobs(
+		std::move(jobs), 0, 0,
+		progress_watch(index.criu_pages ? "GPU state checked" : "GPU image read back", done, total));
 	for (Status &st : results)
 		if (!st)
 			return std::move(st).error();

@@ -32,6 +32,11 @@ unsigned gpu_io_threads(unsigned io_threads, uint64_t bytes);
 Result<GpuImageIndex> save_gpu_state(Host &host, int dir_fd, const std::vector<GpuSaveTarget> &targets,
 				     const std::string &id, unsigned threads, uint32_t chunk_bytes = kGpuChunkBytes);
 
+// The same without data files, for a GPU state CRIU's pages images hold: every chunk (zero ones too) read
+// out of its process and its CRC-32C kept, in an index with criu_pages set.
+Result<GpuImageIndex> checksum_gpu_state(Host &host, const std::vector<GpuSaveTarget> &targets, const std::string &id,
+					 unsigned threads, uint32_t chunk_bytes = kGpuChunkBytes);
+
 // A restored process and its pid in the image; write: put the chunks into it (false: CRIU mapped them
 // from the data files, they are only checked).
 struct GpuLoadTarget {
@@ -45,7 +50,8 @@ struct GpuLoadTarget {
 Status check_gpu_files(int dir_fd, const GpuImageIndex &index);
 
 // Reads every stored chunk of the targets, checks its CRC-32C, and puts it into the process where the
-// target says so. Stops at the first bad chunk, with an error naming the process, address, file and
+// target says so. With a checksums-only index (criu_pages) each chunk is read from the restored process,
+// as CRIU put it there, and checked. Stops at the first bad chunk, with an error naming the process, address, file and
 // offset.
 Status load_gpu_state(Host &host, int dir_fd, const GpuImageIndex &index, const std::vector<GpuLoadTarget> &targets,
 		      unsigned threads);

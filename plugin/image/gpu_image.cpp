@@ -50,9 +50,21 @@ Status check_index(const GpuImageIndex &idx)
 	for (const GpuDataFile &f : idx.files)
 		if (!plain_name(f.name))
 			return make_error(EINVAL, "corrupt GPU image index: data file name '%s'", printable(f.name).c_str());
+	if (idx.criu_pages && !idx.files.empty())
+		return make_error(EINVAL, "corrupt GPU image index: checksums only, yet %zu data files", idx.files.size());
 	for (const GpuProcessChunks &p : idx.processes) {
 		uint64_t prev_end = 0;
 		for (const GpuChunk &c : p.chunks) {
+			if (idx.criu_pages) { // checksums only: no file, no offset
+				if (c.len == 0 || c.len > idx.chunk_bytes || c.len % kPage || c.addr % kPage || c.addr < prev_end ||
+				    c.addr + c.len < c.addr)
+					return make_error(EINVAL,
+							  "corrupt GPU image index: process %d, chunk at %#" PRIx64
+							  " (%u bytes) is malformed",
+							  p.ns_pid, c.addr, c.len);
+				prev_end = c.addr + c.len;
+				continue;
+			}
 			if (c.file >= idx.files.size() || c.len == 0 || c.len > idx.chunk_bytes || c.len % kPage ||
 			    c.addr % kPage || c.offset % kPage || c.offset < kGpuDataHeaderBytes || c.addr < prev_end ||
 			    c.addr + c.len < c.addr)
@@ -158,6 +170,8 @@ std::vector<uint8_t> encode_gpu_index(const GpuImageIndex &index)
 	img.processes = proc_ptrs.data();
 	img.has_write_us = true;
 	img.write_us = index.write_us;
+	img.has_criu_pages = index.criu_pages;
+	img.criu_pages = index.criu_pages;
 	size_t len = cuda_gpu_image__get_packed_size(&img);
 	std::vector<uint8_t> out = framed_buffer(kIndexMagic, len);
 	cuda_gpu_image__pack(&img, out.data() + kImageHeaderBytes);
@@ -183,6 +197,7 @@ Result<GpuImageIndex> decode_gpu_index(const uint8_t *data, size_t size)
 	idx.id = str_or_empty(img->id);
 	idx.chunk_bytes = img->has_chunk_bytes ? img->chunk_bytes : kGpuChunkBytes;
 	idx.write_us = img->write_us;
+	idx.criu_pages = img->criu_pages;
 	for (size_t i = 0; i < img->n_files; i++)
 		idx.files.push_back({str_or_empty(img->files[i]->name), img->files[i]->size, img->files[i]->data_bytes});
 	for (size_t i = 0; i < img->n_processes; i++) {
@@ -221,6 +236,13 @@ Result<std::optional<GpuImageIndex>> read_gpu_index(int dir_fd)
 	if (!idx)
 		return std::move(idx).error().context("%s", kGpuIndexFileName);
 	return std::optional<GpuImageIndex>(std::move(*idx));
+}
+
+void remove_gpu_image(int dir_fd, const std::vector<GpuDataFile> &files)
+{
+	for (const GpuDataFile &f : files)
+		unlinkat(dir_fd, f.name.c_str(), 0);
+	unlinkat(dir_fd, kGpuIndexFileName, 0);
 }
 
 Result<GpuDataWriter> GpuDataWriter::create(int dir_fd, const std::string &name, const std::string &id)

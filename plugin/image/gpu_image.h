@@ -60,6 +60,8 @@ struct GpuImageIndex {
 	std::vector<GpuDataFile> files;
 	std::vector<GpuProcessChunks> processes;
 	uint64_t write_us = 0;
+	// Only checksums: CRIU's pages images hold the GPU state (every chunk listed, no data file).
+	bool criu_pages = false;
 	const GpuProcessChunks *find(int ns_pid) const;
 };
 
@@ -73,6 +75,10 @@ Result<GpuImageIndex> decode_gpu_index(const uint8_t *data, size_t size);
 Status write_gpu_index(int dir_fd, const GpuImageIndex &index);
 // nullopt when the directory has no cuda-gpu.img.
 Result<std::optional<GpuImageIndex>> read_gpu_index(int dir_fd);
+
+// Removes a GPU image's data files and its index from dir_fd (a failed dump's: they could never restore,
+// and can be large). Missing files are no error.
+void remove_gpu_image(int dir_fd, const std::vector<GpuDataFile> &files);
 
 // One data file being written: created with its header; chunks are written at offsets the caller
 // chooses (pwrite, so several files fill in parallel); finish() sets its final size.

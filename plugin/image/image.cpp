@@ -27,7 +27,7 @@ Status check_limits(const CudaPluginImage &img)
 		return make_error(EINVAL, "corrupt image: %zu + %zu GPUs (at most %zu each)", img.n_gpus, img.n_other_gpus,
 				  kImageMaxGpus);
 	if (!string_ok(img.driver_version) || !string_ok(img.plugin_version) || !string_ok(img.hostname) ||
-	    !string_ok(img.gpu_image_id))
+	    !string_ok(img.gpu_image_id) || !string_ok(img.gpu_checksums_id))
 		return make_error(EINVAL, "corrupt image: a version or host name longer than %zu bytes", kImageMaxStringBytes);
 	for (size_t i = 0; i < img.n_gpus + img.n_other_gpus; i++) {
 		const CudaGpu *g = i < img.n_gpus ? img.gpus[i] : img.other_gpus[i - img.n_gpus];
@@ -135,6 +135,8 @@ std::vector<uint8_t> encode_image(const ImageRecord &record)
 	img.version = record.gpu_image_id.empty() ? 1 : kImageVersion;
 	if (!record.gpu_image_id.empty())
 		img.gpu_image_id = keep.keep(record.gpu_image_id);
+	if (!record.gpu_checksums_id.empty())
+		img.gpu_checksums_id = keep.keep(record.gpu_checksums_id);
 	img.driver_version = keep.keep(record.driver_version);
 	img.plugin_version = keep.keep(record.plugin_version);
 	img.n_gpus = gpu_ptrs.size();
@@ -224,6 +226,7 @@ Result<ImageRecord> decode_image(const uint8_t *data, size_t size)
 	r.created_unix = img->created_unix;
 	r.hostname = str_or_empty(img->hostname);
 	r.gpu_image_id = str_or_empty(img->gpu_image_id);
+	r.gpu_checksums_id = str_or_empty(img->gpu_checksums_id);
 	if (r.version >= 2 && r.gpu_image_id.empty())
 		return make_error(EINVAL, "corrupt image: version %u without the id of its GPU image", r.version);
 	return r;

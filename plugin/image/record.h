@@ -53,6 +53,8 @@ struct ImageRecord {
 	// Set when the plugin stored the GPU state itself (cuda-gpu.img and its data files; image/gpu_image.h)
 	// and CRIU's pages images lack it.
 	std::string gpu_image_id;
+	// Set when CRIU's pages images hold the GPU state and cuda-gpu.img holds checksums of it.
+	std::string gpu_checksums_id;
 };
 
 } // namespace cuda_criu

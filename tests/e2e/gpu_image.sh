@@ -137,14 +137,35 @@ kill -9 "$pid"; wait_gone "$pid"
 cmp "$V/cuda-gpu-0.img" "$T/pristine/cuda-gpu-0.img" || fail "auto-dedup: the GPU image changed"
 log "--lazy-pages (written by the plugin) and --auto-dedup (GPU image untouched): ok"
 
-# 3. gpu-image=criu: today's images, the pages in CRIU's pages images.
+# 3. gpu-image=criu: today's images, the pages in CRIU's pages images; the plugin keeps only checksums of
+#    the GPU state (cuda-gpu.img, no data file) and checks the memory CRIU restored before the driver's
+#    restore: a byte flipped in the GPU state inside pages-1.img is refused.
 CUDA_CRIU_GPU_IMAGE=criu dump_gpu criu
 expect_log "$T/dump.log" "the GPU state stays in CRIU's pages images: gpu-image=criu" "criu: no reason logged"
-[ ! -e "$img/cuda-gpu.img" ] || fail "criu: a GPU image was written"
+expect_log "$T/dump.log" "GPU state in CRIU's pages images \(gpu-image=criu\), its checksums taken in" "criu: no checksums"
+[ -e "$img/cuda-gpu.img" ] && [ ! -e "$img/cuda-gpu-0.img" ] || fail "criu: expected checksums only, no data file"
+cp -a "$img" "$T/criu-pristine"
 restore "$img" || fail "criu: restore failed"
+expect_log "$T/restore.log" "GPU image checked in" "criu: the restore did not check the GPU state"
 expect_healthy "$STATE"
 kill -9 "$pid"; wait_gone "$pid"
-log "gpu-image=criu: ok"
+# The fake driver's copy of the 32 MiB of zeroed device memory is the longest run of zero pages in
+# pages-1.img: one byte flipped in its middle.
+V=$T/v-criu-flipped; cp -a "$T/criu-pristine" "$V"
+at=$(python3 - "$V/pages-1.img" <<'PY'
+import sys
+data = open(sys.argv[1], "rb").read()
+zero, best, run = bytes(4096), (0, 0), 0
+for off in range(0, len(data), 4096):
+    run = run + 1 if data[off:off + 4096] == zero else 0
+    if run > best[1]:
+        best = (off - (run - 1) * 4096, run)
+print(best[0] + best[1] * 4096 // 2 + 123)
+PY
+)
+printf '\125' | dd of="$V/pages-1.img" bs=1 seek="$at" conv=notrunc status=none
+must_fail criu-flipped "$V" "as CRIU restored it from its pages images, fails its checksum"
+log "gpu-image=criu: checksums kept, checked over the restored memory, a flipped byte refused: ok"
 
 # 4. --leave-running: the process goes on; dumped again, restored.
 start_memcheck leave 16 --zero-mb 32
@@ -168,9 +189,11 @@ dump "$pid" "$T/ps-dump" --page-server --address 127.0.0.1 --port 27231 || fail 
 wait_gone "$pid"
 expect_log "$T/dump.log" "the GPU state stays in CRIU's pages images: this dump cannot leave pages out" \
 	"page-server: no reason logged"
-[ ! -e "$T/ps-dump/cuda-gpu.img" ] || fail "page-server: a GPU image was written on the dumping side"
+[ ! -e "$T/ps-dump/cuda-gpu-0.img" ] || fail "page-server: GPU image data was written on the dumping side"
+[ -e "$T/ps-dump/cuda-gpu.img" ] || fail "page-server: no checksums of the GPU state"
 cp "$T/ps-target"/*.img "$T/ps-dump/"
 restore "$T/ps-dump" || fail "page-server: restore failed"
+expect_log "$T/restore.log" "GPU image checked in" "page-server: the GPU state was not checked"
 expect_healthy "$STATE"
 kill -9 "$pid"; wait_gone "$pid"
 log "--page-server: pages kept in CRIU's images, restored on the other side"
@@ -191,7 +214,7 @@ CRIU411=$BUILD_DIR/criu/4.1.1/install/sbin/criu
 if [ -x "$CRIU411" ]; then
 	CRIU=$CRIU411 dump_gpu stock-dump
 	expect_log "$T/dump.log" "this CRIU cannot leave pages to a plugin" "4.1.1 dump: no reason logged"
-	[ ! -e "$img/cuda-gpu.img" ] || fail "4.1.1: a GPU image was written"
+	[ ! -e "$img/cuda-gpu-0.img" ] || fail "4.1.1: GPU image data was written"
 	CRIU=$CRIU411 restore "$img" || fail "4.1.1: restore of its own dump failed"
 	expect_healthy "$STATE"
 	kill -9 "$pid"; wait_gone "$pid"

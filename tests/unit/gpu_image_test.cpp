@@ -219,6 +219,40 @@ TEST(GpuStore, AReadFailureFailsTheSaveAndRemovesItsFiles)
 	EXPECT_FALSE(dir.exists("cuda-gpu-1.img"));
 }
 
+TEST(GpuStore, ChecksumsOfTheStateCriuHoldsAreCheckedOverTheRestoredMemory)
+{
+	TempDir dir;
+	Scenario s;
+	auto idx = checksum_gpu_state(s.host, s.targets, new_gpu_image_id(), 2, kChunk);
+	ASSERT_TRUE(idx.ok()) << idx.error().message();
+	EXPECT_TRUE(idx->criu_pages);
+	EXPECT_TRUE(idx->files.empty());
+	EXPECT_FALSE(dir.exists("cuda-gpu-0.img"));
+	ASSERT_EQ(idx->processes[0].chunks.size(), 4u); // every chunk, the all-zero one too
+	EXPECT_EQ(idx->processes[0].zero_bytes, 0u);
+	ASSERT_TRUE(write_gpu_index(dir.fd(), *idx).ok());
+	auto back = read_gpu_index(dir.fd());
+	ASSERT_TRUE(back.ok() && back->has_value());
+	EXPECT_TRUE((*back)->criu_pages);
+
+	// CRIU restored the memory as pids 20 and 21: intact, it passes; one byte off (a damaged pages file,
+	// even inside the all-zero chunk), it fails naming the address.
+	FakeHost restored;
+	for (auto [from, to] : {std::pair{10, 20}, std::pair{11, 21}})
+		restored.memory[to] = s.host.memory[from];
+	ASSERT_TRUE(load_gpu_state(restored, dir.fd(), **back, {{20, 1}, {21, 2}}, 2).ok());
+	EXPECT_EQ(restored.memory[20], s.host.memory[10]); // only read
+	uint8_t one = 1;
+	ASSERT_TRUE(restored.write_memory(20, 0x100000 + kChunk + 5, &one, 1).ok());
+	Status st = load_gpu_state(restored, dir.fd(), **back, {{20, 1}, {21, 2}}, 2);
+	ASSERT_FALSE(st.ok());
+	EXPECT_NE(st.error().message().find(format("GPU state at %#llx (%u bytes), as CRIU restored it from its pages "
+						   "images, fails its checksum",
+						   static_cast<unsigned long long>(0x100000 + kChunk), kChunk)),
+		  std::string::npos)
+		<< st.error().message();
+}
+
 TEST(GpuIndex, MalformedIndexesAreRefused)
 {
 	TempDir dir;
@@ -294,6 +328,18 @@ TEST(GpuImageDump, ThePluginStoresTheStateAndCriuLeavesItOut)
 		<< s->summary();
 }
 
+TEST(GpuImageDump, AFailedDumpRemovesItsGpuImage)
+{
+	DumpRig rig;
+	auto s = rig.session();
+	ASSERT_TRUE(s->store_gpu_image(rig.dir.fd(), [](pid_t, uint64_t, uint64_t) { return 0; }).ok());
+	ASSERT_TRUE(rig.dir.exists("cuda-gpu-0.img"));
+	(void)s->finish(true, false); // CRIU failed later: no inventory, the image never restores
+	EXPECT_FALSE(rig.dir.exists("cuda-gpu-0.img"));
+	EXPECT_FALSE(rig.dir.exists(kGpuIndexFileName));
+	EXPECT_EQ(rig.driver.state_of(10), CudaState::Running); // and the process is back as it was
+}
+
 TEST(GpuImageDump, CriuKeepsTheStateWhenAskedOrWhenItCannotLeavePagesOut)
 {
 	for (int variant = 0; variant < 3; variant++) {
@@ -307,8 +353,13 @@ TEST(GpuImageDump, CriuKeepsTheStateWhenAskedOrWhenItCannotLeavePagesOut)
 		if (variant != 1)
 			skip = [&](pid_t, uint64_t, uint64_t) { return ++calls, -EOPNOTSUPP; };
 		ASSERT_TRUE(s->store_gpu_image(rig.dir.fd(), skip).ok());
-		EXPECT_TRUE(s->image_record().gpu_image_id.empty()) << variant;
-		EXPECT_FALSE(rig.dir.exists(kGpuIndexFileName)) << variant;
+		ImageRecord r = s->image_record();
+		EXPECT_TRUE(r.gpu_image_id.empty()) << variant;
+		EXPECT_FALSE(r.gpu_checksums_id.empty()) << variant;
+		auto idx = read_gpu_index(rig.dir.fd()); // checksums only
+		ASSERT_TRUE(idx.ok() && idx->has_value()) << variant;
+		EXPECT_TRUE((*idx)->criu_pages);
+		EXPECT_EQ((*idx)->id, r.gpu_checksums_id);
 		EXPECT_FALSE(rig.dir.exists("cuda-gpu-0.img")) << variant;
 		EXPECT_EQ(calls, variant == 2 ? 1 : 0);
 		EXPECT_NE(s->summary().find("GPU state in CRIU's pages images"), std::string::npos) << s->summary();
