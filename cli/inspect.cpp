@@ -8,9 +8,11 @@
 #include <algorithm>
 #include <cinttypes>
 #include <cstdio>
+#include <cstring>
 #include <ctime>
 
 #include "base/clock.h"
+#include "base/crc32c.h"
 #include "base/text.h"
 #include "cli.h"
 #include "core/gpu_store.h"
@@ -487,8 +489,32 @@ std::string checksum_failure(const std::string &message, const std::vector<GpuLo
 
 // cuda-gpu.img is present and of this dump and covers every process; each data file is present, of this
 // dump and not cut short; every chunk's CRC-32C matches.
-// The checksums of a GPU state CRIU's pages images hold: present and of this dump. The memory they guard
-// is checked by the restore, over what CRIU restored (inspect cannot read it out of the pages images).
+// One process's chunks against the memory its pagemap and pages file hold: "" when all match, else what
+// is wrong.
+std::string check_criu_held_chunks(Verification &v, int dir_fd, const GpuProcessChunks &p, uint32_t chunk_bytes)
+{
+	std::string name = format("pagemap-%d.img", p.ns_pid);
+	auto files = read_pagemap_files(dir_fd, name, static_cast<uint64_t>(sysconf(_SC_PAGESIZE)));
+	if (!files)
+		return format("pid %d: %s", p.ns_pid, files.error().message().c_str());
+	UniqueFd pages(openat(dir_fd, files->pages.c_str(), O_RDONLY | O_CLOEXEC));
+	if (!pages.valid())
+		return format("pid %d: open %s: %s", p.ns_pid, files->pages.c_str(), std::strerror(errno));
+	std::vector<uint64_t> buf(chunk_bytes / sizeof(uint64_t));
+	for (const GpuChunk &c : p.chunks) {
+		if (auto st = read_criu_memory(*files, pages.get(), c.addr, buf.data(), c.len); !st)
+			return format("pid %d: %s", p.ns_pid, st.error().message().c_str());
+		v.bytes_read += c.len;
+		if (uint32_t crc = crc32c(buf.data(), c.len); crc != c.crc)
+			return format("pid %d: GPU state at %#" PRIx64 " (%u bytes) in %s fails its checksum (CRC-32C %08x, "
+				      "recorded %08x): the pages file is damaged",
+				      p.ns_pid, c.addr, c.len, files->pages.c_str(), crc, c.crc);
+	}
+	return "";
+}
+
+// The checksums of a GPU state CRIU's pages images hold: present, of this dump, and matching the memory
+// the pagemaps and pages files hold (what CRIU will restore).
 void verify_gpu_checksums(Verification &v, int dir_fd, const ImageRecord &r)
 {
 	auto index = read_gpu_index(dir_fd);
@@ -513,6 +539,12 @@ void verify_gpu_checksums(Verification &v, int dir_fd, const ImageRecord &r)
 	      format("CRC-32C of %zu chunk(s) of the GPU state in CRIU's pages images; the restore checks them over "
 		     "the memory CRIU restores",
 		     chunks));
+	std::string bad;
+	for (const GpuProcessChunks &p : idx.processes)
+		if (bad.empty())
+			bad = check_criu_held_chunks(v, dir_fd, p, idx.chunk_bytes);
+	v.add("checksums", bad.empty(),
+	      bad.empty() ? format("%zu chunk(s) of the GPU state in the pages images match", chunks) : bad);
 }
 
 void verify_gpu_image(Verification &v, int dir_fd, const ImageRecord &r)
@@ -681,8 +713,8 @@ std::string checksum_note(const Verification &v)
 		return s + "only a GPU state that the plugin's GPU image holds is checksummed";
 	if (*v.gpu_image)
 		return s + "only the GPU state (cuda-gpu-*.img) is checksummed, CRC-32C per chunk";
-	return s + "the GPU state is in them too (gpu-image=criu): its checksums (cuda-gpu.img) are checked by the "
-		   "restore, not here";
+	return s + "the GPU state is in them too (gpu-image=criu): its checksums (cuda-gpu.img) are checked here "
+		   "and by the restore";
 }
 
 int print_verification(const std::string &dir, const Verification &v, bool json)

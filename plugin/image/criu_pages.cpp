@@ -289,6 +289,29 @@ Result<std::vector<std::string>> pagemap_names(int dir_fd)
 	return names;
 }
 
+Status read_criu_memory(const PagemapFiles &files, int pages_fd, uint64_t addr, void *buf, size_t len)
+{
+	auto *out = static_cast<uint8_t *>(buf);
+	std::fill(out, out + len, 0);
+	uint64_t end = addr + len;
+	for (const PagemapRun &r : files.map.present) {
+		uint64_t from = std::max(addr, r.vaddr), to = std::min(end, r.vaddr + r.bytes);
+		for (uint64_t at = from; at < to;) {
+			uint64_t off = r.pages_offset + (at - r.vaddr);
+			ssize_t n = pread(pages_fd, out + (at - addr), to - at, static_cast<off_t>(off));
+			if (n < 0 && errno == EINTR)
+				continue;
+			if (n <= 0)
+				return n < 0 ? errno_error("read %s at offset %llu", files.pages.c_str(),
+							   static_cast<unsigned long long>(off))
+					     : make_error(EIO, "%s ends before offset %llu", files.pages.c_str(),
+							  static_cast<unsigned long long>(off));
+			at += static_cast<uint64_t>(n);
+		}
+	}
+	return {};
+}
+
 const PagemapRun *PagemapFiles::first_run_cut_off() const
 {
 	auto run = std::find_if(map.present.begin(), map.present.end(),

@@ -77,6 +77,11 @@ struct PagemapFiles {
 // read or decoded.
 Result<PagemapFiles> read_pagemap_files(int dir_fd, const std::string &name, uint64_t page_size);
 
+// The bytes [addr, addr + len) of a task's memory as its pagemap and pages file (pages_fd, opened by the
+// caller) hold them: zeros where no present entry covers them (memory never touched). Fails on a short
+// read, naming the file and offset.
+Status read_criu_memory(const PagemapFiles &files, int pages_fd, uint64_t addr, void *buf, size_t len);
+
 struct PagesCheck {
 	size_t pagemaps = 0;                // checked
 	uint64_t bytes = 0;                 // the pages files' bytes they declare

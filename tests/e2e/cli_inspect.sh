@@ -147,9 +147,29 @@ grep -qE "^ok +cuda-plugin\.img +format 1, 1 CUDA process\(es\); the GPU state i
 	fail "gpu-image=criu: --verify: $(cat "$T/criu.verify")"
 grep -qE "^ok +cuda-gpu\.img +CRC-32C of [1-9][0-9]* chunk\(s\) of the GPU state in CRIU's pages images" "$T/criu.verify" ||
 	fail "gpu-image=criu: --verify does not show the checksums: $(cat "$T/criu.verify")"
-! grep -qE '^(ok|FAIL) +(cuda-gpu-[0-9]|checksums)' "$T/criu.verify" || fail "gpu-image=criu: GPU image data checks"
-grep -q "^note: .*the GPU state is in them too (gpu-image=criu): its checksums (cuda-gpu.img) are checked by the restore" "$T/criu.verify" ||
+! grep -qE '^(ok|FAIL) +cuda-gpu-[0-9]' "$T/criu.verify" || fail "gpu-image=criu: GPU image data checks"
+grep -qE "^ok +checksums +[1-9][0-9]* chunk\(s\) of the GPU state in the pages images match" "$T/criu.verify" ||
+	fail "gpu-image=criu: --verify did not check the GPU state in the pages images: $(cat "$T/criu.verify")"
+grep -q "^note: .*the GPU state is in them too (gpu-image=criu): its checksums (cuda-gpu.img) are checked here and by the restore" "$T/criu.verify" ||
 	fail "gpu-image=criu: no word on checksums"
+# A byte flipped in the GPU state inside pages-1.img (the middle of its longest run of zero pages: the fake
+# driver's copy of the zeroed device memory): --verify fails naming the address and the file.
+cp -a "$T/img-criu" "$T/img-criu-bad"
+at=$(python3 - "$T/img-criu-bad/pages-1.img" <<'PY'
+import sys
+data = open(sys.argv[1], "rb").read()
+zero, best, run = bytes(4096), (0, 0), 0
+for off in range(0, len(data), 4096):
+    run = run + 1 if data[off:off + 4096] == zero else 0
+    if run > best[1]:
+        best = (off - (run - 1) * 4096, run)
+print(best[0] + best[1] * 4096 // 2 + 77)
+PY
+)
+printf '\125' | dd of="$T/img-criu-bad/pages-1.img" bs=1 seek="$at" conv=notrunc status=none
+rc=0; cuda_criu inspect --verify "$T/img-criu-bad" >"$T/criu-bad.verify" || rc=$?
+[ $rc -eq 1 ] && grep -qE "^FAIL +checksums +pid [0-9]+: GPU state at 0x[0-9a-f]+ \(2097152 bytes\) in pages-1\.img fails its checksum" "$T/criu-bad.verify" ||
+	fail "gpu-image=criu: --verify of a flipped byte: exit $rc, $(cat "$T/criu-bad.verify")"
 log "gpu-image=criu: CRIU's pages images hold the GPU state; --verify passes: ok"
 
 # 1d. CRIU's pagemap, read by hand: pages_id 7; an entry without flags (present, as older CRIUs wrote
