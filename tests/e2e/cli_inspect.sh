@@ -155,17 +155,7 @@ grep -q "^note: .*the GPU state is in them too (gpu-image=criu): its checksums (
 # A byte flipped in the GPU state inside pages-1.img (the middle of its longest run of zero pages: the fake
 # driver's copy of the zeroed device memory): --verify fails naming the address and the file.
 cp -a "$T/img-criu" "$T/img-criu-bad"
-at=$(python3 - "$T/img-criu-bad/pages-1.img" <<'PY'
-import sys
-data = open(sys.argv[1], "rb").read()
-zero, best, run = bytes(4096), (0, 0), 0
-for off in range(0, len(data), 4096):
-    run = run + 1 if data[off:off + 4096] == zero else 0
-    if run > best[1]:
-        best = (off - (run - 1) * 4096, run)
-print(best[0] + best[1] * 4096 // 2 + 77)
-PY
-)
+at=$(zero_run_middle "$T/img-criu-bad/pages-1.img" 77)
 printf '\125' | dd of="$T/img-criu-bad/pages-1.img" bs=1 seek="$at" conv=notrunc status=none
 rc=0; cuda_criu inspect --verify "$T/img-criu-bad" >"$T/criu-bad.verify" || rc=$?
 [ $rc -eq 1 ] && grep -qE "^FAIL +checksums +pid [0-9]+: GPU state at 0x[0-9a-f]+ \(2097152 bytes\) in pages-1\.img fails its checksum" "$T/criu-bad.verify" ||

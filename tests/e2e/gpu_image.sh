@@ -152,17 +152,7 @@ kill -9 "$pid"; wait_gone "$pid"
 # The fake driver's copy of the 32 MiB of zeroed device memory is the longest run of zero pages in
 # pages-1.img: one byte flipped in its middle.
 V=$T/v-criu-flipped; cp -a "$T/criu-pristine" "$V"
-at=$(python3 - "$V/pages-1.img" <<'PY'
-import sys
-data = open(sys.argv[1], "rb").read()
-zero, best, run = bytes(4096), (0, 0), 0
-for off in range(0, len(data), 4096):
-    run = run + 1 if data[off:off + 4096] == zero else 0
-    if run > best[1]:
-        best = (off - (run - 1) * 4096, run)
-print(best[0] + best[1] * 4096 // 2 + 123)
-PY
-)
+at=$(zero_run_middle "$V/pages-1.img" 123)
 printf '\125' | dd of="$V/pages-1.img" bs=1 seek="$at" conv=notrunc status=none
 must_fail criu-flipped "$V" "as CRIU restored it from its pages images, fails its checksum"
 log "gpu-image=criu: checksums kept, checked over the restored memory, a flipped byte refused: ok"

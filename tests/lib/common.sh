@@ -86,3 +86,18 @@ expect_log() { grep -qE "$2" "$1" || fail "$3 (no line matching '$2' in $1)"; }
 
 # The plugin's error lines in a CRIU log.
 plugin_errors() { grep -E 'Error \(cuda_plugin\)' "$1" || true; }
+
+# zero_run_middle FILE [ADD]: the offset of the middle (plus ADD) of the longest run of all-zero 4 KiB pages
+# in FILE, e.g. a fake driver's copy of zeroed device memory inside a pages image.
+zero_run_middle() {
+	python3 - "$1" "${2:-0}" <<'PY'
+import sys
+data = open(sys.argv[1], "rb").read()
+zero, best, run = bytes(4096), (0, 0), 0
+for off in range(0, len(data), 4096):
+    run = run + 1 if data[off:off + 4096] == zero else 0
+    if run > best[1]:
+        best = (off - (run - 1) * 4096, run)
+print(best[0] + best[1] * 4096 // 2 + int(sys.argv[2]))
+PY
+}

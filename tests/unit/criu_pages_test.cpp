@@ -12,12 +12,15 @@
 
 #include "image/criu_pages.h"
 
+#include "temp_dir.h"
+
 namespace cuda_criu {
 namespace {
 
 constexpr uint64_t kPage = 4096;
 
 using Bytes = std::vector<uint8_t>;
+using testing::TempDir;
 
 Bytes bytes(const std::string &s) { return Bytes(s.begin(), s.end()); }
 
@@ -32,36 +35,6 @@ Bytes sample_pagemap()
 		     std::string("\x0a\x00\x00\x00\x08\x80\x80\x08\x10\x00\x20\x02\x28\x01", 14) +
 		     std::string("\x0a\x00\x00\x00\x08\x80\x80\x0c\x10\x00\x20\x04\x28\x01", 14));
 }
-
-class TempDir {
-public:
-	TempDir()
-	{
-		char tmpl[] = "/tmp/criu_pages_test.XXXXXX";
-		path_ = mkdtemp(tmpl);
-		fd_ = open(path_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	}
-	~TempDir()
-	{
-		close(fd_);
-		std::string cmd = "rm -rf '" + path_ + "'";
-		(void)std::system(cmd.c_str());
-	}
-	int fd() const { return fd_; }
-	std::string file(const std::string &name) const { return path_ + "/" + name; }
-	void write(const std::string &name, const Bytes &data) const
-	{
-		int fd = open(file(name).c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-		ASSERT_GE(fd, 0);
-		ASSERT_EQ(::write(fd, data.data(), data.size()), static_cast<ssize_t>(data.size()));
-		close(fd);
-	}
-	void resize(const std::string &name, off_t size) const { ASSERT_EQ(truncate(file(name).c_str(), size), 0); }
-
-private:
-	std::string path_;
-	int fd_ = -1;
-};
 
 TEST(CriuPages, DecodesPresentCompatParentAndLazyEntries)
 {

@@ -19,6 +19,7 @@
 #include "core/mapped_restore.h"
 #include "core/restore_session.h"
 #include "fakes.h"
+#include "temp_dir.h"
 #include "image/gpu_image.h"
 
 namespace cuda_criu::testing {
@@ -26,29 +27,6 @@ namespace {
 
 constexpr uint64_t kPage = 4096;
 constexpr uint32_t kChunk = 2 * kPage; // small chunks keep the fake memory small
-
-class TempDir {
-public:
-	TempDir()
-	{
-		char tmpl[] = "/tmp/gpu_image_test.XXXXXX";
-		path_ = mkdtemp(tmpl);
-		fd_ = open(path_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	}
-	~TempDir()
-	{
-		close(fd_);
-		std::string cmd = "rm -rf '" + path_ + "'";
-		(void)std::system(cmd.c_str());
-	}
-	int fd() const { return fd_; }
-	std::string file(const std::string &name) const { return path_ + "/" + name; }
-	bool exists(const std::string &name) const { return access(file(name).c_str(), F_OK) == 0; }
-
-private:
-	std::string path_;
-	int fd_ = -1;
-};
 
 // Fills [addr, addr + len) of pid with a pattern that depends on the address and a seed.
 void fill(FakeHost &host, pid_t pid, uint64_t addr, size_t len, uint8_t seed)
