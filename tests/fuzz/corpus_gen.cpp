@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "image/gpu_image.h"
 #include "image/image.h"
 
 namespace {
@@ -114,6 +115,14 @@ int main(int argc, char **argv)
 	files.emplace_back("bad-no-version", with_payload({0x12, 0x01, 0x31}));
 	// A length-delimited field that claims far more bytes than there are.
 	files.emplace_back("bad-field-overrun", with_payload({0x08, 0x01, 0x2a, 0xff, 0xff, 0xff, 0xff, 0x0f}));
+
+	// The GPU image's index (cuda-gpu.img): one process with three chunks in two data files.
+	cuda_criu::GpuImageIndex idx;
+	idx.id = std::string(32, 'a');
+	idx.files = {{"cuda-gpu-0.img", 4096 + (4 << 20), 4 << 20}, {"cuda-gpu-1.img", 4096 + (2 << 20), 1 << 20}};
+	idx.processes.push_back({7, 4242, {{0x7f0000000000, 2 << 20, 0, 4096, 0x1234}, {0x7f0000200000, 2 << 20, 0, 4096 + (2 << 20), 1},
+					 {0x7f0000600000, 2 << 20, 1, 4096, 2}}, 2 << 20});
+	files.emplace_back("gpu-index", cuda_criu::encode_gpu_index(idx));
 
 	for (const auto &[name, bytes] : files)
 		if (!write_file(dir + "/" + name, bytes)) {

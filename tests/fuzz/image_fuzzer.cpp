@@ -1,5 +1,6 @@
-// libFuzzer target for the image parser: decode_image() must turn every input into either a record or a
-// clear error, without crashing, leaking, hanging or allocating out of proportion to the input.
+// libFuzzer target for the image parsers: decode_image() (cuda-plugin.img) and decode_gpu_index()
+// (cuda-gpu.img) must turn every input into either a record or a clear error, without crashing, leaking,
+// hanging or allocating out of proportion to the input.
 // Built with clang by run_fuzzer.sh; replay_main.cpp runs the same target over the corpus under g++.
 #include <algorithm>
 #include <cstddef>
@@ -7,6 +8,7 @@
 #include <cstdlib>
 #include <vector>
 
+#include "image/gpu_image.h"
 #include "image/image.h"
 
 namespace {
@@ -37,11 +39,45 @@ void check_one(const uint8_t *data, size_t size)
 			std::abort();
 }
 
+// The GPU image's index: what decodes has every chunk inside its data file's recorded size and sorted,
+// and encodes to the same index again.
+void check_gpu_index(const uint8_t *data, size_t size)
+{
+	auto r = cuda_criu::decode_gpu_index(data, size);
+	if (!r) {
+		if (r.error().message().empty() || r.error().errno_value() <= 0)
+			std::abort();
+		return;
+	}
+	for (const auto &p : r->processes) {
+		uint64_t prev = 0;
+		for (const auto &c : p.chunks) {
+			if (c.addr < prev || c.len == 0 || c.len > r->chunk_bytes)
+				std::abort();
+			if (!r->criu_pages && (c.file >= r->files.size() || c.offset + c.len > r->files[c.file].size))
+				std::abort();
+			prev = c.addr + c.len;
+		}
+	}
+	auto bytes = cuda_criu::encode_gpu_index(*r);
+	auto again = cuda_criu::decode_gpu_index(bytes.data(), bytes.size());
+	if (!again || again->processes.size() != r->processes.size() || again->files.size() != r->files.size())
+		std::abort();
+}
+
 } // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	check_one(data, size);
+	check_gpu_index(data, size);
+	if (size > 0 && size <= (1u << 20)) { // as the payload of a well-formed cuda-gpu.img header
+		std::vector<uint8_t> framed = {'C', 'U', 'D', 'A', 'G', 'P', 'U', 'I', 0, 0, 0, 0};
+		for (int i = 0; i < 4; i++)
+			framed[8 + i] = static_cast<uint8_t>(size >> (8 * i));
+		framed.insert(framed.end(), data, data + size);
+		check_gpu_index(framed.data(), framed.size());
+	}
 	// The same bytes as the payload of a well-formed header, so that mutations reach the protobuf
 	// decoder instead of stopping at the magic or the length check.
 	if (size > 0 && size <= cuda_criu::kImageMaxBytes) {
