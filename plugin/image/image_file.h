@@ -40,7 +40,8 @@ struct DecodeBudget {
 	static void release(void *data, void *p);
 };
 
-// Creates (or truncates) name in the directory dir_fd and writes bytes to it, synced.
+// Creates (or truncates) name in the directory dir_fd and writes bytes to it (not synced, like CRIU's
+// own images).
 Status write_image_file(int dir_fd, const char *name, const std::vector<uint8_t> &bytes);
 
 // The contents of name in dir_fd; nullopt when it does not exist. Refuses a symbolic link, anything but
