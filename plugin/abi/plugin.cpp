@@ -248,10 +248,6 @@ Result<GpuImageLoad> prepare_gpu_image(State &s, const ImageRecord &image)
 							    uint64_t off) { return f(pid, start, end, name, off); };
 		mapped = request_mapped_gpu_image(*idx, s.options.map_image, map);
 		s.maps_image = !mapped.empty();
-	} else {
-		s.maps_image = request_mapped_restore(image, s.options.map_image,
-						      s.criu.restore_map_from_image ? MapFromImage(s.criu.restore_map_from_image)
-										    : MapFromImage()) > 0;
 	}
 	uint64_t bytes = 0;
 	for (const GpuProcessChunks &p : idx->processes)
@@ -321,15 +317,16 @@ int init_restore(State &s)
 		LOG_WARN("%s holds checksums of the GPU state, but there is no %s to name it: the GPU state is restored "
 			 "unchecked", kGpuIndexFileName, kImageFileName);
 	}
+	// CRIU's pages images hold the GPU state unless the plugin's GPU image does: mapped from there.
+	if (image->has_value() && (*image)->gpu_image_id.empty())
+		s.maps_image = request_mapped_restore(**image, s.options.map_image,
+						      s.criu.restore_map_from_image ? MapFromImage(s.criu.restore_map_from_image)
+										    : MapFromImage()) > 0;
 	if (image->has_value() && (!(*image)->gpu_image_id.empty() || !(*image)->gpu_checksums_id.empty())) {
 		auto load = prepare_gpu_image(s, **image);
 		if (!load)
 			return fail(load.error());
 		load_gpu = std::move(*load);
-	} else if (image->has_value()) {
-		s.maps_image = request_mapped_restore(**image, s.options.map_image,
-						      s.criu.restore_map_from_image ? MapFromImage(s.criu.restore_map_from_image)
-										    : MapFromImage()) > 0;
 	}
 	// Forked now, while CRIU has no threads and has not forked the tasks yet (nor set its SIGCHLD handler).
 	auto guard = RestoreGuard::start();

@@ -27,44 +27,39 @@ Status set_ms(unsigned &slot, const std::string &value)
 	return {};
 }
 
+Status set_level(CheckLevel &slot, const std::string &value)
+{
+	if (value == "error")
+		slot = CheckLevel::Refuse;
+	else if (value == "warn")
+		slot = CheckLevel::Warn;
+	else if (value == "off")
+		slot = CheckLevel::Off;
+	else
+		return make_error(EINVAL, "'%s' is not one of error, warn, off", value.c_str());
+	return {};
+}
+
+// what: names the value in the error ("'x' is not WHAT").
+Status set_count(unsigned &slot, const std::string &value, long max, const char *what)
+{
+	char *end = nullptr;
+	long n = std::strtol(value.c_str(), &end, 10);
+	if (value.empty() || *end != '\0' || n < 0 || n > max)
+		return make_error(EINVAL, "'%s' is not %s", value.c_str(), what);
+	slot = static_cast<unsigned>(n);
+	return {};
+}
+
 const Key kKeys[] = {
 	{"lock-timeout", [](Options &o, const std::string &v) { return set_ms(o.lock_timeout_ms, v); }},
 	{"checkpoint-timeout", [](Options &o, const std::string &v) { return set_ms(o.checkpoint_timeout_ms, v); }},
 	{"restore-timeout", [](Options &o, const std::string &v) { return set_ms(o.restore_timeout_ms, v); }},
 	{"stall-timeout", [](Options &o, const std::string &v) { return set_ms(o.stall_timeout_ms, v); }},
-	{"memory-check",
-	 [](Options &o, const std::string &v) -> Status {
-		 if (v == "error")
-			 o.memory_check = MemoryCheck::Refuse;
-		 else if (v == "warn")
-			 o.memory_check = MemoryCheck::Warn;
-		 else if (v == "off")
-			 o.memory_check = MemoryCheck::Off;
-		 else
-			 return make_error(EINVAL, "'%s' is not one of error, warn, off", v.c_str());
-		 return {};
-	 }},
-	{"space-check",
-	 [](Options &o, const std::string &v) -> Status {
-		 if (v == "error")
-			 o.space_check = SpaceCheck::Refuse;
-		 else if (v == "warn")
-			 o.space_check = SpaceCheck::Warn;
-		 else if (v == "off")
-			 o.space_check = SpaceCheck::Off;
-		 else
-			 return make_error(EINVAL, "'%s' is not one of error, warn, off", v.c_str());
-		 return {};
-	 }},
+	{"memory-check", [](Options &o, const std::string &v) { return set_level(o.memory_check, v); }},
+	{"space-check", [](Options &o, const std::string &v) { return set_level(o.space_check, v); }},
 	{"parallel",
-	 [](Options &o, const std::string &v) -> Status {
-		 char *end = nullptr;
-		 long n = std::strtol(v.c_str(), &end, 10);
-		 if (v.empty() || *end != '\0' || n < 0 || n > 4096)
-			 return make_error(EINVAL, "'%s' is not a count (0 = all at once)", v.c_str());
-		 o.parallel = static_cast<unsigned>(n);
-		 return {};
-	 }},
+	 [](Options &o, const std::string &v) { return set_count(o.parallel, v, 4096, "a count (0 = all at once)"); }},
 	{"libcuda",
 	 [](Options &o, const std::string &v) -> Status {
 		 // The plugin runs as root inside CRIU: a relative name would be looked up from whatever
@@ -92,14 +87,8 @@ const Key kKeys[] = {
 		 return {};
 	 }},
 	{"io-threads",
-	 [](Options &o, const std::string &v) -> Status {
-		 char *end = nullptr;
-		 long n = std::strtol(v.c_str(), &end, 10);
-		 if (v.empty() || *end != '\0' || n < 0 || n > 256)
-			 return make_error(EINVAL, "'%s' is not a count of threads (0 = as many as useful, up to 16)",
-					   v.c_str());
-		 o.io_threads = static_cast<unsigned>(n);
-		 return {};
+	 [](Options &o, const std::string &v) {
+		 return set_count(o.io_threads, v, 256, "a count of threads (0 = as many as useful, up to 16)");
 	 }},
 	{"map-image",
 	 [](Options &o, const std::string &v) -> Status {

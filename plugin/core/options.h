@@ -10,11 +10,11 @@
 
 namespace cuda_criu {
 
-// What the dump does when a checkpoint would not fit in host memory (core/memory_check.h).
-enum class MemoryCheck { Refuse, Warn, Off };
-
-// What the dump does when its image would not fit in the image directory (core/space_check.h).
-enum class SpaceCheck { Refuse, Warn, Off };
+// What a dump preflight does when the dump would not fit: in host memory (memory-check,
+// core/memory_check.h) or in the image directory (space-check, core/space_check.h).
+enum class CheckLevel { Refuse, Warn, Off };
+using MemoryCheck = CheckLevel;
+using SpaceCheck = CheckLevel;
 
 // Who stores the GPU state of a dump (docs/gpu-image.md): the plugin, in its own files (parallel,
 // sparse, checksummed), or CRIU, in its pages images (what CRIU's own CUDA plugin can restore).
