@@ -5,7 +5,8 @@
 #   scripts/gpu-bundle.sh            -> build/gpu-bundle/
 #
 #   gpu-bundle/
-#     run-gpu-tests.sh, torch_workload.py, ...   the scripts from tests/gpu/
+#     run-gpu-tests.sh, lib.sh, NN-GROUP.sh, ... the scripts from tests/gpu/: the runner, its helpers, the test
+#                                                 groups, the workloads (torch_workload.py, ...)
 #     common.sh                                   the shell helpers they share with the other tests (tests/lib/)
 #     sbin/criu                                   CRIU 4.2.1 (scripts/build-criu.sh)
 #     lib/                                        the shared libraries criu and the plugins need, but glibc's

@@ -26,7 +26,7 @@ ctrd_restore() {
 	ctrd_ containers restore --live --rw "$id" "$CKPT" </dev/null >"$T/restore-$id.log" 2>&1 ||
 		fail "ctr containers restore $id failed: $(cat "$T/restore-$id.log")"
 	[ -f "$T/restore.log" ] || fail "no CRIU restore.log from the restore of $id"
-	expect_log "$T/restore.log" "cuda_plugin: restore: 1 CUDA process\(es\), 0 failed" \
+	expect_summary "$T/restore.log" restore 1 \
 		"no restore summary from the plugin: is it loaded through /etc/criu/runc.conf?"
 	[ -z "$(plugin_errors "$T/restore.log")" ] || fail "plugin errors in the restore log"
 	[ "$(ctrd_status "$id")" = RUNNING ] || fail "restored task $id is '$(ctrd_status "$id")'"
@@ -57,7 +57,7 @@ ctrd_ containers checkpoint --task --rw cc-one "$CKPT" </dev/null >"$T/checkpoin
 	fail "ctr containers checkpoint failed: $(cat "$T/checkpoint.log")"
 log "checkpointed cc-one in $(ms_since "$t0") ms"
 [ -f "$T/dump.log" ] || fail "no CRIU dump.log from the checkpoint"
-expect_log "$T/dump.log" "cuda_plugin: dump: 1 CUDA process\(es\)" \
+expect_summary "$T/dump.log" dump 1 \
 	"no dump summary from the plugin: is it loaded through /etc/criu/runc.conf?"
 [ -z "$(plugin_errors "$T/dump.log")" ] || fail "plugin errors in the dump log"
 # The GPU state is in the checkpoint image: the CRIU images are one blob of it.

@@ -29,7 +29,7 @@ expect_healthy "$T/state/one"
 criu_env crun_ checkpoint --image-path "$T/img" --work-path "$T/work-dump" ct-crun >"$T/checkpoint.log" 2>&1 ||
 	{ cp "$T/work-dump/dump.log" "$T/dump.log" 2>/dev/null; fail "crun checkpoint failed: $(cat "$T/checkpoint.log")"; }
 cp "$T/work-dump/dump.log" "$T/dump.log"
-expect_log "$T/dump.log" "cuda_plugin: dump: 1 CUDA process\(es\)" "no dump summary from the plugin"
+expect_summary "$T/dump.log" dump 1 "no dump summary from the plugin"
 [ -f "$T/img/cuda-plugin.img" ] || fail "no cuda-plugin.img in the checkpoint"
 crun_ delete -f ct-crun >/dev/null 2>&1 || true
 at_dump=$(state_value "$T/state/one" iterations)
@@ -39,6 +39,6 @@ criu_env crun_ restore -d --bundle "$T/bundle" --image-path "$T/img" --work-path
 	</dev/null >"$T/restore-cmd.log" 2>&1 ||
 	{ cp "$T/work-restore/restore.log" "$T/restore.log" 2>/dev/null; fail "crun restore failed: $(cat "$T/restore-cmd.log")"; }
 cp "$T/work-restore/restore.log" "$T/restore.log"
-expect_log "$T/restore.log" "cuda_plugin: restore: 1 CUDA process\(es\), 0 failed" "no restore summary"
+expect_summary "$T/restore.log" restore 1 "no restore summary"
 expect_resumed "$T/state/one" "$at_dump" "checkpoint and restore with crun"
 log PASS

@@ -25,7 +25,7 @@ restore_image() {
 	pod container restore --keep "$img" >"$T/restore-cmd.log" 2>&1 || return 1
 	log "restored $img in $(ms_since "$t0") ms"
 	pod_log pk-one restore
-	expect_log "$T/restore.log" "cuda_plugin: restore: 1 CUDA process\(es\), 0 failed" "no restore summary on the second host"
+	expect_summary "$T/restore.log" restore 1 "no restore summary on the second host"
 	[ "$(pod_status pk-one)" = running ] || fail "the container restored from $img is $(pod_status pk-one)"
 	expect_resumed "$T/state/one" "$(cat "$T/at_dump")" "$img restored on a second host"
 	pod rm -f -t 0 pk-one >/dev/null
@@ -76,7 +76,7 @@ pod container checkpoint --keep --compress none --export "$T/pk-one.tar" pk-one 
 	{ pod_log pk-one dump; fail "podman container checkpoint --export failed: $(cat "$T/checkpoint.log")"; }
 log "checkpointed to an archive in $(ms_since "$t0") ms"
 pod_log pk-one dump
-expect_log "$T/dump.log" "cuda_plugin: dump: 1 CUDA process\(es\)" "no dump summary: is the plugin loaded through /etc/criu/runc.conf?"
+expect_summary "$T/dump.log" dump 1 "no dump summary: is the plugin loaded through /etc/criu/runc.conf?"
 tar -tf "$T/pk-one.tar" >"$T/export.list"
 grep -q 'checkpoint/cuda-plugin.img' "$T/export.list" || fail "the archive has no checkpoint/cuda-plugin.img"
 pod rm -f pk-one >/dev/null || fail "podman rm failed"

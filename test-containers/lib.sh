@@ -1,8 +1,9 @@
 # Shared helpers of the container tests: real runtimes (runc, podman), real CRIU, our plugin, the fake GPU.
 #
 # Each test sources this file and calls ct_setup (root, runtime and root file system checks, a temporary
-# directory, the cleanup trap). Whatever a test creates - containers, images, runtime state, mounts,
-# configuration files, the fake GPU daemon - is removed on exit, also when the test fails.
+# directory, the fake GPU). Whatever a test creates - containers, images, runtime state, mounts,
+# configuration files, the fake GPU daemon - is removed on exit, also when the test fails: each is
+# registered with on_exit (tests/lib/common.sh) as it is made.
 #
 # The layout a test container sees (see setup.sh): busybox, the host's /lib/x86_64-linux-gnu, the fake
 # libcuda.so.1 in /opt/fakegpu, cuda_memcheck in /opt/workloads, the test's state directory in /state and
@@ -28,36 +29,11 @@ CT_RUN=/run/cuda-criu-ct
 
 T=""            # this test's temporary directory
 DAEMON_PID=""
-CLEANUPS=()     # commands run (last first) on exit
-
-# on_exit CMD...: CMD (one string, evaluated) runs at exit, before those registered earlier.
-on_exit() { CLEANUPS+=("$1"); }
-
-ct_cleanup() {
-	local rc=$?
-	set +e
-	local i
-	for ((i = ${#CLEANUPS[@]} - 1; i >= 0; i--)); do
-		eval "${CLEANUPS[$i]}" >/dev/null 2>&1
-	done
-	# A part of a test run in another namespace (CT_CHILD=1) leaves the rest to the test.
-	[ -n "${CT_CHILD:-}" ] && return $rc
-	if [ -n "$DAEMON_PID" ]; then
-		kill "$DAEMON_PID" 2>/dev/null
-		wait "$DAEMON_PID" 2>/dev/null
-	fi
-	[ -n "${FAKEGPU_DIR:-}" ] && rm -rf "$FAKEGPU_DIR"
-	rmdir "$CT_RUN" 2>/dev/null
-	if [ -n "$T" ] && [ -z "${KEEP_TMP:-}" ]; then
-		rm -rf "$T"
-	elif [ -n "$T" ]; then
-		log "kept $T"
-	fi
-	return $rc
-}
 
 # ct_setup RUNTIME...: skips (77) unless root and every RUNTIME is installed; builds the root file
-# system if missing; creates $T and starts the fake GPU daemon.
+# system if missing; creates $T and starts the fake GPU daemon (on the host, in $CT_RUN/<test>: the
+# containers reach it through the bind mount). What it creates is removed on exit (on_exit,
+# tests/lib/common.sh), after what the test registers there.
 ct_setup() {
 	TEST_NAME=${TEST_NAME:-$(basename "$0" .sh)}
 	[ "$(id -u)" -eq 0 ] || skip "container tests need root (CRIU, runc)"
@@ -72,14 +48,11 @@ ct_setup() {
 	done
 	CT_OUT=$CT_OUT bash "$CT_SRC/setup.sh" --no-install || fail "cannot build the root file system"
 	T=$(canon "$(mktemp -d /tmp/cuda-criu-ct.XXXXXX)")
-	trap ct_cleanup EXIT
-	mkdir -p "$T/state"
-	start_fake_gpu
-}
-
-# The fake GPU daemon, on the host, in $CT_RUN/<test>: the containers reach it through the bind mount.
-start_fake_gpu() {
-	mkdir -p "$CT_RUN"
+	if [ -z "${KEEP_TMP:-}" ]; then on_exit 'rm -rf "$T"'; else log "temporary files kept in $T"; fi
+	on_exit 'rmdir "$CT_RUN"'
+	on_exit 'rm -rf "$FAKEGPU_DIR"'
+	on_exit 'kill "$DAEMON_PID"; wait "$DAEMON_PID"'
+	mkdir -p "$T/state" "$CT_RUN"
 	start_fake_gpu_daemon "$(mktemp -d "$CT_RUN/XXXXXX")"
 }
 
@@ -91,10 +64,6 @@ expect_still() {
 	b=$(state_value "$state" iterations)
 	[ "$a" = "$b" ] || fail "$state advanced from $a to $b while it should stand still"
 }
-
-# blank_state STATE: STATE blanked to the same size (CRIU checks the size of files held open), for a
-# restored workload to fill again (expect_resumed).
-blank_state() { head -c 1536 /dev/zero | tr "\\0" "\\n" >"$1"; }
 
 # expect_resumed STATE AT-DUMP WHAT: the restored workload writes STATE, runs on healthy (expect_healthy)
 # and counts on from AT-DUMP, its iteration when checkpointed (a new process would count from 0).
@@ -143,48 +112,12 @@ runc_cleanup() {
 # namespaces (the network one has only a loopback: CRIU dumps and restores it).
 make_bundle() {
 	local dir=$1 cmd=$2
-	mkdir -p "$dir"
-	jq -n --arg rootfs "$ROOTFS" --arg cmd "$cmd" --arg fg "$FAKEGPU_DIR" --arg run "$CT_RUN" \
-		--arg state "$T/state" --arg libdir "$(readlink -f /lib/x86_64-linux-gnu)" \
-		--arg fakelib "$(dirname "$FAKE_LIB")" --arg workloads "$(dirname "$MEMCHECK")" '
-{
-  ociVersion: "1.0.2",
-  process: {
-    terminal: false,
-    user: {uid: 0, gid: 0},
-    args: ["/bin/sh", "-c", $cmd],
-    env: ["PATH=/bin", "LD_LIBRARY_PATH=/opt/fakegpu", ("FAKEGPU_DIR=" + $fg)],
-    cwd: "/",
-    capabilities: {
-      bounding: ["CAP_KILL", "CAP_AUDIT_WRITE", "CAP_NET_BIND_SERVICE"],
-      effective: ["CAP_KILL", "CAP_AUDIT_WRITE", "CAP_NET_BIND_SERVICE"],
-      permitted: ["CAP_KILL", "CAP_AUDIT_WRITE", "CAP_NET_BIND_SERVICE"]
-    },
-    rlimits: [{type: "RLIMIT_NOFILE", hard: 1024, soft: 1024}],
-    noNewPrivileges: true
-  },
-  root: {path: $rootfs, readonly: true},
-  hostname: "cuda-ct",
-  mounts: [
-    {destination: "/proc", type: "proc", source: "proc"},
-    {destination: "/dev", type: "tmpfs", source: "tmpfs", options: ["nosuid", "strictatime", "mode=755", "size=65536k"]},
-    {destination: "/dev/pts", type: "devpts", source: "devpts", options: ["nosuid", "noexec", "newinstance", "ptmxmode=0666", "mode=0620"]},
-    {destination: "/dev/shm", type: "tmpfs", source: "shm", options: ["nosuid", "noexec", "nodev", "mode=1777", "size=65536k"]},
-    {destination: "/sys", type: "sysfs", source: "sysfs", options: ["nosuid", "noexec", "nodev", "ro"]},
-    {destination: "/tmp", type: "tmpfs", source: "tmpfs", options: ["nosuid", "nodev", "mode=1777"]},
-    {destination: "/lib/x86_64-linux-gnu", type: "bind", source: $libdir, options: ["rbind", "ro"]},
-    {destination: "/opt/fakegpu", type: "bind", source: $fakelib, options: ["rbind", "ro"]},
-    {destination: "/opt/workloads", type: "bind", source: $workloads, options: ["rbind", "ro"]},
-    {destination: "/state", type: "bind", source: $state, options: ["rbind", "rw"]},
-    {destination: $run, type: "bind", source: $run, options: ["rbind", "rw"]}
-  ],
-  linux: {
-    namespaces: [{type: "pid"}, {type: "ipc"}, {type: "uts"}, {type: "mount"}, {type: "network"}],
-    resources: {devices: [{allow: false, access: "rwm"}]},
-    maskedPaths: ["/proc/kcore", "/proc/keys", "/proc/timer_list", "/sys/firmware"],
-    readonlyPaths: ["/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger"]
-  }
-}' >"$dir/config.json"
+	oci_config "$dir/config.json" --root "$ROOTFS" --hostname cuda-ct --cmd "$cmd" --devpts --netns --rbind \
+		--env PATH=/bin --env LD_LIBRARY_PATH=/opt/fakegpu --env "FAKEGPU_DIR=$FAKEGPU_DIR" \
+		--cap CAP_KILL --cap CAP_AUDIT_WRITE --cap CAP_NET_BIND_SERVICE \
+		--bind "$(readlink -f /lib/x86_64-linux-gnu)" /lib/x86_64-linux-gnu ro \
+		--bind "$(dirname "$FAKE_LIB")" /opt/fakegpu ro --bind "$(dirname "$MEMCHECK")" /opt/workloads ro \
+		--bind "$T/state" /state rw --bind "$CT_RUN" "$CT_RUN" rw
 }
 
 # The environment CRIU gets from runc: our plugin's directory, the fake driver for the plugin, and the
@@ -260,9 +193,7 @@ on_second_host() {
 second_host_part() {
 	[ "${1:-}" = --second-host ] || return 0
 	TEST_NAME=$(basename "$0" .sh)/second-host
-	CT_CHILD=1 # the daemon, $FAKEGPU_DIR and $T belong to the test that started this part
-	T=${CT_T:?}
-	trap ct_cleanup EXIT
+	T=${CT_T:?} # with the daemon and $FAKEGPU_DIR, the first part's: removed by it, not here
 	local d
 	for d in /var/lib/containers/storage /run/containers/storage /run/libpod /run/runc; do
 		mkdir -p "$T/host2$d" "$d"

@@ -54,12 +54,12 @@ expect_devices "before the checkpoint"
 
 pod container checkpoint --keep pc-cdi >"$T/checkpoint.log" 2>&1 || { pod_log pc-cdi dump; fail "podman container checkpoint failed"; }
 pod_log pc-cdi dump
-expect_log "$T/dump.log" "cuda_plugin: dump: 1 CUDA process\(es\)" "no dump summary"
+expect_summary "$T/dump.log" dump 1 "no dump summary"
 [ -z "$(plugin_errors "$T/dump.log")" ] || fail "plugin errors in the dump log"
 at_dump=$(state_value "$T/state/one" iterations)
 pod container restore --keep pc-cdi >"$T/restore-cmd.log" 2>&1 || { pod_log pc-cdi restore; fail "podman container restore failed: $(cat "$T/restore-cmd.log")"; }
 pod_log pc-cdi restore
-expect_log "$T/restore.log" "cuda_plugin: restore: 1 CUDA process\(es\), 0 failed" "no restore summary"
+expect_summary "$T/restore.log" restore 1 "no restore summary"
 expect_resumed "$T/state/one" "$at_dump" "CDI devices, restored"
 expect_devices "after the restore"
 pod rm -f -t 0 pc-cdi >/dev/null

@@ -16,7 +16,7 @@ second_host() {
 	pod container restore --keep --import "$T/pc-one.tar.gz" --name pc-moved >"$T/restore-cmd.log" 2>&1 ||
 		{ pod_log pc-moved restore; fail "podman container restore --import failed: $(cat "$T/restore-cmd.log")"; }
 	pod_log pc-moved restore
-	expect_log "$T/restore.log" "cuda_plugin: restore: 1 CUDA process\(es\), 0 failed" "no restore summary on the second host"
+	expect_summary "$T/restore.log" restore 1 "no restore summary on the second host"
 	[ "$(pod_status pc-moved)" = running ] || fail "imported container is $(pod_status pc-moved)"
 	expect_resumed "$T/state/one" "$(cat "$T/at_dump")" "exported, removed, imported on a second host under a new name"
 	pod rm -f -t 0 pc-moved >/dev/null
@@ -36,7 +36,7 @@ host_pid=$(pod_pid pc-one)
 # 1. In place.
 pod container checkpoint --keep pc-one >"$T/checkpoint.log" 2>&1 || { pod_log pc-one dump; fail "podman container checkpoint failed"; }
 pod_log pc-one dump
-expect_log "$T/dump.log" "cuda_plugin: dump: 1 CUDA process\(es\)" "no dump summary: is the plugin loaded through /etc/criu/runc.conf?"
+expect_summary "$T/dump.log" dump 1 "no dump summary: is the plugin loaded through /etc/criu/runc.conf?"
 [ -z "$(plugin_errors "$T/dump.log")" ] || fail "plugin errors in the dump log"
 [ "$(pod_status pc-one)" = exited ] || fail "after checkpoint the container is $(pod_status pc-one)"
 wait_for "pid $host_pid to exit" 10 test ! -e "/proc/$host_pid"
@@ -44,7 +44,7 @@ at_dump=$(state_value "$T/state/one" iterations)
 expect_still "$T/state/one"
 pod container restore --keep pc-one >"$T/restore-cmd.log" 2>&1 || { pod_log pc-one restore; fail "podman container restore failed: $(cat "$T/restore-cmd.log")"; }
 pod_log pc-one restore
-expect_log "$T/restore.log" "cuda_plugin: restore: 1 CUDA process\(es\), 0 failed" "no restore summary"
+expect_summary "$T/restore.log" restore 1 "no restore summary"
 [ "$(pod_status pc-one)" = running ] || fail "restored container is $(pod_status pc-one)"
 expect_resumed "$T/state/one" "$at_dump" "checkpoint and restore in place"
 

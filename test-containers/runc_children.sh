@@ -17,7 +17,7 @@ host_pids=$(runc_ ps ct-tree 2>/dev/null | awk 'NR > 1 {print $2}' | xargs)
 
 runc_checkpoint ct-tree "$T/img" || fail "runc checkpoint failed"
 expect_log "$T/dump.log" "checkpointing 3 CUDA process\(es\) in parallel" "the 3 CUDA processes were not checkpointed in one batch"
-expect_log "$T/dump.log" "cuda_plugin: dump: 3 CUDA process\(es\)" "no dump summary for 3 processes"
+expect_summary "$T/dump.log" dump 3 "no dump summary for 3 processes"
 [ -z "$(plugin_errors "$T/dump.log")" ] || fail "plugin errors in the dump log"
 for p in $host_pids; do wait_for "pid $p to exit" 10 test ! -e "/proc/$p"; done
 runc_ delete -f ct-tree 2>/dev/null || true
@@ -26,7 +26,7 @@ for f in tree tree.0 tree.1; do at_dump[$f]=$(state_value "$T/state/$f" iteratio
 log "checkpointed: ${at_dump[*]}"
 
 runc_restore ct-tree "$T/bundle" "$T/img" || fail "runc restore failed"
-expect_log "$T/restore.log" "cuda_plugin: restore: 3 CUDA process\(es\), 0 failed" "no restore summary for 3 processes"
+expect_summary "$T/restore.log" restore 3 "no restore summary for 3 processes"
 [ "$(runc_ ps ct-tree 2>/dev/null | awk 'NR > 1' | wc -l)" -eq 4 ] || fail "not 4 processes after restore"
 for f in tree tree.0 tree.1; do expect_resumed "$T/state/$f" "${at_dump[$f]}" "$f"; done
 runc_remove ct-tree

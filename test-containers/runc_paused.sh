@@ -24,7 +24,7 @@ expect_paused_as_before() { # WHAT
 runc_ pause ct-paused || fail "runc pause failed"
 [ "$(runc_status ct-paused)" = paused ] || fail "not paused after runc pause"
 runc_checkpoint ct-paused "$T/img1" --leave-running || fail "checkpoint --leave-running of a paused container failed"
-expect_log "$T/dump.log" "cuda_plugin: dump: 1 CUDA process\(es\)" "no dump summary"
+expect_summary "$T/dump.log" dump 1 "no dump summary"
 [ -z "$(plugin_errors "$T/dump.log")" ] || fail "plugin errors in the dump log"
 expect_paused_as_before "checkpoint --leave-running"
 log "paused, checkpoint --leave-running: left paused, runs on intact after resume"
@@ -47,7 +47,7 @@ wait_for "pid $host_pid to exit" 10 test ! -e "/proc/$host_pid"
 runc_ delete -f ct-paused 2>/dev/null || true
 at_dump=$(state_value "$T/state/one" iterations)
 runc_restore ct-paused "$T/bundle" "$T/img3" || fail "restore of the paused container's checkpoint failed"
-expect_log "$T/restore.log" "cuda_plugin: restore: 1 CUDA process\(es\), 0 failed" "no restore summary"
+expect_summary "$T/restore.log" restore 1 "no restore summary"
 status=$(runc_status ct-paused)
 [ "$status" = running ] || fail "restored container is $status"
 expect_resumed "$T/state/one" "$at_dump" "paused, checkpoint: restored running"

@@ -41,7 +41,7 @@ log "refused restore: runc restore failed in $secs s with the plugin's error, no
 
 # 2. The image is intact: restored as it should be.
 runc_restore ct-one "$T/bundle" "$T/img" || fail "runc restore after the refused one failed"
-expect_log "$T/restore.log" "cuda_plugin: restore: 1 CUDA process\(es\), 0 failed" "no restore summary"
+expect_summary "$T/restore.log" restore 1 "no restore summary"
 expect_healthy "$T/state/one"
 now=$(state_value "$T/state/one" iterations)
 [ "$now" -ge "$at_dump" ] || fail "iterations went back from $at_dump to $now"

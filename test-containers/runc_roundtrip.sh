@@ -11,7 +11,7 @@ host_pid=$(runc_pid ct-one)
 
 # 1. Checkpoint: the container is gone afterwards (runc's default), the workload stands still.
 runc_checkpoint ct-one "$T/img" || fail "runc checkpoint failed"
-expect_log "$T/dump.log" "cuda_plugin: dump: 1 CUDA process\(es\)" "no dump summary from the plugin"
+expect_summary "$T/dump.log" dump 1 "no dump summary from the plugin"
 [ -z "$(plugin_errors "$T/dump.log")" ] || fail "plugin errors in the dump log"
 [ -f "$T/img/cuda-plugin.img" ] || fail "no cuda-plugin.img in the checkpoint"
 wait_for "pid $host_pid to exit" 10 test ! -e "/proc/$host_pid"
@@ -25,7 +25,7 @@ log "checkpointed at iteration $at_dump, container removed"
 # The driver loads slowly in CRIU (1.5 s): the plugin's warm-up thread still runs while CRIU enters the
 # restored mount namespace, which fails (EINVAL) if that thread shares CRIU's fs_struct.
 FAKEGPU_INIT_MS=1500 runc_restore ct-one "$T/bundle" "$T/img" || fail "runc restore failed"
-expect_log "$T/restore.log" "cuda_plugin: restore: 1 CUDA process\(es\), 0 failed" "no restore summary"
+expect_summary "$T/restore.log" restore 1 "no restore summary"
 [ "$(runc_status ct-one)" = running ] || fail "restored container is $(runc_status ct-one)"
 [ "$(runc_pid ct-one)" != "$host_pid" ] || log "note: the restored container got the same host pid"
 expect_resumed "$T/state/one" "$at_dump" "restored as ct-one"
@@ -35,7 +35,7 @@ runc_remove ct-one
 # 3. The same image restored under a new container name.
 blank_state "$T/state/one"
 runc_restore ct-new "$T/bundle" "$T/img" || fail "runc restore under a new name failed"
-expect_log "$T/restore.log" "cuda_plugin: restore: 1 CUDA process\(es\), 0 failed" "no restore summary (new name)"
+expect_summary "$T/restore.log" restore 1 "no restore summary (new name)"
 [ "$(runc_status ct-new)" = running ] || fail "ct-new is $(runc_status ct-new)"
 expect_resumed "$T/state/one" "$at_dump" "restored as ct-new"
 runc_remove ct-new

@@ -23,7 +23,7 @@ BUILD_DIR=${BUILD_DIR:-$top/build}
 install=1
 [ "${1:-}" = --no-install ] && install=0
 
-log() { echo "[test-containers/setup] $*" >&2; }
+setup_log() { echo "[test-containers/setup] $*" >&2; }
 
 if [ $install = 1 ]; then
 	# runc and podman (podman brings conmon and the CNI plugins), containerd (its ctr client; the tests
@@ -36,8 +36,8 @@ if [ $install = 1 ]; then
 		dpkg-query -W -f='${db:Status-Status}' "$p" 2>/dev/null | grep -qx installed || missing+=("$p")
 	done
 	if [ ${#missing[@]} -gt 0 ]; then
-		[ "$(id -u)" -eq 0 ] || { log "run as root to install: ${missing[*]}"; exit 1; }
-		log "installing: ${missing[*]}"
+		[ "$(id -u)" -eq 0 ] || { setup_log "run as root to install: ${missing[*]}"; exit 1; }
+		setup_log "installing: ${missing[*]}"
 		export DEBIAN_FRONTEND=noninteractive
 		apt-get update -qq
 		apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
@@ -54,13 +54,13 @@ for b in /bin/busybox /usr/bin/busybox $(command -v busybox || true); do
 		break
 	fi
 done
-[ -n "$busybox" ] || { log "no static busybox: install busybox-static"; exit 1; }
+[ -n "$busybox" ] || { setup_log "no static busybox: install busybox-static"; exit 1; }
 
 # Rebuilt when missing, damaged or older than this script.
 if [ -f "$out/rootfs.tar" ] && [ "$out/rootfs.tar" -nt "$0" ] && [ -x "$rootfs/bin/sh" ]; then
 	exit 0
 fi
-log "building the busybox root file system in $rootfs"
+setup_log "building the busybox root file system in $rootfs"
 rm -rf "$rootfs" "$out/rootfs.tar"
 mkdir -p "$rootfs"/{bin,dev,proc,sys,tmp,etc,root,state,opt/fakegpu,opt/workloads,run/cuda-criu-ct}
 mkdir -p "$rootfs"/lib/x86_64-linux-gnu "$rootfs"/lib64
@@ -76,4 +76,4 @@ printf 'root:x:0:\nnogroup:x:65534:\n' >"$rootfs/etc/group"
 printf 'cuda-criu-ct\n' >"$rootfs/etc/hostname"
 tar -C "$rootfs" -cf "$out/rootfs.tar.tmp" .
 mv "$out/rootfs.tar.tmp" "$out/rootfs.tar"
-log "ready: $rootfs ($(du -sh "$rootfs" | cut -f1)), $out/rootfs.tar"
+setup_log "ready: $rootfs ($(du -sh "$rootfs" | cut -f1)), $out/rootfs.tar"

@@ -73,7 +73,7 @@ if [ -z "$cg" ] || ! mkdir "$cg" 2>/dev/null || [ ! -f "$cg/$limit" ]; then
 	log "SKIP part 4: no memory cgroup can be made here"
 	exit 0
 fi
-trap 'cleanup; [ -f "$cg/cgroup.procs" ] && { kill -9 $(cat "$cg/cgroup.procs") 2>/dev/null; sleep 0.3; rmdir "$cg"; }' EXIT
+on_exit '[ -f "$cg/cgroup.procs" ] && { kill -9 $(cat "$cg/cgroup.procs") 2>/dev/null; sleep 0.3; rmdir "$cg"; }'
 STATE=$T/cg.state
 start_cuda cg sh -c "echo \$\$ >$cg/cgroup.procs && exec $MEMCHECK --mb 64 --state $STATE --interval-ms 20"
 pid=$LAST_PID

@@ -10,13 +10,13 @@ start_memcheck single 64
 pid=$LAST_PID
 dump "$pid" "$T/img1" || fail "dump of one CUDA process failed"
 wait_gone "$pid"
-expect_log "$T/dump.log" "cuda_plugin: dump: 1 CUDA process\(es\)" "no dump summary"
+expect_summary "$T/dump.log" dump 1 "no dump summary"
 [ -z "$(plugin_errors "$T/dump.log")" ] || fail "errors in the dump log"
 [ -f "$T/img1/cuda-plugin.img" ] || fail "no cuda-plugin.img"
 cuda_criu inspect "$T/img1" >"$T/inspect.out" || fail "cuda-criu inspect failed"
 grep -qE "^$pid +[0-9]+ +running +6[0-9]\.[0-9] MiB" "$T/inspect.out" || fail "inspect: $(cat "$T/inspect.out")"
 restore "$T/img1" || fail "restore failed"
-expect_log "$T/restore.log" "cuda_plugin: restore: 1 CUDA process\(es\), 0 failed" "no restore summary"
+expect_summary "$T/restore.log" restore 1 "no restore summary"
 alive "$pid" || fail "pid $pid not running after restore"
 [ "$(cuda_state "$pid")" = running ] || fail "CUDA state after restore: $(cuda_state "$pid")"
 expect_healthy "$STATE"
@@ -33,7 +33,7 @@ wait_gone "$root" $pids
 expect_log "$T/dump.log" "checkpointing 3 CUDA process\(es\) in parallel" "tree not checkpointed in one batch"
 [ -z "$(plugin_errors "$T/dump.log")" ] || fail "errors in the tree's dump log"
 restore "$T/img2" || fail "restore of the tree failed"
-expect_log "$T/restore.log" "restore: 3 CUDA process\(es\), 0 failed" "tree restore summary"
+expect_summary "$T/restore.log" restore 3 "tree restore summary"
 for f in "$STATE" "$STATE.0" "$STATE.1"; do expect_healthy "$f"; done
 kill -9 "$root" $pids; wait_gone "$root" $pids
 log "tree of 3 CUDA + 1 plain process: ok"

@@ -20,9 +20,9 @@ disk_cleanup() {
 		for _ in $(seq 100); do [ -e "/proc/$p" ] || break; sleep 0.05; done
 	done
 	for m in "${MOUNTS[@]}"; do umount "$m" 2>/dev/null || umount -l "$m"; done
-	cleanup
+	return 0
 }
-trap disk_cleanup EXIT
+on_exit disk_cleanup
 
 # mount_tmpfs NAME MB: a tmpfs of MB MiB at $T/NAME; sets M.
 mount_tmpfs() {
@@ -164,7 +164,7 @@ for how in mapped written; do
 	if [ "$how" = written ]; then export CUDA_CRIU_MAP_IMAGE=off; fi
 	crestore "ro-$how" "$M" || fail "ro-$how: the restore from a read-only directory failed: $(plugin_errors "$LOG")"
 	unset CUDA_CRIU_MAP_IMAGE
-	expect_log "$LOG" "restore: 1 CUDA process\(es\), 0 failed" "ro-$how: no restore summary"
+	expect_summary "$LOG" restore 1 "ro-$how: no restore summary"
 	if [ "$how" = mapped ]; then
 		expect_log "$LOG" "asking CRIU to map its GPU image .* from the plugin's files" "ro-mapped: not mapped"
 	else
@@ -179,7 +179,7 @@ done
 ro_copy ro-criu "$T/img-criu"
 pid=$pid_criu STATE=$state_criu
 crestore ro-criu "$M" || fail "ro-criu: the restore from a read-only directory failed: $(plugin_errors "$LOG")"
-expect_log "$LOG" "restore: 1 CUDA process\(es\), 0 failed" "ro-criu: no restore summary"
+expect_summary "$LOG" restore 1 "ro-criu: no restore summary"
 expect_log "$LOG" "asking CRIU to map its GPU state .* from the image" "ro-criu: not mapped from CRIU's pages"
 [ -z "$(plugin_errors "$LOG")" ] || fail "ro-criu: plugin errors: $(plugin_errors "$LOG")"
 expect_healthy "$STATE"

@@ -112,7 +112,7 @@ ghost=$(( $(cat /proc/sys/kernel/pid_max) - 7 ))
 try_restore unknown-pid
 [ "$RC" -eq 0 ] || fail "unknown-pid: restore failed (exit $RC)"
 expect_log "$T/restore.log" "process $ghost of the image .* not found" "unknown-pid: the stray pid is not reported"
-expect_log "$T/restore.log" "restore: 1 CUDA process\(es\), 0 failed" "unknown-pid: the real process was not restored"
+expect_summary "$T/restore.log" restore 1 "unknown-pid: the real process was not restored"
 [ -z "$(plugin_errors "$T/restore.log")" ] || fail "unknown-pid: errors in the restore log"
 [ ! -e "/proc/$ghost" ] || fail "unknown-pid: pid $ghost appeared"
 [ "$(cuda_state "$pid")" = running ] || fail "unknown-pid: CUDA state $(cuda_state "$pid")"

@@ -28,7 +28,7 @@ drop_device() {
 	[ -z "$LOOP" ] || losetup -d "$LOOP" 2>/dev/null || true
 	LOOP=""
 }
-trap 'drop_device; cleanup' EXIT
+on_exit drop_device
 make_device
 
 STATE=""

@@ -1,6 +1,7 @@
 # Shared helpers for the end-to-end tests: real CRIU, our plugin, the fake GPU.
 # Each test sources this file, calls e2e_setup, and uses the functions below. Everything a test starts
-# is killed and its temporary directory removed on exit.
+# is killed and its temporary directory removed on exit (on_exit, tests/lib/common.sh: a test adds its own
+# cleanup there, never with a trap of its own).
 set -euo pipefail
 
 source "$(dirname "${BASH_SOURCE[0]}")/../lib/common.sh"
@@ -12,14 +13,12 @@ T=""          # this test's temporary directory
 PIDS=()       # processes to kill at the end
 DAEMON_PID=""
 
-cleanup() {
-	set +e
+# kill_started: every process start ran, with its session.
+kill_started() {
 	local p
 	for p in "${PIDS[@]}"; do
-		[ -n "$p" ] && kill -9 -- "-$p" 2>/dev/null; kill -9 "$p" 2>/dev/null || true
+		[ -n "$p" ] && kill -9 -- "-$p" 2>/dev/null; kill -9 "$p" 2>/dev/null
 	done
-	[ -n "$DAEMON_PID" ] && kill "$DAEMON_PID" 2>/dev/null || true
-	[ -n "$T" ] && [ -z "${KEEP_TMP:-}" ] && rm -rf "$T"
 	return 0
 }
 
@@ -28,7 +27,9 @@ e2e_setup() {
 	[ "$(id -u)" -eq 0 ] || skip "end-to-end tests need root (CRIU)"
 	[ -x "$CRIU" ] || fail "no CRIU at $CRIU: run scripts/build-criu.sh"
 	T=$(mktemp -d /tmp/cuda-criu-e2e.XXXXXX)
-	trap cleanup EXIT
+	[ -n "${KEEP_TMP:-}" ] || on_exit 'rm -rf "$T"'
+	on_exit '[ -z "$DAEMON_PID" ] || kill "$DAEMON_PID"'
+	on_exit kill_started
 	[ -z "${KEEP_TMP:-}" ] || log "temporary files kept in $T"
 }
 
@@ -89,7 +90,6 @@ restore() { # DIR [criu options...]
 
 gone() { ! [ -e "/proc/$1" ]; }
 wait_gone() { local p; for p in "$@"; do wait_for "pid $p to exit" 10 gone "$p"; done; }
-alive() { [ -e "/proc/$1" ] && [ "$(sed -n 's/^State:\s*\(.\).*/\1/p' "/proc/$1/status")" != Z ]; }
 
 # gpus_of PID: the fake GPU device files the process holds ("dev/nvidia0 dev/nvidia1").
 gpus_of() { ls -l /proc/"$1"/fd 2>/dev/null | grep -oE 'dev/nvidia[0-9]+' | sort -u | xargs; }

@@ -1,9 +1,11 @@
 # Helpers shared by the shell tests: the end-to-end tests (tests/e2e/lib.sh), the container tests
-# (test-containers/lib.sh) and the real-GPU runner (tests/gpu/run-gpu-tests.sh, also from the GPU bundle,
-# where this file lies next to it). Sourced; it sets no shell options and needs no build tree.
+# (test-containers/lib.sh) and the real-GPU runner (tests/gpu/run-gpu-tests.sh and tests/gpu/lib.sh, also
+# from the GPU bundle, where this file lies next to them). Sourced; it sets no shell options and needs no
+# build tree. A name means one thing in every suite: a suite's own helper never reuses a name from here or
+# from another suite's lib.
 #
-# fail, and the helpers that call it (wait_for, expect_healthy, expect_log), end the test: the GPU runner,
-# whose tests go on after one fails, uses only the others.
+# fail, and the helpers that call it (wait_for, expect_healthy, expect_log, expect_summary), end the test:
+# the GPU runner, whose tests go on after one fails, uses only the others.
 
 # Globs, relative to $T (the test's temporary directory), of the files whose last lines fail shows.
 FAIL_LOGS=('*.log')
@@ -28,6 +30,32 @@ fail() {
 		done
 	done
 	exit 1
+}
+
+# on_exit CMD: CMD (one string, evaluated, its output discarded) runs when the shell exits, also when the
+# test fails, before the commands registered earlier. The one cleanup scheme of every suite: the first
+# call sets the EXIT trap; nothing else may set it.
+EXIT_CMDS=()
+on_exit() {
+	[ ${#EXIT_CMDS[@]} -gt 0 ] || trap run_exit_cmds EXIT
+	EXIT_CMDS+=("$1")
+}
+
+run_exit_cmds() {
+	local rc=$? i
+	set +e
+	for ((i = ${#EXIT_CMDS[@]} - 1; i >= 0; i--)); do
+		eval "${EXIT_CMDS[$i]}" >/dev/null 2>&1
+	done
+	return $rc
+}
+
+# alive PID...: every PID exists and is not a zombie.
+alive() {
+	local p
+	for p in "$@"; do
+		[ -e "/proc/$p" ] && [ "$(sed -n 's/^State:\s*\(.\).*/\1/p' "/proc/$p/status" 2>/dev/null)" != Z ] || return 1
+	done
 }
 
 # The pieces of the build tree the fake-GPU tests run (CRIU and PLUGIN_DIR may come from the caller).
@@ -67,6 +95,10 @@ state_value() {
 	sed -n "s/^$2=//p" "$1" 2>/dev/null | head -n1
 }
 
+# blank_state STATE: STATE blanked to the same size (CRIU checks the size of files held open), for a
+# restored workload to fill again.
+blank_state() { head -c 1536 /dev/zero | tr "\\0" "\\n" >"$1"; }
+
 # expect_healthy STATE [SECONDS]: the workload runs on, verifies its data (status=ok, errors=0), and
 # counts more than two iterations past its value now within SECONDS (default $HEALTHY_SECS).
 HEALTHY_SECS=10
@@ -84,6 +116,15 @@ expect_healthy() {
 # expect_log FILE PATTERN WHAT: FILE has a line matching the extended regular expression PATTERN.
 expect_log() { grep -qE "$2" "$1" || fail "$3 (no line matching '$2' in $1)"; }
 
+# expect_summary LOG dump|restore N [WHY [MORE]]: CRIU's LOG has the plugin's summary line: N CUDA processes
+# dumped, or restored with none failed; MORE (an extended regular expression) further on the same line.
+expect_summary() {
+	local log=$1 step=$2 n=$3 why=${4:-"no $2 summary of $3 CUDA process(es)"} more=${5:-}
+	local re="cuda_plugin: $step: $n CUDA process\(es\)"
+	[ "$step" = dump ] || re+=", 0 failed"
+	expect_log "$log" "$re${more:+.*$more}" "$why"
+}
+
 # The plugin's error lines in a CRIU log.
 plugin_errors() { grep -E 'Error \(cuda_plugin\)' "$1" || true; }
 
@@ -99,5 +140,78 @@ for off in range(0, len(data), 4096):
     if run > best[1]:
         best = (off - (run - 1) * 4096, run)
 print(best[0] + best[1] * 4096 // 2 + int(sys.argv[2]))
+PY
+}
+
+# oci_config FILE OPTIONS...: the one writer of a test container's OCI config.json (runc, crun), shared by
+# the container tests and the real-GPU runc tests: /bin/sh -c CMD as root in a read-only ROOT, its own
+# pid, ipc, uts and mount namespaces, /proc, /dev, /dev/shm, /sys and /tmp, every device denied but those
+# named. Options:
+#   --root DIR --hostname NAME --cmd CMD    required
+#   --env NAME=VALUE, --cap CAP             the process's environment and capabilities (repeated)
+#   --bind SRC DST ro|rw                    a bind mount (repeated); --rbind makes them recursive
+#   --device PATH                           a host character device the container has (repeated)
+#   --dev-dir DIR                           /dev is a bind mount of DIR (default: a tmpfs runc fills)
+#   --devpts, --netns                       /dev/pts mounted; a network namespace (a loopback only)
+oci_config() {
+	python3 - "$@" <<'PY'
+import argparse, json, os
+ap = argparse.ArgumentParser(prog="oci_config")
+ap.add_argument("file")
+ap.add_argument("--root", required=True)
+ap.add_argument("--hostname", required=True)
+ap.add_argument("--cmd", required=True)
+ap.add_argument("--env", action="append", default=[])
+ap.add_argument("--cap", action="append", default=[])
+ap.add_argument("--bind", nargs=3, action="append", default=[], metavar=("SRC", "DST", "MODE"))
+ap.add_argument("--rbind", action="store_true")
+ap.add_argument("--device", action="append", default=[])
+ap.add_argument("--dev-dir")
+ap.add_argument("--devpts", action="store_true")
+ap.add_argument("--netns", action="store_true")
+a = ap.parse_args()
+devices, allow = [], [{"allow": False, "access": "rwm"}]
+if a.dev_dir:
+    # runc's own nodes (null, zero, ...) are in DEV_DIR too: allowed here, as runc allows them by default.
+    allow.append({"allow": True, "type": "c", "major": 1, "access": "rwm"})
+for d in a.device:
+    st = os.stat(d)
+    ma, mi = os.major(st.st_rdev), os.minor(st.st_rdev)
+    devices.append({"path": d, "type": "c", "major": ma, "minor": mi, "fileMode": 0o666, "uid": 0, "gid": 0})
+    allow.append({"allow": True, "type": "c", "major": ma, "minor": mi, "access": "rwm"})
+mounts = [{"destination": "/proc", "type": "proc", "source": "proc"}]
+if a.dev_dir:
+    mounts.append({"destination": "/dev", "type": "bind", "source": a.dev_dir, "options": ["bind", "rw", "nosuid"]})
+else:
+    mounts.append({"destination": "/dev", "type": "tmpfs", "source": "tmpfs",
+                   "options": ["nosuid", "strictatime", "mode=755", "size=65536k"]})
+if a.devpts:
+    mounts.append({"destination": "/dev/pts", "type": "devpts", "source": "devpts",
+                   "options": ["nosuid", "noexec", "newinstance", "ptmxmode=0666", "mode=0620"]})
+mounts += [
+    {"destination": "/dev/shm", "type": "tmpfs", "source": "shm", "options": ["nosuid", "noexec", "nodev", "mode=1777", "size=65536k"]},
+    {"destination": "/sys", "type": "sysfs", "source": "sysfs", "options": ["nosuid", "noexec", "nodev", "ro"]},
+    {"destination": "/tmp", "type": "tmpfs", "source": "tmpfs", "options": ["nosuid", "nodev", "mode=1777"]},
+]
+mounts += [{"destination": d, "type": "bind", "source": s, "options": ["rbind" if a.rbind else "bind", m]} for s, d, m in a.bind]
+namespaces = [{"type": t} for t in ("pid", "ipc", "uts", "mount")] + ([{"type": "network"}] if a.netns else [])
+linux = {"namespaces": namespaces, "resources": {"devices": allow},
+         "maskedPaths": ["/proc/kcore", "/proc/keys", "/proc/timer_list", "/sys/firmware"],
+         "readonlyPaths": ["/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger"]}
+if devices:
+    linux["devices"] = devices
+config = {
+    "ociVersion": "1.0.2",
+    "process": {"terminal": False, "user": {"uid": 0, "gid": 0}, "args": ["/bin/sh", "-c", a.cmd], "env": a.env,
+                "cwd": "/", "capabilities": {"bounding": a.cap, "effective": a.cap, "permitted": a.cap},
+                "rlimits": [{"type": "RLIMIT_NOFILE", "hard": 1024, "soft": 1024}], "noNewPrivileges": True},
+    "root": {"path": a.root, "readonly": True},
+    "hostname": a.hostname,
+    "mounts": mounts,
+    "linux": linux,
+}
+os.makedirs(os.path.dirname(os.path.abspath(a.file)), exist_ok=True)
+with open(a.file, "w") as f:
+    json.dump(config, f, indent=1)
 PY
 }

@@ -1,0 +1,134 @@
+# Real-GPU tests, one process or one tree dumped and restored (sourced by run-gpu-tests.sh: each test_NAME
+# function is the test NAME, with - for _): plain CUDA, PyTorch, a tree, --leave-running, the refusals of
+# managed memory and of a memory cgroup too small, progress lines.
+
+test_memcheck_4g() {
+	local dir=$work/memcheck-4g
+	start_in "$dir" "$bundle/bin/cuda_memcheck" --mb "$memcheck_mb" --state "$dir/state" --interval-ms 100
+	dump_restore_test memcheck-4g "$dir" 120 "$dir/state"
+}
+
+test_torch() {
+	local dir=$work/torch
+	if ! "$python" -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
+		skipped torch "$python has no PyTorch with CUDA"
+		return
+	fi
+	start_in "$dir" "$python" -u "$bundle/torch_workload.py" --gb "$torch_gb" --state "$dir/state" --interval-ms 100
+	dump_restore_test torch "$dir" 240 "$dir/state"
+}
+
+test_tree() {
+	local dir=$work/tree
+	start_in "$dir" "$bundle/bin/cuda_memcheck" --mb "$tree_mb" --children 1 --plain-children 1 --state "$dir/state"
+	# The root writes state, its CUDA child state.0; the plain child writes nothing but must come back too.
+	dump_restore_test tree "$dir" 120 "$dir/state" "$dir/state.0"
+}
+
+test_leave_running() {
+	local name=leave-running dir=$work/leave-running pid pids gpu base line f
+	start_in "$dir" "$bundle/bin/cuda_memcheck" --mb "$leave_mb" --state "$dir/state"
+	wait_state "$dir/state" 120 1 || { failed $name "before the dump: $why"; show_workload "$dir"; return; }
+	pid=$(state_value "$dir/state" pid)
+	mapfile -t pids < <(tree_pids "$pid")
+	started+=("${pids[@]}")
+	gpu=$(gpu_gib "${pids[@]}")
+	if ! criu_dump "$dir" "$pid" -R; then
+		failed $name "$why; the workload is $(alive "$pid" && echo alive || echo gone)"
+		show_log "$dir/dump.log"; kill_pids "${pids[@]}"
+		return
+	fi
+	alive "$pid" || { failed $name "pid $pid is gone after criu dump -R"; show_log "$dir/dump.log"; show_workload "$dir"; return; }
+	base=$(state_value "$dir/state" iterations)
+	if ! advance 30 "$dir/state" "$base"; then
+		failed $name "after the dump: $why"
+		show_log "$dir/dump.log"; show_workload "$dir"; kill_pids "${pids[@]}"
+		return
+	fi
+	line=$(grep -E 'cuda_plugin: .*(back as they were found|returned to|returning [0-9]+ CUDA)' "$dir/dump.log" | tail -n1)
+	if [ -z "$line" ]; then
+		failed $name "the workload runs on, but cuda_plugin did not log that it returned the processes to their state"
+		show_log "$dir/dump.log"; kill_pids "${pids[@]}"
+		return
+	fi
+	passed $name "dump $dump_s s, image $(gib "$img_bytes") GiB, GPU $gpu GiB, iterations $after"
+	echo "  ${line#*) }"
+	f=$(plugin_line "$dir/dump.log" dump); echo "  ${f:-no 'cuda_plugin: dump:' line in dump.log}"
+	kill_pids "${pids[@]}"
+	rm -rf "$dir/img"
+}
+
+# Managed memory (cuMemAllocManaged): the driver refuses to checkpoint it. The dump must fail within 5 s,
+# say why in words, and leave the process running with its data.
+test_managed_refused() {
+	local name=managed-refused dir=$work/managed-refused pid base line t0 secs
+	start_in "$dir" "$bundle/bin/cuda_memcheck" --mb 256 --managed-mb 4 --state "$dir/state" --interval-ms 100
+	wait_state "$dir/state" 120 1 || { failed $name "before the dump: $why"; show_workload "$dir"; return; }
+	pid=$(state_value "$dir/state" pid)
+	started+=("$pid")
+	t0=$(now)
+	if criu_dump "$dir" "$pid"; then
+		failed $name "criu dump succeeded on a process with managed memory"; kill_pids "$pid"; return
+	fi
+	secs=$(since "$t0")
+	line=$(grep -o 'Error (cuda_plugin):.*managed memory.*' "$dir/dump.log" | head -n1)
+	[ -n "$line" ] || { failed $name "no plugin error naming managed memory"; show_log "$dir/dump.log"; kill_pids "$pid"; return; }
+	awk -v s="$secs" 'BEGIN { exit !(s <= 5) }' || { failed $name "refused after $secs s (more than 5 s)"; kill_pids "$pid"; return; }
+	base=$(state_value "$dir/state" iterations)
+	advance 30 "$dir/state" "$base" || { failed $name "after the refused dump: $why"; show_workload "$dir"; kill_pids "$pid"; return; }
+	passed $name "dump refused in $secs s, the process runs on and verifies its data, iterations $after"
+	echo "  $line"
+	kill_pids "$pid"
+}
+
+# Progress lines of a large checkpoint and restore (PROGRESS_MB, default 16 GiB).
+test_progress_16g() {
+	local name=progress-16g dir=$work/progress-16g f
+	start_in "$dir" "$bundle/bin/cuda_memcheck" --mb "${PROGRESS_MB:-16384}" --state "$dir/state" --interval-ms 100
+	dump_restore_test $name "$dir" 300 "$dir/state"
+	for f in dump restore; do
+		if ! grep -qE 'cuda_plugin: (checkpoint|restore): .* [MG]B/s' "$dir/$f.log"; then
+			failed $name "no progress line in $f.log"; show_log "$dir/$f.log"; continue
+		fi
+		grep -oE 'cuda_plugin: (checkpoint|restore): .*' "$dir/$f.log" | sed 's/^/  /'
+	done
+}
+
+# A workload in a memory cgroup whose limit is below its GPU state: the dump is refused before any lock,
+# naming the cgroup; once the limit is raised the same process dumps and restores.
+test_cgroup_limit() {
+	local name=cgroup-limit dir=$work/cgroup-limit cg pid base line usage limit_file usage_file procs
+	if [ -f /sys/fs/cgroup/cgroup.controllers ]; then
+		cg=/sys/fs/cgroup/cuda-criu-gpu-test limit_file=memory.max usage_file=memory.current
+		grep -qw memory /sys/fs/cgroup/cgroup.subtree_control || echo +memory >/sys/fs/cgroup/cgroup.subtree_control 2>/dev/null
+	elif [ -d /sys/fs/cgroup/memory ]; then
+		cg=/sys/fs/cgroup/memory/cuda-criu-gpu-test limit_file=memory.limit_in_bytes usage_file=memory.usage_in_bytes
+	else
+		skipped $name "no memory cgroup controller"; return
+	fi
+	mkdir -p "$cg" && [ -f "$cg/$limit_file" ] || { skipped $name "cannot create a memory cgroup at $cg"; return; }
+	mkdir -p "$dir"
+	(echo $BASHPID >"$cg/cgroup.procs" && exec setsid -f "$bundle/bin/cuda_memcheck" --mb 2048 --state "$dir/state" \
+		--interval-ms 100 >"$dir/stdout" 2>"$dir/stderr" </dev/null)
+	wait_state "$dir/state" 120 1 || { failed $name "before the dump: $why"; show_workload "$dir"; return; }
+	pid=$(state_value "$dir/state" pid)
+	started+=("$pid")
+	usage=$(cat "$cg/$usage_file")
+	echo $((usage + 512 * 1024 * 1024)) >"$cg/$limit_file"
+	if criu_dump "$dir" "$pid"; then
+		failed $name "criu dump succeeded with the cgroup limit below the GPU state"; kill_pids "$pid"; rmdir "$cg" 2>/dev/null; return
+	fi
+	line=$(grep -o 'Error (cuda_plugin):.*not enough memory.*' "$dir/dump.log" | head -n1)
+	[ -n "$line" ] || { failed $name "no plugin error about memory"; show_log "$dir/dump.log"; kill_pids "$pid"; return; }
+	grep -q 'cuda_plugin: .*lock' "$dir/dump.log" && grep -qE 'pid [0-9]+: running, restore thread' "$dir/dump.log" &&
+		{ failed $name "the process was locked before the refusal"; kill_pids "$pid"; return; }
+	base=$(state_value "$dir/state" iterations)
+	advance 30 "$dir/state" "$base" || { failed $name "after the refused dump: $why"; kill_pids "$pid"; return; }
+	echo "  refused: ${line#*): }"
+	if [ "$limit_file" = memory.max ]; then echo max >"$cg/$limit_file"; else echo -1 >"$cg/$limit_file"; fi
+	rm -rf "$dir/img"
+	dump_restore_test $name "$dir" 60 "$dir/state"
+	procs=$(cat "$cg/cgroup.procs" 2>/dev/null | xargs)
+	[ -z "$procs" ] || kill -9 $procs 2>/dev/null
+	sleep 0.5; rmdir "$cg" 2>/dev/null
+}

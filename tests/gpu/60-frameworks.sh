@@ -1,0 +1,26 @@
+# Real-GPU tests of other frameworks through cuda-criu roundtrip (sourced by run-gpu-tests.sh: each
+# test_NAME function is the test NAME): JAX, CuPy, transformers.
+
+# cuda-criu roundtrip against a JAX, CuPy or transformers program (tests/gpu/framework_workload.py): two
+# cycles, the result compared bit for bit by the program after each restore. Skipped where python lacks it.
+# JAX runs on GPU 0 only (CUDA_VISIBLE_DEVICES=0; CRIU sees every GPU): a JAX process spanning two GPUs is
+# checkpointed, but the r580 driver refuses its restore (CUDA_ERROR_INVALID_VALUE), even in place.
+framework_roundtrip() {
+	local name=$1 module=$1 dir=$work/$1 rc only=()
+	[ "$module" = jax ] && [ "${GPU_TESTS_JAX_GPUS:-0}" != all ] && only=(CUDA_VISIBLE_DEVICES="${GPU_TESTS_JAX_GPUS:-0}")
+	if ! "$python" -c "import $module" 2>/dev/null; then skipped $name "$python has no $module"; return; fi
+	mkdir -p "$dir"
+	local health='f='"$dir"'/state; a=$(sed -n "s/^iterations=//p" $f); sleep 1; b=$(sed -n "s/^iterations=//p" $f); grep -qx status=ok $f && [ "$b" -gt "$a" ]'
+	cli roundtrip --criu "$bundle/sbin/criu" --criu-env "LD_LIBRARY_PATH=$bundle/lib" --libdir "$bundle/plugin" \
+		--require-cuda --health-cmd "$health" --start-timeout 240 --repeat 2 --dir "$dir/rt" --name "$name" \
+		-- env -u LD_LIBRARY_PATH "${only[@]}" "$python" -u "$bundle/framework_workload.py" "$module" --mb 1024 --state "$dir/state" \
+		>"$dir/rt.txt" 2>&1
+	rc=$?
+	sed 's/^/  | /' "$dir/rt.txt" | tail -n 16
+	[ "$rc" = 0 ] || { failed $name "cuda-criu roundtrip --repeat 2 exited $rc"; return; }
+	passed $name "2 cycles of a $module program, its result equal bit for bit after each restore"
+}
+
+test_jax() { framework_roundtrip jax; }
+test_cupy() { framework_roundtrip cupy; }
+test_transformers() { framework_roundtrip transformers; }
