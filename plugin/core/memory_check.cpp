@@ -3,6 +3,7 @@
 #include <map>
 
 #include "base/format.h"
+#include "base/log.h"
 #include "base/text.h"
 
 namespace cuda_criu {
@@ -53,6 +54,12 @@ Status check_checkpoint_memory(const std::vector<CheckpointNeed> &needs, std::op
 				  "memory (or add swap), or set CUDA_CRIU_MEMORY_CHECK=warn to try anyway",
 				  pids_of(all).c_str(), human_bytes(total).c_str(), human_bytes(*host_available).c_str());
 	}
+	// The figures behind a pass, to compare with what the checkpoint really took.
+	std::string rooms;
+	for (const auto &[path, members] : by_cgroup)
+		rooms += format("; cgroup %s has room for %s", path.c_str(), human_bytes(members.front()->cgroup->room()).c_str());
+	LOG_INFO("memory preflight: the checkpoint adds %s to %zu process(es); MemAvailable %s%s", human_bytes(total).c_str(),
+		 needs.size(), host_available ? human_bytes(*host_available).c_str() : "unknown", rooms.c_str());
 	return {};
 }
 
