@@ -1,0 +1,453 @@
+"""Running the benchmark's round trips: the workloads, criu, the figures read from CRIU's logs, the memory
+sampled while a dump or restore runs."""
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import bench_common as C
+from bench_common import (BUNDLE, CRIU, FRAMEWORK, GIB, MEMCHECK, SCENARIOS, TORCH, VARIANTS, footprint, log)
+
+def state(path):
+    try:
+        with open(path) as f:
+            return dict(line.rstrip("\n").split("=", 1) for line in f if "=" in line)
+    except FileNotFoundError:
+        return {}
+
+
+def bounded(timeout):
+    return min(timeout, max(1.0, C.DEADLINE - time.monotonic())) if C.DEADLINE else timeout
+
+
+def wait_for(what, pred, timeout):
+    timeout = bounded(timeout)
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if pred():
+            return time.monotonic()
+        time.sleep(0.02)
+    raise RuntimeError(f"timed out after {timeout} s waiting for {what}")
+
+
+def reap():
+    """Collects every exited child (this script is a subreaper: restored trees end up its children)."""
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+
+
+def gone(pid):
+    """Gone and reaped: a zombie still holds its pid, and a restore needs that pid free."""
+    reap()
+    return not os.path.exists(f"/proc/{pid}")
+
+
+def become_subreaper():
+    import ctypes
+    PR_SET_CHILD_SUBREAPER = 36
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+
+
+def start(cmd, out, env=None):
+    with open(out, "w") as f:
+        p = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=f, stderr=subprocess.STDOUT,
+                             start_new_session=True, env=env)
+    return p
+
+
+def criu_env(variant):
+    env = dict(os.environ)
+    env["LD_LIBRARY_PATH"] = os.path.join(BUNDLE, "lib")
+    env.update(VARIANTS[variant].get("env", {}))
+    if VARIANTS[variant]["path"]:
+        env["PATH"] = VARIANTS[variant]["path"] + ":" + env.get("PATH", "")
+    return env
+
+
+def run_criu(variant, args, timeout=240):
+    """Runs criu; returns (exit code, wall seconds, peak RSS MiB)."""
+    t0 = time.monotonic()
+    p = subprocess.Popen([CRIU] + args, env=criu_env(variant), stdin=subprocess.DEVNULL,
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = t0 + bounded(timeout)
+    while True:
+        pid, status, usage = os.wait4(p.pid, os.WNOHANG)
+        if pid:
+            break
+        if time.monotonic() > deadline:
+            p.kill()
+            pid, status, usage = os.wait4(p.pid, 0)
+            break
+        time.sleep(0.005)
+    wall = time.monotonic() - t0
+    return os.waitstatus_to_exitcode(status), wall, usage.ru_maxrss / 1024
+
+
+HOOK_LINE = re.compile(r"^\((\d+\.\d+)\) plugin: `cuda_plugin' hook (\d+) ")
+STAMP = re.compile(r"^\((\d+\.\d+)\) (.*)$")
+
+
+def device_seconds(logfile, hooks):
+    """Seconds CRIU spent inside the CUDA plugin's hooks: from each 'hook N' line of CRIU's log to the next
+    line that is not the plugin's own."""
+    total, start_t = 0.0, None
+    with open(logfile, errors="replace") as f:
+        for line in f:
+            m = HOOK_LINE.match(line)
+            if m:
+                if start_t is not None:
+                    total += float(m.group(1)) - start_t
+                start_t = float(m.group(1)) if int(m.group(2)) in hooks else None
+                continue
+            s = STAMP.match(line)
+            if s and start_t is not None and "cuda_plugin" not in s.group(2):
+                total += float(s.group(1)) - start_t
+                start_t = None
+    return total
+
+
+# Our plugin's own lines in CRIU's log (plugin/core/dump_session.cpp: summary() and store_gpu_image();
+# restore_session.cpp: summary()). Sizes are human_bytes(): "%.1f MiB" below 1 GiB, else "%.1f GiB".
+_SIZE = r"([\d.]+) (MiB|GiB)"
+DUMP_SUMMARY = re.compile(r"cuda_plugin: dump: (\d+) CUDA process\(es\), " + _SIZE +
+                          r" of GPU state, lock ([\d.]+) s, checkpoint ([\d.]+) s \(wall")
+GPU_IMAGE_LINE = re.compile(r"GPU image: " + _SIZE + r" of GPU state, " + _SIZE + r" written \(([\d.]+)% zero "
+                            r"pages\) into (\d+) file\(s\) in ([\d.]+) s, ([\d.]+) GB/s")
+GPU_IN_CRIU = re.compile(r"GPU state in CRIU's pages images \((.*)\)\s*$")
+RESTORE_SUMMARY = re.compile(r"cuda_plugin: restore: (\d+) CUDA process\(es\), (\d+) failed, restore\+unlock "
+                             r"([\d.]+) s \(wall, all processes\); driver load ([\d.]+) s")
+GPU_CHECKED = re.compile(r"GPU image checked in ([\d.]+) s")
+PREFLIGHT = re.compile(r"memory preflight: the checkpoint adds " + _SIZE)
+OWN_DUMP = re.compile(r"plugin's own time beyond the driver: lock ([\d.]+) ms/process, checkpoint ([\d.]+) ms/process")
+OWN_RESTORE = re.compile(r"plugin's own time beyond the driver: ([\d.]+) ms/process")
+
+
+def _gib(value, unit):
+    return float(value) / (1024 if unit == "MiB" else 1)
+
+
+def parse_dump_log(logfile):
+    """Our plugin's figures from a dump log; {} for the in-tree plugin's."""
+    r = {}
+    with open(logfile, errors="replace") as f:
+        for line in f:
+            m = DUMP_SUMMARY.search(line)
+            if m:
+                r.update(procs=int(m.group(1)), gpu_state_gib=_gib(m.group(2), m.group(3)),
+                         lock_s=float(m.group(4)), checkpoint_s=float(m.group(5)))
+            m = GPU_IMAGE_LINE.search(line)
+            if m and "write_s" not in r:
+                r.update(gpu_image_gib=_gib(m.group(1), m.group(2)), written_gib=_gib(m.group(3), m.group(4)),
+                         zero_pct=float(m.group(5)), gpu_files=int(m.group(6)), write_s=float(m.group(7)),
+                         write_gbps=float(m.group(8)), gpu_image="plugin")
+            m = PREFLIGHT.search(line)
+            if m:
+                r["preflight_gib"] = _gib(m.group(1), m.group(2))
+            m = OWN_DUMP.search(line)
+            if m:
+                r.update(own_lock_ms=float(m.group(1)), own_ckpt_ms=float(m.group(2)))
+            m = GPU_IN_CRIU.search(line)
+            if m and "gpu_image" not in r:
+                r["gpu_image"] = "criu: " + m.group(1)
+    return r
+
+
+def parse_restore_log(logfile, suffix=""):
+    r = {}
+    with open(logfile, errors="replace") as f:
+        for line in f:
+            m = RESTORE_SUMMARY.search(line)
+            if m:
+                r.update({f"restore_failed{suffix}": int(m.group(2)), f"restore_unlock{suffix}_s": float(m.group(3)),
+                          f"driver_load{suffix}_s": float(m.group(4))})
+                o = OWN_RESTORE.search(line)
+                if o:
+                    r[f"own_restore{suffix}_ms"] = float(o.group(1))
+                c = GPU_CHECKED.search(line)
+                if c:
+                    r["gpu_check" + suffix + "_s"] = float(c.group(1))
+    return r
+
+
+GPU_FILE = re.compile(r"^cuda-gpu(-\d+)?\.img$")
+
+
+def image_sizes(path):
+    """GiB on disk: the whole image apparent (file sizes) and allocated (blocks: the GPU image files are
+    sparse), and the GPU image files (cuda-gpu*.img) alone."""
+    sizes = {"image_gib": 0.0, "image_alloc_gib": 0.0, "gpu_files_gib": 0.0, "gpu_files_alloc_gib": 0.0}
+    for d, _, files in os.walk(path):
+        for name in files:
+            st = os.lstat(os.path.join(d, name))
+            apparent, alloc = st.st_size / GIB, st.st_blocks * 512 / GIB
+            sizes["image_gib"] += apparent
+            sizes["image_alloc_gib"] += alloc
+            if GPU_FILE.match(name):
+                sizes["gpu_files_gib"] += apparent
+                sizes["gpu_files_alloc_gib"] += alloc
+    return sizes
+
+
+def drop_page_cache():
+    """Writes every dirty page back and drops the page cache; returns the seconds it took."""
+    t0 = time.monotonic()
+    os.sync()
+    with open("/proc/sys/vm/drop_caches", "w") as f:
+        f.write("3\n")
+    return time.monotonic() - t0
+
+
+def meminfo(key):
+    """A line of /proc/meminfo, in bytes."""
+    with open("/proc/meminfo") as f:
+        for line in f:
+            if line.startswith(key + ":"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+def resident(pid):
+    """VmRSS of a process in bytes; 0 when it is gone (or not there yet)."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
+class MemSampler:
+    """While a dump or a restore runs: the resident memory of the workload's processes (their sum) and the
+    host's page cache (Cached), every 50 ms. Their peaks say what a checkpoint costs the host's memory."""
+
+    def __init__(self, pids):
+        self.pids = list(pids)
+        self.rss0 = self.peak_rss = sum(resident(p) for p in self.pids)
+        self.cache0 = self.peak_cache = meminfo("Cached")
+        self.done = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self):
+        while not self.done.wait(0.05):
+            self.peak_rss = max(self.peak_rss, sum(resident(p) for p in self.pids))
+            self.peak_cache = max(self.peak_cache, meminfo("Cached"))
+
+    def stop(self, prefix):
+        self.done.set()
+        self.thread.join()
+        return {f"{prefix}_rss0_gib": self.rss0 / GIB, f"{prefix}_peak_rss_gib": self.peak_rss / GIB,
+                f"{prefix}_cache_gib": (self.peak_cache - self.cache0) / GIB}
+
+
+TMPFS = "/dev/shm/cuda-criu-bench"
+
+
+def image_root(scenario):
+    """Where a scenario's image goes: the work folder's file system when the image fits there with room to
+    spare, else a tmpfs (the report says which)."""
+    need = footprint(scenario)[1] * GIB * 1.1 + 2 * GIB
+    if shutil.disk_usage(C.WORK).free >= need:
+        return C.WORK, "disk"
+    os.makedirs(TMPFS, exist_ok=True)
+    if shutil.disk_usage(TMPFS).free >= need:
+        return TMPFS, "tmpfs"
+    raise RuntimeError(f"no room for a {need / GIB:.0f} GiB image in {C.WORK} or {TMPFS}")
+
+
+class Workload:
+    def __init__(self, kind, size, procs, name, extra=(), env=None):
+        self.state = os.path.join(C.WORK, f"{name}.state")
+        self.files = [self.state] + [f"{self.state}.{k}" for k in range(procs - 1)]
+        self.clear_state()
+        if kind == "memcheck":
+            cmd = [MEMCHECK, "--mb", str(size), "--state", self.state, "--interval-ms", "50"]
+            if procs > 1:
+                cmd += ["--children", str(procs - 1)]
+        elif kind == "llm":
+            cmd = [sys.executable, FRAMEWORK, "transformers", "--config", "gpt2", "--kv-mb", str(size),
+                   "--state", self.state, "--interval-ms", "50"]
+            env = dict(env or os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1",
+                       TRANSFORMERS_VERBOSITY="error")
+        else:
+            cmd = [sys.executable, TORCH, "--gb", str(size), "--state", self.state, "--interval-ms", "50"]
+        self.t0 = time.monotonic()
+        self.out = os.path.join(C.WORK, f"{name}.out")
+        self.proc = start(cmd + list(extra), self.out, env)
+        self.pids = [self.proc.pid]
+        self.ready_at = wait_for(f"{name} to be ready",
+                                 lambda: all(state(f).get("status") for f in self.files) or
+                                 self.proc.poll() is not None, 600)
+        for f in self.files:
+            if state(f).get("status") != "ok":
+                code = self.proc.poll()
+                self.kill()
+                raise RuntimeError(f"{name}: {state(f) or 'no state file'} (exit {code}; output in {self.out})")
+        self.pid = self.proc.pid
+        self.pids = [int(state(f)["pid"]) for f in self.files]
+
+    def clear_state(self):
+        for f in self.files:
+            if os.path.exists(f):
+                os.unlink(f)
+
+    def iterations(self):
+        return [int(state(f).get("iterations", -1)) for f in self.files]
+
+    def healthy_after(self, before, timeout=120):
+        """Seconds until every process has done a verified iteration past `before`."""
+        t = wait_for("verified iterations after the restore",
+                     lambda: all(i > b for i, b in zip(self.iterations(), before)) or
+                     any(state(f).get("status", "ok") != "ok" for f in self.files), timeout)
+        for f in self.files:
+            if state(f).get("status") != "ok":
+                raise RuntimeError(f"data check failed after restore: {state(f)}")
+        return t
+
+    def kill(self):
+        for p in self.pids:
+            try:
+                os.kill(p, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        wait_for("the workload to exit", lambda: all(gone(p) for p in self.pids), 60)
+
+
+def restore(variant, w, img, logname, before):
+    """criu restore of img; returns (wall s, hooks s, peak RSS MiB, restore-to-ready s)."""
+    libdir = VARIANTS[variant]["libdir"]
+    t0 = time.monotonic()
+    sampler = MemSampler(w.pids)
+    rc, secs, rss = run_criu(variant, ["restore", "-D", img, "-d", "-L", libdir, "-v4", "-o", logname])
+    w.restore_memory = sampler.stop("restore")
+    if rc != 0:
+        raise RuntimeError(f"criu restore failed (exit {rc}); see {logname}")
+    ready = w.healthy_after(before) - t0
+    return secs, device_seconds(os.path.join(img, logname), {9}), rss, ready
+
+
+def dump_and_restore(variant, w, name, scenario, cold_too=False):
+    """Dumps the running workload w with one variant, restores it, waits until it has verified its data
+    again, then kills it; with cold_too restores the same image once more with the page cache dropped.
+    Returns the figures of that round trip."""
+    root, where = image_root(scenario)
+    img = os.path.join(root, "img-" + name)
+    shutil.rmtree(img, ignore_errors=True)
+    os.makedirs(img)
+    libdir = VARIANTS[variant]["libdir"]
+    r = {"image_fs": where}
+    try:
+        sampler = MemSampler(w.pids)
+        rc, dump_s, dump_rss = run_criu(variant, ["dump", "-t", str(w.pid), "-D", img, "-L", libdir, "-v4",
+                                                  "-o", "dump.log"])
+        if rc != 0:
+            raise RuntimeError(f"criu dump failed (exit {rc}); see {name}-dump.log")
+        r.update(sampler.stop("dump"))
+        before = w.iterations()
+        wait_for("the dumped processes to exit", lambda: all(gone(p) for p in w.pids), 60)
+        # The state files as the dump left them: put back before the cold restore (a workload that keeps
+        # its state file open needs it there, at its size, and its progress is judged from these values).
+        at_dump = {f: open(f, "rb").read() for f in w.files if os.path.exists(f)}
+        r.update(dump_s=dump_s, device_dump_s=device_seconds(os.path.join(img, "dump.log"), {10, 11}))
+        r["criu_dump_s"] = max(0.0, dump_s - r["device_dump_s"])
+        r.update(parse_dump_log(os.path.join(img, "dump.log")))
+        r.update(image_sizes(img))
+        if C.COLD_CACHE:
+            r["sync_s"] = drop_page_cache()
+        r["cold_cache"] = C.COLD_CACHE
+        restore_s, device_s, restore_rss, ready = restore(variant, w, img, "restore.log", before)
+        r.update(restore_s=restore_s, device_restore_s=device_s, criu_restore_s=max(0.0, restore_s - device_s),
+                 restore_to_ready_s=ready, criu_peak_mib=max(dump_rss, restore_rss), **w.restore_memory)
+        r.update(parse_restore_log(os.path.join(img, "restore.log")))
+        w.kill()
+        if cold_too and not C.COLD_CACHE:
+            # The same image again, read from the disk: its processes' pids are free again.
+            try:
+                for f, data in at_dump.items():
+                    with open(f, "r+b" if os.path.exists(f) else "wb") as out:
+                        out.write(data)
+                        out.truncate(len(data))
+                r["sync_s"] = drop_page_cache()
+                restore_s, device_s, restore_rss, ready = restore(variant, w, img, "restore-cold.log", before)
+                r.update(restore_cold_s=restore_s, device_restore_cold_s=device_s,
+                         criu_restore_cold_s=max(0.0, restore_s - device_s), restore_cold_to_ready_s=ready)
+                r.update(parse_restore_log(os.path.join(img, "restore-cold.log"), "_cold"))
+            except Exception as e:  # noqa: BLE001 (the warm figures stand)
+                r["cold_error"] = str(e)
+                log(f"{name}: the restore with the page cache dropped failed: {e}")
+            w.kill()
+    finally:
+        try:
+            w.kill()
+        except RuntimeError as e:
+            log(f"{name}: {e}")
+        for logname in ("dump.log", "restore.log", "restore-cold.log"):
+            if os.path.exists(os.path.join(img, logname)):
+                shutil.copy(os.path.join(img, logname), os.path.join(C.WORK, "logs", f"{name}-{logname}"))
+        shutil.rmtree(img, ignore_errors=True)
+    return r
+
+
+def round_trip(variant, scenario, rnd, cold_too):
+    kind, size, procs, *extra = SCENARIOS[scenario]
+    name = f"{scenario}-{variant}-{rnd}"
+    t0 = time.monotonic()
+    r = {"variant": variant, "scenario": scenario, "round": rnd}
+    w = Workload(kind, size, procs, name, extra[0] if extra else ())
+    r["start_s"] = w.ready_at - w.t0
+    time.sleep(0.5)
+    r.update(dump_and_restore(variant, w, name, scenario, cold_too))
+    r["trip_s"] = time.monotonic() - t0
+    msg = (f"{name}: dump {r['dump_s']:.2f} s (hooks {r['device_dump_s']:.2f}"
+           + (f", driver checkpoint {r['checkpoint_s']:.2f}" if "checkpoint_s" in r else "")
+           + (f", GPU image write {r['write_s']:.2f}: {r['written_gib']:.2f} of {r['gpu_image_gib']:.1f} GiB, "
+              f"{r['zero_pct']:.1f}% zero" if "write_s" in r else "")
+           + f"), restore {r['restore_s']:.2f} s (hooks {r['device_restore_s']:.2f})"
+           + (f", cold {r['restore_cold_s']:.2f} s" if "restore_cold_s" in r else "")
+           + f", image {r['image_gib']:.2f} GiB ({r['image_alloc_gib']:.2f} allocated, {r['image_fs']}), data verified"
+           + f"; peak RSS {r['dump_peak_rss_gib']:.1f} GiB, page cache +{r['dump_cache_gib']:.1f} GiB"
+           + f"; {r['trip_s']:.0f} s")
+    log(msg)
+    return r
+
+
+def cold_start(rounds, out):
+    """Start-up of a PyTorch workload with an expensive start (torch.compile + CUDA graphs) from scratch,
+    with empty and with warm compile caches, against restore-to-ready with each plugin. Appends to out."""
+    cache = os.path.join(C.WORK, "inductor-cache")
+    env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=cache, TRITON_CACHE_DIR=os.path.join(cache, "triton"),
+               TORCHINDUCTOR_COMPILE_THREADS="1")
+    compiled = ["--compile", "reduce-overhead"]
+    for rnd in range(rounds):
+        for caches in ("empty", "warm"):
+            if caches == "empty":
+                shutil.rmtree(cache, ignore_errors=True)
+            w = Workload("torch", 2, 1, f"cold-{caches}-{rnd}", compiled, env)
+            out.append({"what": f"cold start, {caches} caches", "round": rnd, "seconds": w.ready_at - w.t0})
+            log(f"cold start with {caches} compile caches: {w.ready_at - w.t0:.2f} s")
+            w.kill()
+        for variant in VARIANTS:
+            name = f"compiled-{variant}-{rnd}"
+            ready = dump_and_restore(variant, Workload("torch", 2, 1, name, compiled, env), name, "torch")["restore_to_ready_s"]
+            out.append({"what": f"restore-to-ready, {variant}", "round": rnd, "seconds": ready})
+            log(f"{name}: restore-to-ready {ready:.2f} s, data verified")
+    return out
+
+
+def gpu_count():
+    try:
+        out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, check=False).stdout
+    except FileNotFoundError:
+        return 0
+    return sum(1 for line in out.splitlines() if line.startswith("GPU "))
