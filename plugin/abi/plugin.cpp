@@ -187,10 +187,11 @@ int init_dump(State &s)
 	else
 		LOG_WARN("this CRIU cannot seize in interrupt-only mode: a CUDA process in a frozen cgroup cannot be "
 			 "checkpointed");
-	std::string libcuda = s.options.libcuda;
 	unsigned timeout_ms = s.options.restore_timeout_ms;
 	s.dump = std::make_unique<DumpSession>(s.options, s.host, driver_source(s.options),
-					       [libcuda, timeout_ms] { return DumpGuard::start(libcuda, timeout_ms); },
+					       [source = driver_source(s.options), timeout_ms] {
+						       return DumpGuard::start(source, timeout_ms);
+					       },
 					       seize_alarm_left_ms, s.criu.get_image_dir());
 	LOG_INFO("ready to dump CUDA processes (lock timeout %.1f s)", s.options.lock_timeout_ms / 1000.0);
 	return 0;
@@ -496,8 +497,8 @@ static int cuda_plugin_resume_devices_late(int pid)
 					       "%u s; check the NVIDIA driver (nvidia-smi)",
 					       pid, kDriverLoadTimeoutMs / 1000));
 		auto r = g_state->restore->resume(pid);
-		if (!r)
-			return fail(r.error());
+		if (!r) // logged by the session, with every other process that failed
+			return fail(make_error(r.error().errno_value(), "restore of pid %d failed (see above)", pid));
 		if (*r && g_state->maps_image)
 			warn_if_image_still_mapped(pid);
 		return *r ? 0 : -ENOTSUP;

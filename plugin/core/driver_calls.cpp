@@ -6,14 +6,13 @@
 #include "base/format.h"
 #include "base/log.h"
 #include "core/progress.h"
-#include "os/proc.h"
 
 namespace cuda_criu {
 namespace {
 
 // The watch of run_jobs for a phase's progress: samples each runnable job's process (index: job of each
 // runnable), logs a line every few seconds, gives up a job whose copy stalled.
-JobWatch watch_progress(const PhaseProgress &pp, const std::vector<ProcJob> &jobs, const std::vector<size_t> &index)
+JobWatch watch_progress(Host &host, const PhaseProgress &pp, const std::vector<ProcJob> &jobs, const std::vector<size_t> &index)
 {
 	std::vector<Progress::Proc> procs;
 	std::vector<std::pair<pid_t, pid_t>> threads;
@@ -23,11 +22,11 @@ JobWatch watch_progress(const PhaseProgress &pp, const std::vector<ProcJob> &job
 	}
 	auto progress = std::make_shared<Progress>(pp.phase, std::move(procs), pp.stall_ms * 1000ULL,
 						   pp.every_ms * 1000ULL, now_us(), pp.stall_needs_bytes);
-	return [progress, threads, index, bytes = pp.bytes](const std::vector<bool> &ended) {
+	return [&host, progress, threads, index, bytes = pp.bytes](const std::vector<bool> &ended) {
 		std::vector<std::pair<size_t, Error>> give_up;
 		uint64_t now = now_us();
 		for (size_t k = 0; k < index.size(); k++) {
-			ProgressSample s{bytes ? bytes(index[k]) : 0, thread_cpu_ticks(threads[k].first, threads[k].second)};
+			ProgressSample s{bytes ? bytes(index[k]) : 0, host.thread_cpu_ticks(threads[k].first, threads[k].second)};
 			progress->observe(k, s, ended[k], now);
 		}
 		if (auto line = progress->line(now))
@@ -92,7 +91,7 @@ std::vector<ProcResult> run_proc_jobs(Host &host, const SharedDriver &driver, st
 		index.push_back(i);
 	}
 	std::vector<Status> done =
-		run_jobs(std::move(runnable), parallel, timeout_ms, progress ? watch_progress(*progress, jobs, index) : JobWatch());
+		run_jobs(std::move(runnable), parallel, timeout_ms, progress ? watch_progress(host, *progress, jobs, index) : JobWatch());
 	{
 		std::lock_guard<std::mutex> g(collected->mu);
 		collected->done = true;

@@ -14,8 +14,6 @@
 #include "core/gpu_store.h"
 #include "core/memory_check.h"
 #include "core/space_check.h"
-#include "os/memory.h"
-#include "os/proc.h"
 
 #ifndef CUDA_CRIU_VERSION
 #define CUDA_CRIU_VERSION "dev"
@@ -202,13 +200,13 @@ Status DumpSession::check_memory(uint64_t deadline)
 	std::vector<CheckpointNeed> needs;
 	std::vector<pid_t> tree{first_pid_};
 	for (size_t i = 0; i < tree.size(); i++) {
-		for (pid_t c : children_of(tree[i]))
+		for (pid_t c : host_.children(tree[i]))
 			tree.push_back(c);
 		auto it = gpu_bytes_.find(tree[i]);
 		if (it != gpu_bytes_.end() && it->second && host_.uses_libcuda(tree[i]))
-			needs.push_back({tree[i], it->second, tightest_memory_cgroup(tree[i])});
+			needs.push_back({tree[i], it->second, host_.memory_cgroup(tree[i])});
 	}
-	Status st = check_checkpoint_memory(needs, host_available_bytes());
+	Status st = check_checkpoint_memory(needs, host_.available_memory());
 	if (!st && options_.memory_check == MemoryCheck::Warn) {
 		LOG_WARN("%s (memory-check=warn: dumping anyway)", st.error().message().c_str());
 		return {};
@@ -243,7 +241,7 @@ Status DumpSession::check_space()
 	need.gpu_sparse = options_.gpu_image == GpuImage::Plugin;
 	std::vector<pid_t> tree{first_pid_};
 	for (size_t i = 0; i < tree.size(); i++) {
-		for (pid_t c : children_of(tree[i]))
+		for (pid_t c : host_.children(tree[i]))
 			tree.push_back(c);
 		need.processes++;
 		need.ordinary_bytes += host_.task_info(tree[i]).anon_bytes;

@@ -22,9 +22,6 @@
 
 namespace cuda_criu {
 
-// Loads the driver on first need (libcuda is never touched for a dump without CUDA processes). The
-// driver must stay valid for the life of the process: an abandoned call may still use it.
-using DriverSource = std::function<Result<Driver *>()>;
 // Starts the guard that outlives CRIU (core/guard.h); empty in tests.
 using GuardSource = std::function<Result<DumpGuard>()>;
 // CRIU's criu_dump_skip_pages(pid, start, end) (criu-patches/0004): 0, or -errno (-EOPNOTSUPP: this dump

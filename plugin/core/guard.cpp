@@ -1,6 +1,5 @@
 #include "core/guard.h"
 
-#include <dirent.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
@@ -21,7 +20,7 @@
 
 #include "base/format.h"
 #include "core/parallel.h"
-#include "driver/libcuda.h"
+#include "os/dir.h"
 #include "os/proc.h"
 
 namespace cuda_criu {
@@ -37,25 +36,25 @@ namespace {
 int pidfd_open(pid_t pid) { return static_cast<int>(syscall(SYS_pidfd_open, pid, 0)); }
 
 // A process as a guard knows it: by pidfd, or on kernels without pidfds by pid and start time, so that
-// a later process given the same pid is not taken for it.
+// a later process given the same pid is not taken for it. Move-only: it owns the pidfd.
 struct ProcRef {
 	pid_t pid = 0;
-	int pidfd = -1;
+	UniqueFd pidfd;
 	uint64_t start = 0; // 0: unknown
 };
 
-ProcRef ref_of(pid_t pid) { return {pid, pidfd_open(pid), start_time_of(pid)}; }
+ProcRef ref_of(pid_t pid) { return {pid, UniqueFd(pidfd_open(pid)), start_time_of(pid)}; }
 
 // Whether the process has exited (a pidfd polls readable then).
 bool exited(const ProcRef &p)
 {
-	if (p.pidfd < 0) {
+	if (!p.pidfd.valid()) {
 		auto st = read_task_status(p.pid);
 		if (!st || st->state == 'Z' || st->state == 'X')
 			return true;
 		return p.start && start_time_of(p.pid) != p.start; // the pid is another process's now
 	}
-	pollfd pf{p.pidfd, POLLIN, 0};
+	pollfd pf{p.pidfd.get(), POLLIN, 0};
 	return poll(&pf, 1, 0) > 0;
 }
 
@@ -68,13 +67,12 @@ void close_from(int first)
 	if (syscall(SYS_close_range, first, ~0U, 0) == 0)
 		return;
 	std::vector<int> open_fds;
-	if (DIR *d = opendir("/proc/self/fd")) {
-		while (dirent *e = readdir(d)) {
-			int fd = std::atoi(e->d_name);
-			if (fd >= first && fd != dirfd(d))
+	if (auto d = Dir::open("/proc/self/fd")) {
+		while (const char *name = d->next()) {
+			int fd = std::atoi(name);
+			if (fd >= first && fd != d->fd())
 				open_fds.push_back(fd);
 		}
-		closedir(d);
 	} else {
 		rlimit rl{};
 		int top = getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY ? static_cast<int>(rl.rlim_cur) : 65536;
@@ -126,7 +124,7 @@ Result<UniqueFd> spawn(const char *what, const GuardMain &body)
 		setsid();
 		bool has_pidfd = criu_pidfd.valid();
 		place_fds(rd.get(), criu_pidfd.get());
-		body(3, ProcRef{criu, has_pidfd ? 4 : -1, criu_start});
+		body(3, ProcRef{criu, UniqueFd(has_pidfd ? 4 : -1), criu_start});
 		_exit(0);
 	}
 	while (waitpid(child, nullptr, 0) < 0 && errno == EINTR) {
@@ -137,8 +135,8 @@ Result<UniqueFd> spawn(const char *what, const GuardMain &body)
 // Waits until CRIU has fully exited (its tracees are let go).
 void wait_for_exit(const ProcRef &criu)
 {
-	if (criu.pidfd >= 0) {
-		pollfd p{criu.pidfd, POLLIN, 0};
+	if (criu.pidfd.valid()) {
+		pollfd p{criu.pidfd.get(), POLLIN, 0};
 		while (poll(&p, 1, -1) < 0 && errno == EINTR) {
 		}
 		return;
@@ -153,51 +151,15 @@ struct Watched {
 	CudaState found;
 };
 
-// Returns one process to the state it was found in. A driver call that CRIU made for it may still be in
-// progress (CRIU died in the middle of it, or gave up on a call that stalled): the driver refuses another
-// call until that one ends, and the state moves on, so each failed step is tried again, from the state
-// then, until the call has ended or timeout_ms (at least a few seconds) has passed.
-Status return_process(Driver &d, const Watched &w, pid_t criu, unsigned timeout_ms)
+void dump_guard_main(int in, const ProcRef &criu_ref, const DriverSource &driver_source, unsigned timeout_ms)
 {
-	constexpr useconds_t kPauseUs = 100000;
-	const int kAttempts = std::max(50, static_cast<int>(timeout_ms / 100));
-	std::optional<CudaState> left;
-	for (int attempt = 1;; attempt++) {
-		if (exited(w.ref))
-			return {}; // gone, or its pid is another process's: nothing to return, nothing to touch
-		auto now = d.state(w.pid);
-		if (!now)
-			return std::move(now).error().context("%s", "read its CUDA state");
-		if (!left)
-			left = *now;
-		if (*now == w.found)
-			break;
-		Status st;
-		if (*now == CudaState::Checkpointed)
-			st = d.restore(w.pid, {});
-		if (st && w.found == CudaState::Running)
-			st = d.unlock(w.pid);
-		if (st)
-			break;
-		if (attempt == kAttempts)
-			return std::move(st).error().context("it was left %s", to_string(*left));
-		usleep(kPauseUs);
-	}
-	if (*left != w.found)
-		syslog(LOG_WARNING, "CRIU (pid %d) left pid %d %s; returned it to %s", criu, w.pid, to_string(*left),
-		       to_string(w.found));
-	return {};
-}
-
-void dump_guard_main(int in, const ProcRef &criu_ref, const std::string &libcuda, unsigned timeout_ms)
-{
-	std::vector<Watched> watched;
+	std::vector<std::shared_ptr<const Watched>> watched; // shared with the jobs, which may be abandoned
 	FILE *f = fdopen(in, "r");
 	char line[128];
 	while (f && std::fgets(line, sizeof(line), f)) {
 		int pid = 0, state = 0;
 		if (std::sscanf(line, "W %d %d", &pid, &state) == 2)
-			watched.push_back({pid, ref_of(pid), static_cast<CudaState>(state)});
+			watched.push_back(std::make_shared<const Watched>(Watched{pid, ref_of(pid), static_cast<CudaState>(state)}));
 	}
 	// The plugin is done with CRIU's run (or CRIU died). Once CRIU has fully exited, every watched process
 	// still alive must be in the state it was found in. It is after a normal dump (killed), after
@@ -206,26 +168,35 @@ void dump_guard_main(int in, const ProcRef &criu_ref, const std::string &libcuda
 	wait_for_exit(criu_ref);
 	pid_t criu = criu_ref.pid;
 	bool any_alive = false;
-	for (const Watched &w : watched)
-		any_alive |= !exited(w.ref);
+	for (const auto &w : watched)
+		any_alive |= !exited(w->ref);
 	if (!any_alive)
 		return;
 	openlog("cuda_plugin-guard", LOG_PID, LOG_DAEMON);
-	auto driver = load_libcuda(libcuda);
+	auto driver = driver_source();
 	std::vector<Job> jobs;
 	std::vector<pid_t> pids;
-	for (const Watched &w : watched) {
-		if (exited(w.ref))
+	for (const auto &w : watched) {
+		if (exited(w->ref))
 			continue;
 		if (!driver) {
 			syslog(LOG_ERR, "CRIU (pid %d) has exited; pid %d may be left locked: %s; run: cuda-criu resume %d",
-			       criu, w.pid, driver.error().message().c_str(), w.pid);
+			       criu, w->pid, driver.error().message().c_str(), w->pid);
 			continue;
 		}
 		Driver *d = *driver;
-		pids.push_back(w.pid);
-		jobs.push_back({format("CRIU (pid %d) has exited; return pid %d to %s", criu, w.pid, to_string(w.found)),
-				[d, w, criu, timeout_ms] { return return_process(*d, w, criu, timeout_ms); }});
+		pids.push_back(w->pid);
+		jobs.push_back({format("CRIU (pid %d) has exited; return pid %d to %s", criu, w->pid, to_string(w->found)),
+				[d, w, criu, timeout_ms]() -> Status {
+					auto left = return_to_found(*d, w->pid, w->found, [&w] { return exited(w->ref); },
+								    timeout_ms);
+					if (!left)
+						return std::move(left).error();
+					if (*left != w->found)
+						syslog(LOG_WARNING, "CRIU (pid %d) left pid %d %s; returned it to %s", criu,
+						       w->pid, to_string(*left), to_string(w->found));
+					return {};
+				}});
 	}
 	// A driver call that does not return is abandoned (it dies with this process): the guard never hangs.
 	std::vector<Status> results = run_jobs(std::move(jobs), 0, timeout_ms);
@@ -244,7 +215,7 @@ void restore_guard_main(int in, const ProcRef &criu_ref)
 		bool done;
 	};
 	pid_t criu = criu_ref.pid;
-	int criu_pidfd = criu_ref.pidfd;
+	int criu_pidfd = criu_ref.pidfd.get();
 	std::vector<Restoring> procs;
 	std::string pending;
 	bool criu_gone = false;
@@ -281,7 +252,7 @@ void restore_guard_main(int in, const ProcRef &criu_ref)
 	for (const Restoring &r : procs) {
 		if (r.done || exited(r.ref))
 			continue;
-		bool ok = (r.ref.pidfd >= 0 ? syscall(SYS_pidfd_send_signal, r.ref.pidfd, SIGKILL, nullptr, 0)
+		bool ok = (r.ref.pidfd.valid() ? syscall(SYS_pidfd_send_signal, r.ref.pidfd.get(), SIGKILL, nullptr, 0)
 					: kill(r.pid, SIGKILL)) == 0;
 		(ok ? killed : failed) += format("%s%d", (ok ? killed : failed).empty() ? "" : ", ", r.pid);
 	}
@@ -303,10 +274,38 @@ void restore_guard_main(int in, const ProcRef &criu_ref)
 
 } // namespace
 
-Result<DumpGuard> DumpGuard::start(const std::string &libcuda, unsigned timeout_ms)
+Result<CudaState> return_to_found(Driver &d, pid_t pid, CudaState found, const std::function<bool()> &gone,
+				  unsigned timeout_ms, unsigned pause_ms)
 {
-	auto fd = spawn("dump guard", [&libcuda, timeout_ms](int in, const ProcRef &criu) {
-		dump_guard_main(in, criu, libcuda, timeout_ms);
+	const int attempts = std::max(50, static_cast<int>(timeout_ms / 100));
+	std::optional<CudaState> left;
+	for (int attempt = 1;; attempt++) {
+		if (gone())
+			return found; // its pid may be another process's: nothing to touch, nothing to report
+		auto now = d.state(pid);
+		if (!now)
+			return std::move(now).error().context("%s", "read its CUDA state");
+		if (!left)
+			left = *now;
+		if (*now == found)
+			return *left;
+		Status st;
+		if (*now == CudaState::Checkpointed)
+			st = d.restore(pid, {});
+		if (st && found == CudaState::Running)
+			st = d.unlock(pid);
+		if (st)
+			return *left;
+		if (attempt == attempts)
+			return std::move(st).error().context("it was left %s", to_string(*left));
+		usleep(pause_ms * 1000);
+	}
+}
+
+Result<DumpGuard> DumpGuard::start(DriverSource driver, unsigned timeout_ms)
+{
+	auto fd = spawn("dump guard", [&driver, timeout_ms](int in, const ProcRef &criu) {
+		dump_guard_main(in, criu, driver, timeout_ms);
 	});
 	if (!fd)
 		return std::move(fd).error();

@@ -13,6 +13,7 @@
 
 #include <sys/types.h>
 
+#include <functional>
 #include <string>
 
 #include "base/result.h"
@@ -24,9 +25,9 @@ namespace cuda_criu {
 class DumpGuard {
 public:
 	// Must run before libcuda is loaded into this process: the guard is forked from it and loads its own
-	// copy of the driver only if it has to act. libcuda: the driver library path (empty: the default).
-	// timeout_ms: how long the guard waits for the driver to return one process (0: no limit).
-	static Result<DumpGuard> start(const std::string &libcuda, unsigned timeout_ms);
+	// copy of the driver (calls driver) only if it has to act. timeout_ms: how long the guard waits for the
+	// driver to return one process (0: no limit).
+	static Result<DumpGuard> start(DriverSource driver, unsigned timeout_ms);
 
 	DumpGuard() = default;
 	// Tells the guard about a process about to be locked, and the state it was found in.
@@ -36,6 +37,15 @@ private:
 	explicit DumpGuard(UniqueFd pipe) : pipe_(std::move(pipe)) {}
 	UniqueFd pipe_;
 };
+
+// The dump guard's work on one process it finds alive after CRIU exited: returns it to the state it was
+// found in (restore and/or unlock) and returns the state it was left in. A driver call that CRIU made
+// for it may still be in progress (CRIU died in the middle of it, or gave up on a call that stalled):
+// the driver refuses another call until that one ends, and the state moves on, so each failed step is
+// tried again, from the state then, every pause_ms until the call has ended or timeout_ms (at least 50
+// tries) has passed. gone: whether the process has exited; then nothing is touched and found returned.
+Result<CudaState> return_to_found(Driver &d, pid_t pid, CudaState found, const std::function<bool()> &gone,
+				  unsigned timeout_ms, unsigned pause_ms = 100);
 
 class RestoreGuard {
 public:

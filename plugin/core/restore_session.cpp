@@ -56,6 +56,36 @@ Status RestoreSession::load_driver(pid_t pid)
 	return {};
 }
 
+namespace {
+
+std::vector<pid_t> pids_of(const std::vector<ProcJob> &jobs)
+{
+	std::vector<pid_t> pids;
+	pids.reserve(jobs.size());
+	for (const ProcJob &j : jobs)
+		pids.push_back(j.pid);
+	return pids;
+}
+
+} // namespace
+
+// Records the failure of each of pids and logs it, once, here where it is decided: the hook only refers
+// to it. shared: one error of the whole batch (no GPU plan, a damaged GPU image), which does not name
+// the processes; the log line names them.
+void RestoreSession::failed(const std::vector<pid_t> &pids, const Error &e, bool shared)
+{
+	for (pid_t pid : pids)
+		outcomes_[pid].error = e;
+	if (!shared) {
+		LOG_ERROR("%s", e.message().c_str());
+		return;
+	}
+	std::string names;
+	for (pid_t pid : pids)
+		names += format("%s%d", names.empty() ? "" : ", ", pid);
+	LOG_ERROR("restore pid%s %s: %s", pids.size() > 1 ? "s" : "", names.c_str(), e.message().c_str());
+}
+
 // Which candidates are CUDA processes: libcuda mapped (no driver call) and a restore thread. Each one
 // found gets an outcome and a job with its restore thread (the restore call is set later).
 std::vector<ProcJob> RestoreSession::find_cuda_processes(const std::vector<pid_t> &candidates)
@@ -75,7 +105,7 @@ std::vector<ProcJob> RestoreSession::find_cuda_processes(const std::vector<pid_t
 			continue;
 		if (auto st = load_driver(pid); !st) {
 			seen_[pid] = true;
-			outcomes_[pid].error = std::move(st).error();
+			failed({pid}, std::move(st).error());
 			continue;
 		}
 		auto tid = ask<pid_t>(driver_, kDriverGraceMs, format("query the restore thread of pid %d", pid),
@@ -83,7 +113,7 @@ std::vector<ProcJob> RestoreSession::find_cuda_processes(const std::vector<pid_t
 		if (!tid) {
 			if (expected || tid.error().errno_value() == ETIMEDOUT) {
 				seen_[pid] = true;
-				outcomes_[pid].error = std::move(tid).error().context("restore pid %d", pid);
+				failed({pid}, std::move(tid).error().context("restore pid %d", pid));
 			}
 			continue;
 		}
@@ -101,8 +131,7 @@ void RestoreSession::restore_batch(const std::vector<pid_t> &candidates)
 		auto pairs = gpu_pairs();
 		if (!pairs) {
 			// Refused before any restore call: every process is still stopped, none runs without its state.
-			for (const ProcJob &j : jobs)
-				outcomes_[j.pid].error = pairs.error();
+			failed(pids_of(jobs), pairs.error(), true);
 			jobs.clear();
 		}
 		if (load_gpu_ && !jobs.empty()) {
@@ -116,8 +145,7 @@ void RestoreSession::restore_batch(const std::vector<pid_t> &candidates)
 			Status st = load_gpu_(targets);
 			load_gpu_us_ += now_us() - t0;
 			if (!st) {
-				for (const ProcJob &j : jobs)
-					outcomes_[j.pid].error = st.error();
+				failed(pids_of(jobs), st.error(), true);
 				jobs.clear();
 			}
 		}
@@ -179,10 +207,7 @@ PhaseProgress RestoreSession::restore_progress(const std::vector<pid_t> &pids)
 void RestoreSession::restore_all(std::vector<ProcJob> jobs)
 {
 	LOG_INFO("restoring %zu CUDA process(es)%s", jobs.size(), jobs.size() > 1 ? " in parallel" : "");
-	std::vector<pid_t> pids;
-	pids.reserve(jobs.size());
-	for (const ProcJob &j : jobs)
-		pids.push_back(j.pid);
+	std::vector<pid_t> pids = pids_of(jobs);
 	PhaseProgress progress = restore_progress(pids);
 	uint64_t t0 = now_us();
 	std::vector<ProcResult> results = run_proc_jobs(host_, driver_, std::move(jobs), options_.parallel,
@@ -193,7 +218,7 @@ void RestoreSession::restore_all(std::vector<ProcJob> jobs)
 		if (results[i].status)
 			guard_.restored(pids[i]);
 		else
-			outcomes_[pids[i]].error = std::move(results[i].status).error();
+			failed({pids[i]}, std::move(results[i].status).error());
 	}
 }
 
@@ -240,9 +265,6 @@ void RestoreSession::kill_if_criu_ignores_failure(const std::vector<pid_t> &cand
 		return;
 	// This CRIU would report success anyway: make sure no process runs without its GPU state.
 	killed_ = true;
-	for (const auto &[p, o] : outcomes_)
-		if (o.error)
-			LOG_ERROR("%s", o.error->message().c_str());
 	LOG_ERROR("GPU state could not be restored; this CRIU does not fail a restore for that, so the "
 		  "restored processes are killed now (apply criu-patches/ to make criu restore fail instead)");
 	for (pid_t p : candidates)

@@ -38,7 +38,8 @@ public:
 		       bool criu_fails_on_error, RestoreGuard guard = {}, GpuImageLoad load_gpu = {});
 
 	// RESUME_DEVICES_LATE: the first call restores and unlocks every restored CUDA process at once.
-	// false: pid is not a CUDA process.
+	// false: pid is not a CUDA process. An error returned has been logged, naming the process, where the
+	// session decided it: the caller only refers to it.
 	Result<bool> resume(pid_t pid);
 	std::string summary() const;
 	bool any_failed() const;
@@ -57,6 +58,7 @@ private:
 	PhaseProgress restore_progress(const std::vector<pid_t> &pids);
 	void report_missing();
 	Result<std::vector<GpuPair>> gpu_pairs();
+	void failed(const std::vector<pid_t> &pids, const Error &e, bool shared = false);
 	void kill_if_criu_ignores_failure(const std::vector<pid_t> &candidates);
 
 	Options options_;

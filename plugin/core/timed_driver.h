@@ -29,26 +29,11 @@ public:
 	// Microseconds in [from, to) covered by at least one driver call (calls may overlap).
 	uint64_t covered_us(uint64_t from, uint64_t to) const;
 
-	Result<pid_t> restore_thread_id(pid_t pid) override { return timed([&] { return inner_.restore_thread_id(pid); }); }
-	Result<CudaState> state(pid_t pid) override { return timed([&] { return inner_.state(pid); }); }
-	Status lock(pid_t pid, unsigned timeout_ms) override { return timed([&] { return inner_.lock(pid, timeout_ms); }); }
-	Status checkpoint(pid_t pid) override { return timed([&] { return inner_.checkpoint(pid); }); }
-	Status restore(pid_t pid, const std::vector<GpuPair> &pairs) override
-	{
-		return timed([&] { return inner_.restore(pid, pairs); });
-	}
-	Status unlock(pid_t pid) override { return timed([&] { return inner_.unlock(pid); }); }
+#define CUDA_CRIU_TIMED_CALL(ret, method, params, args) \
+	ret method params override { return timed([&] { return inner_.method args; }); }
+	CUDA_CRIU_DRIVER_CALLS(CUDA_CRIU_TIMED_CALL)
+#undef CUDA_CRIU_TIMED_CALL
 	std::string version() const override { return inner_.version(); }
-	Result<std::vector<GpuInfo>> gpus() override { return timed([&] { return inner_.gpus(); }); }
-	uint64_t free_bytes(const GpuUuid &uuid) override { return timed([&] { return inner_.free_bytes(uuid); }); }
-	std::optional<std::map<pid_t, uint64_t>> gpu_bytes_by_process() override
-	{
-		return timed([&] { return inner_.gpu_bytes_by_process(); });
-	}
-	std::optional<std::map<pid_t, std::vector<GpuUuid>>> gpus_by_process() override
-	{
-		return timed([&] { return inner_.gpus_by_process(); });
-	}
 
 private:
 	Driver &inner_;

@@ -1,6 +1,8 @@
 // Every CUDA driver entry point this project calls, in one list: the plugin's driver table, cuda-criu
-// check's probe of the checkpoint API and the selftest workload are all made from it. To call a new
-// driver function, add one line here (and use it through LibCuda in libcuda.cpp for the plugin).
+// check's probe and report of the checkpoint API, the selftest workload and the test that the fake
+// libcuda exports each one (tests/unit/fake_libcuda_test.cpp) are all made from it. To call a new driver
+// function, add one line here (and use it through LibCuda in libcuda.cpp for the plugin: see "A driver
+// call" in docs/architecture.md).
 // Needs <cuda.h>: include it only from .cpp files whose target has the CUDA headers.
 #pragma once
 
@@ -66,6 +68,18 @@ inline std::string resolve_cuda_api(void *lib, CudaApi &api, EntryKind kind)
 	CUDA_CRIU_ENTRY_POINTS(CUDA_CRIU_RESOLVE)
 #undef CUDA_CRIU_RESOLVE
 	return missing;
+}
+
+// The names of the entry points of `kind`, in the list's order ("cuInit, cuDriverGetVersion, ...").
+inline std::string entry_point_names(EntryKind kind)
+{
+	std::string names;
+#define CUDA_CRIU_NAME(member, function, k) \
+	if (EntryKind::k == kind)           \
+		names += (names.empty() ? "" : ", ") + std::string(CUDA_CRIU_SYMBOL_NAME(function));
+	CUDA_CRIU_ENTRY_POINTS(CUDA_CRIU_NAME)
+#undef CUDA_CRIU_NAME
+	return names;
 }
 
 } // namespace cuda_criu

@@ -5,6 +5,7 @@
 #include <sys/types.h>
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -15,27 +16,45 @@
 
 namespace cuda_criu {
 
+// GPU memory each process uses, and the GPUs on which each has a CUDA context, by pid.
+using ProcessBytes = std::map<pid_t, uint64_t>;
+using ProcessGpus = std::map<pid_t, std::vector<GpuUuid>>;
+
+// X(Return, method, (parameters), (arguments)): every call of the seam that reaches the driver (libcuda,
+// whose entry points driver/cuda_api.h lists, or NVML). Driver declares each one pure, TimedDriver
+// (core/timed_driver.h) times each one; LibCuda and the unit tests' fake must override each one.
+//   restore_thread_id .. unlock: the checkpoint API, one entry point each.
+//   gpus: the GPUs this machine offers, in the driver's ordinal order.
+//   free_bytes: free memory of a GPU now, in bytes; 0 when unknown.
+//   gpu_bytes_by_process, gpus_by_process: now, over all GPUs; nullopt when the driver cannot tell.
+#define CUDA_CRIU_DRIVER_CALLS(X)                                                  \
+	X(Result<pid_t>, restore_thread_id, (pid_t pid), (pid))                    \
+	X(Result<CudaState>, state, (pid_t pid), (pid))                            \
+	X(Status, lock, (pid_t pid, unsigned timeout_ms), (pid, timeout_ms))       \
+	X(Status, checkpoint, (pid_t pid), (pid))                                  \
+	X(Status, restore, (pid_t pid, const std::vector<GpuPair> &pairs), (pid, pairs)) \
+	X(Status, unlock, (pid_t pid), (pid))                                      \
+	X(Result<std::vector<GpuInfo>>, gpus, (), ())                              \
+	X(uint64_t, free_bytes, (const GpuUuid &uuid), (uuid))                     \
+	X(std::optional<ProcessBytes>, gpu_bytes_by_process, (), ())               \
+	X(std::optional<ProcessGpus>, gpus_by_process, (), ())
+
 class Driver {
 public:
 	virtual ~Driver() = default;
 
-	virtual Result<pid_t> restore_thread_id(pid_t pid) = 0;
-	virtual Result<CudaState> state(pid_t pid) = 0;
-	virtual Status lock(pid_t pid, unsigned timeout_ms) = 0;
-	virtual Status checkpoint(pid_t pid) = 0;
-	virtual Status restore(pid_t pid, const std::vector<GpuPair> &pairs) = 0;
-	virtual Status unlock(pid_t pid) = 0;
+#define CUDA_CRIU_DECLARE_CALL(ret, method, params, args) virtual ret method params = 0;
+	CUDA_CRIU_DRIVER_CALLS(CUDA_CRIU_DECLARE_CALL)
+#undef CUDA_CRIU_DECLARE_CALL
 
-	// The kernel driver's version ("580.159.04") or, failing that, the CUDA version ("13.0").
+	// The kernel driver's version ("580.159.04") or, failing that, the CUDA version ("13.0"): known at
+	// load time, no call.
 	virtual std::string version() const = 0;
-	// The GPUs this machine offers, in the driver's ordinal order.
-	virtual Result<std::vector<GpuInfo>> gpus() = 0;
-	// Free memory of a GPU now, in bytes; 0 when unknown.
-	virtual uint64_t free_bytes(const GpuUuid &uuid) = 0;
-	// GPU memory each process uses now (over all GPUs), by pid; nullopt when the driver cannot tell.
-	virtual std::optional<std::map<pid_t, uint64_t>> gpu_bytes_by_process() { return std::nullopt; }
-	// The GPUs on which each process has a CUDA context now, by pid; nullopt when the driver cannot tell.
-	virtual std::optional<std::map<pid_t, std::vector<GpuUuid>>> gpus_by_process() { return std::nullopt; }
 };
+
+// Loads the driver on first need (libcuda is never touched for a dump without CUDA processes): LibCuda in
+// the plugin, a fake in tests. The driver must stay valid for the life of the process: an abandoned call
+// may still use it.
+using DriverSource = std::function<Result<Driver *>()>;
 
 } // namespace cuda_criu

@@ -1,6 +1,5 @@
 #include "image/criu_pages.h"
 
-#include <dirent.h>
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -12,6 +11,7 @@
 
 #include "base/format.h"
 #include "image/image_file.h"
+#include "os/dir.h"
 
 namespace cuda_criu {
 namespace {
@@ -272,19 +272,13 @@ bool is_pagemap_name(const std::string &name)
 Result<std::vector<std::string>> pagemap_names(int dir_fd)
 {
 	// A new open file description: a duplicate of dir_fd would share its offset with CRIU's descriptor.
-	int fd = openat(dir_fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (fd < 0)
+	auto d = Dir::open(".", dir_fd);
+	if (!d)
 		return errno_error("read the image directory");
-	std::unique_ptr<DIR, int (*)(DIR *)> d(fdopendir(fd), closedir);
-	if (!d) {
-		Error e = errno_error("read the image directory");
-		close(fd);
-		return e;
-	}
 	std::vector<std::string> names;
-	while (struct dirent *e = readdir(d.get()))
-		if (is_pagemap_name(e->d_name))
-			names.emplace_back(e->d_name);
+	while (const char *name = d->next())
+		if (is_pagemap_name(name))
+			names.emplace_back(name);
 	std::sort(names.begin(), names.end());
 	return names;
 }

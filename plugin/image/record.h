@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "base/gpu.h"
+#include "base/memory_range.h"
 
 namespace cuda_criu {
 
@@ -17,13 +18,6 @@ struct GpuRecord {
 	uint64_t memory_bytes = 0;
 	std::string pci_bus_id;
 	int ordinal = -1;
-};
-
-// [start, end) in a process's address space.
-struct MemoryRange {
-	uint64_t start = 0;
-	uint64_t end = 0;
-	bool operator==(const MemoryRange &) const = default;
 };
 
 struct ProcessRecord {

@@ -7,12 +7,14 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "base/result.h"
 #include "base/gpu.h"
 #include "os/maps.h"
+#include "os/memory.h"
 
 namespace cuda_criu {
 
@@ -51,6 +53,13 @@ public:
 	virtual void kill(pid_t pid) = 0;
 	// Whether the process still exists (and is not a zombie).
 	virtual bool alive(pid_t pid) = 0;
+	// The children of every thread of pid (/proc/PID/task/*/children); empty when unknown.
+	virtual std::vector<pid_t> children(pid_t pid) = 0;
+	// CPU time of one thread of pid in clock ticks (user + system); 0 when unknown.
+	virtual uint64_t thread_cpu_ticks(pid_t pid, pid_t tid) = 0;
+	// MemAvailable of the machine, and the memory cgroup that leaves pid the least room (os/memory.h).
+	virtual std::optional<uint64_t> available_memory() = 0;
+	virtual std::optional<CgroupRoom> memory_cgroup(pid_t pid) = 0;
 	// Every GPU the kernel driver has, whatever CUDA_VISIBLE_DEVICES says: see kernel_gpus() in os/nvidia.h.
 	virtual std::vector<GpuInfo> machine_gpus() = 0;
 	// Minors of the NVIDIA GPU device nodes in the /dev of the task's mount namespace (empty: none, or
@@ -58,23 +67,15 @@ public:
 	virtual std::vector<unsigned> dev_gpu_minors(pid_t pid) = 0;
 	// The task's memory mappings (/proc/PID/maps); empty when they cannot be read (then no memory is
 	// mapped from the image at restore).
-	virtual std::vector<Mapping> memory_map(pid_t pid)
-	{
-		(void)pid;
-		return {};
-	}
+	virtual std::vector<Mapping> memory_map(pid_t pid) = 0;
 	// Copies of the GPU state between the plugin and a stopped process (os/process_memory.h).
 	virtual Status read_memory(pid_t pid, uint64_t addr, void *buf, size_t len) = 0;
 	virtual Status write_memory(pid_t pid, uint64_t addr, const void *buf, size_t len) = 0;
 	// The room left on the file system of the directory dir_fd; an error when it cannot be told (a
 	// file system that reports no size, an fd that is no directory).
-	virtual Result<FreeSpace> free_space_at(int dir_fd)
-	{
-		(void)dir_fd;
-		return make_error(ENOSYS, "%s", "not known");
-	}
+	virtual Result<FreeSpace> free_space_at(int dir_fd) = 0;
 	// This process's command line (CRIU's own: its options); empty when unknown.
-	virtual std::vector<std::string> command_line() { return {}; }
+	virtual std::vector<std::string> command_line() = 0;
 };
 
 class SystemHost final : public Host {
@@ -85,6 +86,10 @@ public:
 	std::vector<pid_t> stopped_tasks() override;
 	void kill(pid_t pid) override;
 	bool alive(pid_t pid) override;
+	std::vector<pid_t> children(pid_t pid) override;
+	uint64_t thread_cpu_ticks(pid_t pid, pid_t tid) override;
+	std::optional<uint64_t> available_memory() override;
+	std::optional<CgroupRoom> memory_cgroup(pid_t pid) override;
 	std::vector<GpuInfo> machine_gpus() override;
 	std::vector<unsigned> dev_gpu_minors(pid_t pid) override;
 	std::vector<Mapping> memory_map(pid_t pid) override;

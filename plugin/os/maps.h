@@ -9,8 +9,8 @@
 #include <string_view>
 #include <vector>
 
+#include "base/memory_range.h"
 #include "base/result.h"
-#include "image/record.h"
 
 namespace cuda_criu {
 

@@ -1,6 +1,5 @@
 #include "os/nvidia.h"
 
-#include <dirent.h>
 #include <sys/stat.h>
 
 #include <algorithm>
@@ -8,25 +7,12 @@
 #include <sstream>
 
 #include "base/text.h"
+#include "os/dir.h"
 
 namespace cuda_criu {
 namespace {
 
 constexpr const char *kProcDir = "/proc/driver/nvidia";
-
-// The names in a directory, without "." entries; empty when it cannot be read.
-std::vector<std::string> entries(const std::string &path)
-{
-	std::vector<std::string> out;
-	DIR *dir = opendir(path.c_str());
-	if (!dir)
-		return out;
-	while (dirent *de = readdir(dir))
-		if (de->d_name[0] != '.')
-			out.emplace_back(de->d_name);
-	closedir(dir);
-	return out;
-}
 
 std::string value_of(const std::string &line)
 {
@@ -48,7 +34,7 @@ bool nvidia_driver_present(const std::string &libcuda_path)
 		struct stat st;
 		return stat(libcuda_path.c_str(), &st) == 0;
 	}
-	return !entries(std::string(kProcDir) + "/gpus").empty();
+	return !dir_entries(std::string(kProcDir) + "/gpus").empty();
 }
 
 std::string kernel_driver_version()
@@ -74,7 +60,7 @@ std::vector<GpuInfo> kernel_gpus()
 {
 	std::vector<GpuInfo> out;
 	const std::string dir = std::string(kProcDir) + "/gpus/";
-	for (const std::string &name : entries(dir)) {
+	for (const std::string &name : dir_entries(dir)) {
 		auto text = read_small_file(dir + name + "/information");
 		if (!text)
 			continue;

@@ -1,6 +1,5 @@
 #include "os/nvidia_files.h"
 
-#include <dirent.h>
 #include <fcntl.h>
 #include <sys/sysmacros.h>
 #include <unistd.h>
@@ -11,6 +10,7 @@
 #include <sstream>
 
 #include "base/text.h"
+#include "os/dir.h"
 #include "os/unique_fd.h"
 
 namespace cuda_criu {
@@ -101,21 +101,18 @@ std::vector<unsigned long> nvidia_device_mappings(pid_t pid)
 {
 	std::vector<unsigned long> starts;
 	std::string dir = "/proc/" + std::to_string(pid) + "/map_files";
-	DIR *d = opendir(dir.c_str());
+	auto d = Dir::open(dir);
 	if (!d)
 		return starts;
-	while (dirent *de = readdir(d)) {
-		if (de->d_name[0] == '.')
-			continue;
+	while (const char *name = d->next()) {
 		// O_PATH: no driver open() call; the stat and the link are all that is needed.
-		UniqueFd fd(openat(dirfd(d), de->d_name, O_PATH | O_CLOEXEC));
+		UniqueFd fd(openat(d->fd(), name, O_PATH | O_CLOEXEC));
 		struct stat st;
 		if (!fd.valid() || fstat(fd.get(), &st) != 0)
 			continue;
 		if (is_nvidia_device_file(fd.get(), st))
-			starts.push_back(std::strtoul(de->d_name, nullptr, 16));
+			starts.push_back(std::strtoul(name, nullptr, 16));
 	}
-	closedir(d);
 	return starts;
 }
 
@@ -156,27 +153,24 @@ std::vector<DeviceFd> nvidia_device_fds(pid_t pid)
 {
 	std::vector<DeviceFd> out;
 	std::string dir = "/proc/" + std::to_string(pid);
-	DIR *d = opendir((dir + "/fd").c_str());
+	auto d = Dir::open(dir + "/fd");
 	if (!d)
 		return out;
-	while (dirent *de = readdir(d)) {
-		if (de->d_name[0] == '.')
-			continue;
-		UniqueFd fd(openat(dirfd(d), de->d_name, O_PATH | O_CLOEXEC));
+	while (const char *name = d->next()) {
+		UniqueFd fd(openat(d->fd(), name, O_PATH | O_CLOEXEC));
 		struct stat st;
 		if (!fd.valid() || fstat(fd.get(), &st) != 0 || !is_nvidia_device_file(fd.get(), st))
 			continue;
 		DeviceFd e;
-		e.fd = std::atoi(de->d_name);
+		e.fd = std::atoi(name);
 		e.path = fd_path(fd.get());
-		if (auto info = read_small_file(dir + "/fdinfo/" + de->d_name)) {
+		if (auto info = read_small_file(dir + "/fdinfo/" + name)) {
 			size_t at = info->find("flags:");
 			if (at != std::string::npos)
 				e.flags = static_cast<unsigned>(std::strtoul(info->c_str() + at + 6, nullptr, 8));
 		}
 		out.push_back(std::move(e));
 	}
-	closedir(d);
 	std::sort(out.begin(), out.end(), [](const DeviceFd &a, const DeviceFd &b) { return a.fd < b.fd; });
 	return out;
 }

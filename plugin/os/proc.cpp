@@ -1,6 +1,5 @@
 #include "os/proc.h"
 
-#include <dirent.h>
 #include <fcntl.h>
 #include <sys/stat.h>
 
@@ -12,6 +11,7 @@
 #include <sstream>
 
 #include "base/text.h"
+#include "os/dir.h"
 
 namespace cuda_criu {
 
@@ -74,19 +74,13 @@ std::vector<pid_t> children_of(pid_t pid)
 	std::vector<pid_t> out;
 	char path[64];
 	std::snprintf(path, sizeof(path), "/proc/%d/task", pid);
-	DIR *dir = opendir(path);
-	if (!dir)
-		return out;
-	while (dirent *de = readdir(dir)) {
-		if (de->d_name[0] == '.')
-			continue;
-		auto text = read_small_file(std::string(path) + "/" + de->d_name + "/children");
+	for (const std::string &tid : dir_entries(path)) {
+		auto text = read_small_file(std::string(path) + "/" + tid + "/children");
 		std::istringstream f(text ? *text : std::string());
 		pid_t child = 0;
 		while (f >> child)
 			out.push_back(child);
 	}
-	closedir(dir);
 	return out;
 }
 
@@ -152,17 +146,10 @@ bool process_exists(pid_t pid)
 std::vector<pid_t> processes_traced_by(pid_t tracer)
 {
 	std::vector<pid_t> pids;
-	std::unique_ptr<DIR, int (*)(DIR *)> dir(opendir("/proc"), closedir);
-	if (!dir)
-		return pids;
-	while (dirent *de = readdir(dir.get())) {
-		char *end = nullptr;
-		long pid = std::strtol(de->d_name, &end, 10);
-		if (pid <= 0 || *end)
-			continue;
-		auto st = read_task_status(static_cast<pid_t>(pid));
+	for (pid_t pid : proc_pids()) {
+		auto st = read_task_status(pid);
 		if (st && st->tracer == tracer)
-			pids.push_back(static_cast<pid_t>(pid));
+			pids.push_back(pid);
 	}
 	std::sort(pids.begin(), pids.end());
 	return pids;

@@ -1,6 +1,5 @@
 #include "os/host.h"
 
-#include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/stat.h>
@@ -13,6 +12,7 @@
 #include <set>
 
 #include "base/text.h"
+#include "os/dir.h"
 #include "os/nvidia.h"
 #include "os/nvidia_files.h"
 #include "os/proc.h"
@@ -35,6 +35,14 @@ private:
 
 bool SystemHost::uses_libcuda(pid_t pid) { return maps_libcuda(pid); }
 
+std::vector<pid_t> SystemHost::children(pid_t pid) { return children_of(pid); }
+
+uint64_t SystemHost::thread_cpu_ticks(pid_t pid, pid_t tid) { return cuda_criu::thread_cpu_ticks(pid, tid); }
+
+std::optional<uint64_t> SystemHost::available_memory() { return host_available_bytes(); }
+
+std::optional<CgroupRoom> SystemHost::memory_cgroup(pid_t pid) { return tightest_memory_cgroup(pid); }
+
 namespace {
 
 // The minors of the NVIDIA GPU device nodes among the entries of dir, by what they are, not by their
@@ -43,14 +51,12 @@ namespace {
 std::vector<unsigned> gpu_minors_in(const std::string &dir, int stat_flags)
 {
 	std::set<unsigned> minors;
-	if (DIR *d = opendir(dir.c_str())) {
-		while (dirent *de = readdir(d)) {
+	if (auto d = Dir::open(dir))
+		while (const char *name = d->next()) {
 			struct stat st;
-			if (de->d_name[0] != '.' && fstatat(dirfd(d), de->d_name, &st, stat_flags) == 0 && is_nvidia_gpu_node(st))
+			if (fstatat(d->fd(), name, &st, stat_flags) == 0 && is_nvidia_gpu_node(st))
 				minors.insert(minor(st.st_rdev));
 		}
-		closedir(d);
-	}
 	return {minors.begin(), minors.end()};
 }
 

@@ -169,6 +169,14 @@ Status FakeHost::write_memory(pid_t pid, uint64_t addr, const void *buf, size_t 
 	return {};
 }
 
+uint64_t FakeHost::thread_cpu_ticks(pid_t pid, pid_t tid)
+{
+	(void)pid;
+	std::lock_guard<std::mutex> g(ticks_mu);
+	auto it = cpu_ticks.find(tid);
+	return it != cpu_ticks.end() ? it->second : 0;
+}
+
 Result<FreeSpace> FakeHost::free_space_at(int dir_fd)
 {
 	space_asked.push_back(dir_fd);

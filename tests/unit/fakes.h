@@ -80,6 +80,20 @@ public:
 	std::vector<pid_t> stopped_tasks() override { return stopped; }
 	void kill(pid_t pid) override { killed.insert(pid); }
 	bool alive(pid_t pid) override { return !dead.count(pid); }
+	std::map<pid_t, std::vector<pid_t>> kids; // children() (default: none)
+	std::vector<pid_t> children(pid_t pid) override { return kids.count(pid) ? kids[pid] : std::vector<pid_t>{}; }
+	std::map<pid_t, uint64_t> cpu_ticks; // thread_cpu_ticks() by tid (default: 0)
+	std::mutex ticks_mu;                  // read by the progress watch while a test may set it
+	uint64_t thread_cpu_ticks(pid_t pid, pid_t tid) override;
+	std::optional<uint64_t> available; // available_memory() (default: unknown)
+	std::optional<uint64_t> available_memory() override { return available; }
+	std::map<pid_t, CgroupRoom> cgroups; // memory_cgroup() (default: no limit)
+	std::optional<CgroupRoom> memory_cgroup(pid_t pid) override
+	{
+		if (auto it = cgroups.find(pid); it != cgroups.end())
+			return it->second;
+		return std::nullopt;
+	}
 	std::vector<GpuInfo> all_gpus; // machine_gpus()
 	std::vector<GpuInfo> machine_gpus() override { return all_gpus; }
 	std::vector<unsigned> dev_gpu_minors(pid_t pid) override { return reachable.count(pid) ? reachable[pid] : std::vector<unsigned>{}; }

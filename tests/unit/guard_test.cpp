@@ -15,6 +15,7 @@
 #include <string>
 
 #include "core/guard.h"
+#include "fakes.h"
 #include "os/proc.h"
 
 namespace cuda_criu {
@@ -160,6 +161,113 @@ TEST(ProcStartTime, TellsAReusedPidFromTheFirstProcess)
 	kill(p, SIGKILL);
 	waitpid(p, nullptr, 0);
 	EXPECT_EQ(start_time_of(p), 0u); // gone: a guard does not take a later process for it
+}
+
+// The dump guard's policy for a process CRIU left behind: put it back in the state it was found in.
+TEST(DumpGuard, ReturnsACheckpointedProcessToRunning)
+{
+	testing::FakeDriver d;
+	d.add(30, CudaState::Checkpointed);
+	auto left = return_to_found(d, 30, CudaState::Running, [] { return false; }, 1000, 1);
+	ASSERT_TRUE(left.ok()) << left.error().message();
+	EXPECT_EQ(*left, CudaState::Checkpointed);
+	EXPECT_EQ(d.state_of(30), CudaState::Running);
+}
+
+TEST(DumpGuard, ReturnsACheckpointedProcessFoundLockedToLocked)
+{
+	testing::FakeDriver d;
+	d.add(30, CudaState::Checkpointed);
+	auto left = return_to_found(d, 30, CudaState::Locked, [] { return false; }, 1000, 1);
+	ASSERT_TRUE(left.ok()) << left.error().message();
+	EXPECT_EQ(d.state_of(30), CudaState::Locked);
+	EXPECT_EQ(d.calls, (std::vector<std::string>{"restore 30"})); // state queries are not listed
+}
+
+TEST(DumpGuard, LeavesAProcessInItsStateAlone)
+{
+	testing::FakeDriver d;
+	d.add(30, CudaState::Running);
+	auto left = return_to_found(d, 30, CudaState::Running, [] { return false; }, 1000, 1);
+	ASSERT_TRUE(left.ok()) << left.error().message();
+	EXPECT_EQ(*left, CudaState::Running);
+	EXPECT_TRUE(d.calls.empty()); // no restore, no unlock
+}
+
+TEST(DumpGuard, TouchesNothingOfAProcessThatIsGone)
+{
+	testing::FakeDriver d;
+	d.add(30, CudaState::Locked);
+	auto left = return_to_found(d, 30, CudaState::Running, [] { return true; }, 1000, 1);
+	ASSERT_TRUE(left.ok()) << left.error().message();
+	EXPECT_TRUE(d.calls.empty());
+}
+
+TEST(DumpGuard, NamesTheStateItCouldNotLeave)
+{
+	testing::FakeDriver d;
+	d.add(30, CudaState::Locked);
+	d.fail["unlock"] = {30};
+	auto left = return_to_found(d, 30, CudaState::Running, [] { return false; }, 0, 1);
+	ASSERT_FALSE(left.ok());
+	EXPECT_NE(left.error().message().find("it was left locked"), std::string::npos) << left.error().message();
+}
+
+// Forks a "CRIU" that starts a dump guard watching pid and exits; returns whether the guard then asked for
+// the driver (it writes to a file: the guard closes every inherited fd).
+bool guard_asked_for_driver(pid_t watched, int wait_ms)
+{
+	char path[] = "/tmp/cuda-criu-guard-XXXXXX";
+	int fd = mkstemp(path);
+	if (fd < 0)
+		return false;
+	close(fd);
+	std::string file = path;
+	pid_t criu = fork();
+	if (criu == 0) {
+		auto guard = DumpGuard::start(
+			[file]() -> Result<Driver *> {
+				if (FILE *f = std::fopen(file.c_str(), "w")) {
+					std::fputs("asked", f);
+					std::fclose(f);
+				}
+				return make_error(ENOENT, "%s", "no driver in this test");
+			},
+			1000);
+		if (!guard)
+			_exit(1);
+		guard->watch(watched, CudaState::Running);
+		_exit(0);
+	}
+	int st = 0;
+	waitpid(criu, &st, 0);
+	bool asked = false;
+	for (int waited = 0; !asked && waited < wait_ms; waited += 10) {
+		FILE *f = std::fopen(file.c_str(), "r");
+		char buf[8] = {};
+		asked = f && std::fgets(buf, sizeof(buf), f) != nullptr;
+		if (f)
+			std::fclose(f);
+		if (!asked)
+			usleep(10000);
+	}
+	unlink(file.c_str());
+	return WIFEXITED(st) && WEXITSTATUS(st) == 0 && asked;
+}
+
+TEST(DumpGuard, ActsOnlyForAWatchedProcessAliveAfterCriuExited)
+{
+	pid_t alive = start_sleeper();
+	ASSERT_GT(alive, 0);
+	EXPECT_TRUE(guard_asked_for_driver(alive, 5000));
+	kill(alive, SIGKILL);
+	waitpid(alive, nullptr, 0);
+
+	pid_t dead = start_sleeper();
+	ASSERT_GT(dead, 0);
+	kill(dead, SIGKILL);
+	waitpid(dead, nullptr, 0);
+	EXPECT_FALSE(guard_asked_for_driver(dead, 300));
 }
 
 } // namespace
