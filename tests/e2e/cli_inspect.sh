@@ -79,8 +79,7 @@ cp -a "$T/img" "$T/pristine"
 
 # The image restores after being read (inspect changes nothing).
 restore "$T/img" || fail "restore after inspect failed"
-expect_healthy "$STATE"
-kill -9 "$pid"; wait_gone "$pid"
+healthy_then_gone
 log "real image: text and JSON describe the process, and it restores: ok"
 
 # 1b. --verify of damaged copies: exit 1, naming the file and what is wrong.

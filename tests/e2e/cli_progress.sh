@@ -88,8 +88,7 @@ awk -v s="$secs" 'BEGIN { exit !(s < 5) }' || fail "stall: cuda-criu took $secs 
 is_checkpointed() { [ "$(cuda_state "$1")" = checkpointed ]; }
 wait_for "stall: pid $pid checkpointed once the driver went on" 30 is_checkpointed "$pid"
 criu_cli resume "$pid" >/dev/null || fail "stall: resume failed"
-expect_healthy "$STATE"
-kill -9 "$pid"; wait_gone "$pid"
+healthy_then_gone
 log "stall: given up after $secs s, resumed afterwards: ok"
 
 # 5. A round trip of a slow workload: the plugin's progress lines of the dump and of the restore, plain

@@ -3,6 +3,7 @@
  * saved count) from a restarted one (which would start again at 0).
  *   counter_tree --state FILE [--children K] */
 #define _GNU_SOURCE
+#include <getopt.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -38,15 +39,23 @@ int main(int argc, char **argv)
 {
 	const char *state = NULL;
 	int children = 0;
-	for (int i = 1; i < argc; i++) {
-		if (!strcmp(argv[i], "--state") && i + 1 < argc)
-			state = argv[++i];
-		else if (!strcmp(argv[i], "--children") && i + 1 < argc)
-			children = atoi(argv[++i]);
-		else {
-			fprintf(stderr, "usage: %s --state FILE [--children K]\n", argv[0]);
-			return 2;
-		}
+	static const struct option opts[] = {
+		{ "state", required_argument, NULL, 's' },
+		{ "children", required_argument, NULL, 'c' },
+		{ NULL, 0, NULL, 0 },
+	};
+	int o, bad = 0;
+	while ((o = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+		if (o == 's')
+			state = optarg;
+		else if (o == 'c')
+			children = atoi(optarg);
+		else
+			bad = 1;
+	}
+	if (bad || optind != argc) {
+		fprintf(stderr, "usage: %s --state FILE [--children K]\n", argv[0]);
+		return 2;
 	}
 	if (!state) {
 		fprintf(stderr, "counter_tree: --state is required\n");

@@ -95,8 +95,7 @@ if CRIU_FAULT=1 "$CRIU" dump -t "$pid" -D "$T/img-killed" -L "$PLUGIN_DIR" -v4 -
 fi
 alive "$pid" || fail "criu-killed: the workload died with CRIU"
 wait_for "the guard to return pid $pid to running" 20 is_running "$pid"
-expect_healthy "$STATE"
-kill -9 "$pid"; wait_gone "$pid"
+healthy_then_gone
 log "criu killed mid-dump: the guard returned the process to running, data intact"
 
 # A post-dump script that fails makes CRIU let the tasks go after a successful dump (the plugin was told
@@ -114,8 +113,7 @@ mkdir -p "$T/img-post-dump"
 	2>/dev/null && fail "post-dump: criu reported success despite the failing post-dump script"
 alive "$pid" || fail "post-dump: the workload was killed"
 wait_for "the guard to return pid $pid to running" 20 is_running "$pid"
-expect_healthy "$STATE"
-kill -9 "$pid"; wait_gone "$pid"
+healthy_then_gone
 log "post-dump script failed, CRIU let the tasks go: the guard returned the process to running, data intact"
 
 # Without the guard (e.g. it was killed too), cuda-criu resume is the way back from a stranded state.
@@ -125,8 +123,7 @@ cuda_criu lock "$pid" >/dev/null && cuda_criu checkpoint "$pid" >/dev/null || fa
 [ "$(cuda_state "$pid")" = checkpointed ] || fail "stranded: not checkpointed"
 cuda_criu resume "$pid" >/dev/null || fail "stranded: cuda-criu resume failed"
 [ "$(cuda_state "$pid")" = running ] || fail "stranded: not running after cuda-criu resume"
-expect_healthy "$STATE"
-kill -9 "$pid"; wait_gone "$pid"
+healthy_then_gone
 log "stranded process brought back by cuda-criu resume: ok"
 
 # target_dies NAME LOG_PATTERN ENV...: a tree whose child the fake driver kills at the call that ENV
@@ -165,8 +162,7 @@ expect_log "$T/dump.log" "Error \(cuda_plugin\): could not return pid $pid .*cud
 	"rollback-fails: no line naming the pid and the way back"
 [ "$(cuda_state "$pid")" = checkpointed ] || fail "rollback-fails: expected checkpointed, got $(cuda_state "$pid")"
 cuda_criu resume "$pid" >/dev/null || fail "rollback-fails: cuda-criu resume failed"
-expect_healthy "$STATE"
-kill -9 "$pid"; wait_gone "$pid"
+healthy_then_gone
 log "rollback failure: named with the way back (cuda-criu resume), which restores the process intact"
 
 # The rollback's restore hangs past CUDA_CRIU_RESTORE_TIMEOUT: the dump fails within seconds naming the

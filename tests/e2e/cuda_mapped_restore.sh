@@ -83,8 +83,7 @@ wait_gone "$pid"
 rm "$FAKEGPU_DIR/restore-maps.$pid" # written again by this restore
 restore "$T/img1b" || fail "second restore failed"
 check_copies "$FAKEGPU_DIR/restore-maps.$pid" mapped || fail "second restore: copies not mapped from the image"
-expect_healthy "$STATE"
-kill -9 "$pid"; wait_gone "$pid"
+healthy_then_gone
 log "dump and restore of a restored process: ok"
 
 # 3. Forked CUDA processes: their copies lie at the same addresses as the parent's, yet each maps its own
@@ -122,8 +121,7 @@ dump "$pid" "$T/img3b" --ghost-limit 256M || fail "kept: dump of the restored pr
 wait_gone "$pid"
 restore "$T/img3b" || fail "kept: second restore failed"
 [ "$(mem_sum "$pid" "$range")" = "$before" ] || fail "kept: memory changed by the second restore"
-expect_healthy "$STATE"
-kill -9 "$pid"; wait_gone "$pid"
+healthy_then_gone
 log "copies kept mapped, image deleted, dumped again: ok"
 
 # 5. Each case that cannot map restores as before, and the logs say why.
@@ -133,8 +131,7 @@ expect_log "$T/restore.log" "normal restore: mapping the GPU state from the imag
 	"off: no reason logged"
 ! grep -q "Map from image" "$T/restore.log" || fail "off: CRIU mapped pages anyway"
 check_copies "$FAKEGPU_DIR/restore-maps.$pid" anonymous || fail "off: copies mapped from the image"
-expect_healthy "$STATE"
-kill -9 "$pid"; wait_gone "$pid"
+healthy_then_gone
 
 dump_one dedup
 restore "$img" --auto-dedup || fail "auto-dedup: restore failed"
@@ -142,19 +139,15 @@ expect_log "$T/restore.log" \
 	"Map from image .*: 0 pages mapped from pages-[0-9]+\.img, [1-9][0-9]* read: --auto-dedup punches holes" \
 	"auto-dedup: no reason logged"
 check_copies "$FAKEGPU_DIR/restore-maps.$pid" anonymous || fail "auto-dedup: copies mapped from the image"
-expect_healthy "$STATE"
-kill -9 "$pid"; wait_gone "$pid"
+healthy_then_gone
 
 dump_one lazy
-"$CRIU" lazy-pages -D "$img" -v4 -o lazy-pages.log &
-PIDS+=($!)
-wait_for "the lazy-pages daemon" 10 test -S "$img/lazy-pages.socket"
+start_lazy_pages "$img"
 restore "$img" --lazy-pages || fail "lazy pages: restore failed"
 expect_log "$T/restore.log" "Map from image .*: 0 pages mapped from pages-[0-9]+\.img, [1-9][0-9]* read: lazy restore" \
 	"lazy pages: no reason logged"
 check_copies "$FAKEGPU_DIR/restore-maps.$pid" anonymous || fail "lazy pages: copies mapped from the image"
-expect_healthy "$STATE"
-kill -9 "$pid"; wait_gone "$pid"
+healthy_then_gone
 log "CUDA_CRIU_MAP_IMAGE=off, --auto-dedup, --lazy-pages: normal restore: ok"
 
 CRIU411=$BUILD_DIR/criu/4.1.1/install/sbin/criu
@@ -163,8 +156,7 @@ if [ -x "$CRIU411" ]; then
 	CRIU=$CRIU411 restore "$img" || fail "CRIU 4.1.1: restore failed"
 	expect_log "$T/restore.log" "normal restore: this CRIU cannot map pages from the image" "CRIU 4.1.1: no reason logged"
 	check_copies "$FAKEGPU_DIR/restore-maps.$pid" anonymous || fail "CRIU 4.1.1: copies mapped from the image"
-	expect_healthy "$STATE"
-	kill -9 "$pid"; wait_gone "$pid"
+	healthy_then_gone
 	log "stock CRIU 4.1.1: normal restore: ok"
 else
 	log "CRIU 4.1.1 not built (scripts/build-criu.sh 4.1.1): skipped that part"

@@ -19,8 +19,7 @@ restore "$T/img1" || fail "restore failed"
 expect_summary "$T/restore.log" restore 1 "no restore summary"
 alive "$pid" || fail "pid $pid not running after restore"
 [ "$(cuda_state "$pid")" = running ] || fail "CUDA state after restore: $(cuda_state "$pid")"
-expect_healthy "$STATE"
-kill -9 "$pid"; wait_gone "$pid"
+healthy_then_gone
 log "one process: ok"
 
 # 2. A tree: root and two children on the GPU, one plain child; all checkpointed at once.
@@ -43,8 +42,7 @@ CUDA_CRIU_GPU_IMAGE=criu dump_one intree # the GPU state in CRIU's pages, as tha
 rm "$img/cuda-plugin.img"
 restore "$img" || fail "restore of an image without cuda-plugin.img failed"
 expect_log "$T/restore.log" "image of CRIU's own cuda plugin" "restore did not say it ran without our image"
-expect_healthy "$STATE"
-kill -9 "$pid"; wait_gone "$pid"
+healthy_then_gone
 log "image without cuda-plugin.img: ok"
 
 # 4. CRIU 4.1.1 (stock, plugin ABI with 12 hooks) dumps and restores with the same plugin.
@@ -52,8 +50,7 @@ CRIU411=${CRIU_411:-$BUILD_DIR/criu/4.1.1/install/sbin/criu} # CRIU_411=none: th
 if [ -x "$CRIU411" ]; then
 	CRIU=$CRIU411 dump_one criu411
 	CRIU=$CRIU411 restore "$img" || fail "CRIU 4.1.1: restore failed"
-	expect_healthy "$STATE"
-	kill -9 "$pid"; wait_gone "$pid"
+	healthy_then_gone
 	log "CRIU 4.1.1: ok"
 else
 	log "CRIU 4.1.1 not built (scripts/build-criu.sh 4.1.1): skipped that part"

@@ -12,11 +12,9 @@ dump "$pid" "$T/img1" -R || fail "dump -R failed"
 alive "$pid" || fail "process gone after dump -R"
 [ "$(cuda_state "$pid")" = running ] || fail "state after dump -R: $(cuda_state "$pid")"
 expect_log "$T/dump.log" "all CUDA processes are back as they were found" "no rollback line"
-expect_healthy "$STATE"
-kill -9 "$pid"; wait_gone "$pid"
+healthy_then_gone
 restore "$T/img1" || fail "restore of a --leave-running image failed"
-expect_healthy "$STATE"
-kill -9 "$pid"; wait_gone "$pid"
+healthy_then_gone
 log "leave-running: ok"
 
 # 2. Already locked: dumped, and left locked by --leave-running.

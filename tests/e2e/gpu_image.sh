@@ -52,8 +52,7 @@ restore "$img" || fail "restore failed"
 expect_log "$T/restore.log" "GPU image is written into the processes by the plugin|asking CRIU to map its GPU image" \
 	"the restore does not say how the GPU image comes back"
 expect_summary "$T/restore.log" restore 1 "no restore summary" "GPU image checked in"
-expect_healthy "$STATE"
-kill -9 "$pid"; wait_gone "$pid"
+healthy_then_gone
 log "plugin-written GPU image: dump and restore ok"
 
 # variant NAME: a fresh copy of the pristine dump in $V.
@@ -104,8 +103,7 @@ log "no-plugin: refused: $(grep -m1 -o 'Missing required plugin: cuda-gpu-image.
 V=$T/v-filled
 cp -r --sparse=never "$T/pristine" "$V"
 restore "$V" || fail "filled: restore failed"
-expect_healthy "$STATE"
-kill -9 "$pid"; wait_gone "$pid"
+healthy_then_gone
 log "holes filled with zeros: restored"
 
 # The damaged copy restores once the file is whole again.
@@ -115,25 +113,20 @@ truncate -s $(( $(stat -c %s "$f") - 8192 )) "$f"
 must_fail repaired-before "$V" "is cut short"
 cp "$T/pristine/$(basename "$f")" "$f"
 restore "$V" || fail "repaired: restore failed"
-expect_healthy "$STATE"
-kill -9 "$pid"; wait_gone "$pid"
+healthy_then_gone
 log "damage, then the file copied again: restored"
 
 # Restores CRIU cannot map a plugin's files in: --lazy-pages (the plugin writes the GPU image into the
 # process) and --auto-dedup (which punches holes only into CRIU's pages files).
 variant lazy
-"$CRIU" lazy-pages -D "$V" -v4 -o lazy-pages.log &
-PIDS+=($!)
-wait_for "the lazy-pages daemon" 10 test -S "$V/lazy-pages.socket"
+start_lazy_pages "$V"
 restore "$V" --lazy-pages || fail "lazy pages: restore failed"
 expect_log "$T/restore.log" "CRIU refused to map .* from cuda-gpu-[0-9]+\.img \(Operation not supported\); the plugin writes" \
 	"lazy pages: no reason logged"
-expect_healthy "$STATE"
-kill -9 "$pid"; wait_gone "$pid"
+healthy_then_gone
 variant dedup
 restore "$V" --auto-dedup || fail "auto-dedup: restore failed"
-expect_healthy "$STATE"
-kill -9 "$pid"; wait_gone "$pid"
+healthy_then_gone
 cmp "$V/cuda-gpu-0.img" "$T/pristine/cuda-gpu-0.img" || fail "auto-dedup: the GPU image changed"
 log "--lazy-pages (written by the plugin) and --auto-dedup (GPU image untouched): ok"
 
@@ -147,8 +140,7 @@ expect_log "$T/dump.log" "GPU state in CRIU's pages images \(gpu-image=criu\), i
 cp -a "$img" "$T/criu-pristine"
 restore "$img" || fail "criu: restore failed"
 expect_log "$T/restore.log" "GPU image checked in" "criu: the restore did not check the GPU state"
-expect_healthy "$STATE"
-kill -9 "$pid"; wait_gone "$pid"
+healthy_then_gone
 # The fake driver's copy of the 32 MiB of zeroed device memory is the longest run of zero pages in
 # pages-1.img: one byte flipped in its middle.
 V=$T/v-criu-flipped; cp -a "$T/criu-pristine" "$V"
@@ -166,8 +158,7 @@ expect_healthy "$STATE"
 dump "$pid" "$T/leave2" --leave-running || fail "leave-running: second dump failed"
 kill -9 "$pid"; wait_gone "$pid"
 restore "$T/leave2" || fail "leave-running: restore failed"
-expect_healthy "$STATE"
-kill -9 "$pid"; wait_gone "$pid"
+healthy_then_gone
 log "--leave-running twice, then restore: ok"
 
 # 5. A dump that cannot leave pages out keeps them in CRIU's images and says why.
@@ -184,8 +175,7 @@ expect_log "$T/dump.log" "the GPU state stays in CRIU's pages images: this dump 
 cp "$T/ps-target"/*.img "$T/ps-dump/"
 restore "$T/ps-dump" || fail "page-server: restore failed"
 expect_log "$T/restore.log" "GPU image checked in" "page-server: the GPU state was not checked"
-expect_healthy "$STATE"
-kill -9 "$pid"; wait_gone "$pid"
+healthy_then_gone
 log "--page-server: pages kept in CRIU's images, restored on the other side"
 
 # 6. The GPU image written back by the plugin (process_vm_writev), as on a CRIU that cannot map a
@@ -197,8 +187,7 @@ pid=$base_pid STATE=$T/base.state
 CUDA_CRIU_MAP_IMAGE=off restore "$V" || fail "written: restore failed"
 expect_log "$T/restore.log" "GPU image is written into the processes by the plugin: mapping it is off" \
 	"written: no reason logged"
-expect_healthy "$STATE"
-kill -9 "$pid"; wait_gone "$pid"
+healthy_then_gone
 log "GPU image written into the process by the plugin: ok"
 CRIU411=$BUILD_DIR/criu/4.1.1/install/sbin/criu
 if [ -x "$CRIU411" ]; then
@@ -206,8 +195,7 @@ if [ -x "$CRIU411" ]; then
 	expect_log "$T/dump.log" "this CRIU cannot leave pages to a plugin" "4.1.1 dump: no reason logged"
 	[ ! -e "$img/cuda-gpu-0.img" ] || fail "4.1.1: GPU image data was written"
 	CRIU=$CRIU411 restore "$img" || fail "4.1.1: restore of its own dump failed"
-	expect_healthy "$STATE"
-	kill -9 "$pid"; wait_gone "$pid"
+	healthy_then_gone
 	log "stock CRIU 4.1.1: the GPU state stays in its pages images: ok"
 else
 	log "CRIU 4.1.1 not built (scripts/build-criu.sh 4.1.1): skipped that part"

@@ -91,6 +91,20 @@ restore() { # DIR [criu options...]
 gone() { ! [ -e "/proc/$1" ]; }
 wait_gone() { local p; for p in "$@"; do wait_for "pid $p to exit" 10 gone "$p"; done; }
 
+# healthy_then_gone: the workload of $STATE runs on healthy (expect_healthy), then $pid is killed and gone.
+healthy_then_gone() {
+	expect_healthy "$STATE"
+	kill -9 "$pid"
+	wait_gone "$pid"
+}
+
+# start_lazy_pages DIR: CRIU's lazy-pages daemon for the image in DIR, killed at the end of the test.
+start_lazy_pages() {
+	"$CRIU" lazy-pages -D "$1" -v4 -o lazy-pages.log &
+	PIDS+=($!)
+	wait_for "the lazy-pages daemon" 10 test -S "$1/lazy-pages.socket"
+}
+
 # gpus_of PID: the fake GPU device files the process holds ("dev/nvidia0 dev/nvidia1").
 gpus_of() { ls -l /proc/"$1"/fd 2>/dev/null | grep -oE 'dev/nvidia[0-9]+' | sort -u | xargs; }
 

@@ -103,8 +103,7 @@ refused criu "$img" "$(plugin_refusal)"
 ! grep -qE "Opened (local|remote) page read" "$T/restore.log" || fail "criu: CRIU opened a pages image before the refusal"
 whole_again criu
 expect_log "$T/restore.log" "cuda_plugin: pages files: 1 pagemap\(s\), each pages file holds the" "criu: no word of the check"
-expect_healthy "$STATE"
-kill -9 "$pid"; wait_gone "$pid"
+healthy_then_gone
 log "gpu-image=criu: refused by the plugin, then restored whole"
 
 # 2. The default: the GPU state in the plugin's GPU image, the process's memory in pages-1.img.
@@ -114,8 +113,7 @@ refused default "$img" "$(plugin_refusal)"
 rm "$pages" # a pages file not copied at all
 refused default-missing "$img" "cannot restore: $(basename "$pages") is missing: the image's pagemap declares [0-9]+ bytes in it"
 whole_again default
-expect_healthy "$STATE"
-kill -9 "$pid"; wait_gone "$pid"
+healthy_then_gone
 log "gpu-image=plugin: refused by the plugin (cut short, missing), then restored whole"
 
 # 3. No plugin: CRIU's own failure (criu-patches/0006) at the first short read, in the restorer.
@@ -147,8 +145,7 @@ expect_log "$T/restore.log" "pages file not checked \(CRIU reads it itself\): $(
 expect_log "$T/restore.log" "are to be mapped from the image" "mapped: the plugin did not ask CRIU to map the GPU state"
 whole_again mapped
 expect_log "$T/restore.log" "Map from image .*pages mapped from pages-" "mapped: nothing mapped from the image"
-expect_healthy "$STATE"
-kill -9 "$pid"; wait_gone "$pid"
+healthy_then_gone
 log "a range past the end of the file: CRIU refuses to map it, then maps the whole image"
 
 # 5. Stock CRIU 4.1.1 (no criu-patches; it restores only its own images): our plugin refuses before
@@ -159,8 +156,7 @@ if [ -x "$CRIU411" ]; then
 	cut_short "$pages"
 	RESTORE_CRIU=$CRIU411 refused stock "$img" "$(plugin_refusal)"
 	CRIU=$CRIU411 whole_again stock
-	expect_healthy "$STATE"
-	kill -9 "$pid"; wait_gone "$pid"
+	healthy_then_gone
 	log "stock CRIU 4.1.1 with our plugin: refused before any page is read, then restored whole"
 
 	start_plain stock-plain

@@ -213,16 +213,20 @@ static int cur_gpu(void)
 	return (int)g_devmap[c->ordinal];
 }
 
+/* One request about the GPU of the thread's current context. */
+static CUresult rpc_on_current_gpu(uint32_t op, uint64_t a1, struct fg_msg *m)
+{
+	int gpu = cur_gpu();
+	return gpu < 0 ? CUDA_ERROR_INVALID_CONTEXT : rpc(op, (uint64_t)gpu, a1, 0, NULL, 0, NULL, 0, m);
+}
+
 CUresult CUDAAPI cuMemGetInfo(size_t *free_bytes, size_t *total)
 {
 	if (!free_bytes || !total)
 		return CUDA_ERROR_INVALID_VALUE;
 	ENTER();
-	int gpu = cur_gpu();
-	if (gpu < 0)
-		LEAVE(CUDA_ERROR_INVALID_CONTEXT);
 	struct fg_msg m;
-	CUresult r = rpc(FG_MEMINFO, (uint64_t)gpu, 0, 0, NULL, 0, NULL, 0, &m);
+	CUresult r = rpc_on_current_gpu(FG_MEMINFO, 0, &m);
 	if (r == CUDA_SUCCESS) {
 		*free_bytes = (size_t)m.a[0];
 		*total = (size_t)m.a[1];
@@ -235,11 +239,8 @@ CUresult CUDAAPI cuMemAlloc(CUdeviceptr *dptr, size_t bytesize)
 	if (!dptr || !bytesize)
 		return CUDA_ERROR_INVALID_VALUE;
 	ENTER();
-	int gpu = cur_gpu();
-	if (gpu < 0)
-		LEAVE(CUDA_ERROR_INVALID_CONTEXT);
 	struct fg_msg m;
-	CUresult r = rpc(FG_ALLOC, (uint64_t)gpu, bytesize, 0, NULL, 0, NULL, 0, &m);
+	CUresult r = rpc_on_current_gpu(FG_ALLOC, bytesize, &m);
 	if (r == CUDA_SUCCESS)
 		*dptr = (CUdeviceptr)m.a[0];
 	LEAVE(r);

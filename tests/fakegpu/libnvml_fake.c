@@ -36,13 +36,22 @@ EXPORT int nvmlDeviceGetHandleByUUID(const char *uuid, void **device)
 	return NVML_SUCCESS;
 }
 
+/* The start of a query whose answer the environment variable var plays: an invalid argument without
+ * device or out, not supported while var is unset; *value is var's value. */
+static int env_query(const char *var, const void *device, const void *out, const char **value)
+{
+	if (!device || !out)
+		return NVML_ERROR_INVALID_ARGUMENT;
+	*value = getenv(var);
+	return *value ? NVML_SUCCESS : NVML_ERROR_NOT_SUPPORTED;
+}
+
 EXPORT int nvmlDeviceGetMemoryInfo(void *device, nvmlMemory_t *memory)
 {
-	const char *free_bytes = getenv("FAKENVML_FREE");
-	if (!device || !memory)
-		return NVML_ERROR_INVALID_ARGUMENT;
-	if (!free_bytes)
-		return NVML_ERROR_NOT_SUPPORTED;
+	const char *free_bytes;
+	int r = env_query("FAKENVML_FREE", device, memory, &free_bytes);
+	if (r != NVML_SUCCESS)
+		return r;
 	memory->free = strtoull(free_bytes, NULL, 0);
 	memory->total = memory->free;
 	memory->used = 0;
@@ -51,11 +60,10 @@ EXPORT int nvmlDeviceGetMemoryInfo(void *device, nvmlMemory_t *memory)
 
 EXPORT int nvmlDeviceGetPersistenceMode(void *device, int *mode)
 {
-	const char *p = getenv("FAKENVML_PERSISTENCE");
-	if (!device || !mode)
-		return NVML_ERROR_INVALID_ARGUMENT;
-	if (!p)
-		return NVML_ERROR_NOT_SUPPORTED;
+	const char *p;
+	int r = env_query("FAKENVML_PERSISTENCE", device, mode, &p);
+	if (r != NVML_SUCCESS)
+		return r;
 	*mode = atoi(p) == 1;
 	return NVML_SUCCESS;
 }

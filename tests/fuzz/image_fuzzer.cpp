@@ -13,15 +13,21 @@
 
 namespace {
 
+// Did the parser refuse? Every refusal says something: an empty message would leave the user with nothing.
+template <typename R> bool refused(const R &r)
+{
+	if (r)
+		return false;
+	if (r.error().message().empty() || r.error().errno_value() <= 0)
+		std::abort();
+	return true;
+}
+
 void check_one(const uint8_t *data, size_t size)
 {
 	auto r = cuda_criu::decode_image(data, size);
-	if (!r) {
-		// Every refusal says something: an empty message would leave the user with nothing.
-		if (r.error().message().empty() || r.error().errno_value() <= 0)
-			std::abort();
+	if (refused(r))
 		return;
-	}
 	// What decodes must encode again and decode to the same record shape (no state lost or invented).
 	auto bytes = cuda_criu::encode_image(*r);
 	auto again = cuda_criu::decode_image(bytes.data(), bytes.size());
@@ -44,11 +50,8 @@ void check_one(const uint8_t *data, size_t size)
 void check_gpu_index(const uint8_t *data, size_t size)
 {
 	auto r = cuda_criu::decode_gpu_index(data, size);
-	if (!r) {
-		if (r.error().message().empty() || r.error().errno_value() <= 0)
-			std::abort();
+	if (refused(r))
 		return;
-	}
 	for (const auto &p : r->processes) {
 		uint64_t prev = 0;
 		for (const auto &c : p.chunks) {

@@ -14,25 +14,18 @@
 #include "base/text.h"
 #include "driver/libcuda.h"
 #include "os/host.h"
+#include "temp_dir.h"
 
 namespace cuda_criu {
 namespace {
 
-struct TempDir {
-	std::string path;
-	TempDir()
-	{
-		char tmpl[] = "/tmp/cuda-criu-os-XXXXXX";
-		path = mkdtemp(tmpl);
-	}
-	~TempDir() { (void)std::system(("rm -rf " + path).c_str()); }
-};
+using testing::TempDir;
 
 // A file merely named like a GPU's device node is not a GPU; nor is a name too long for an int.
 TEST(SystemHost, FilesNamedLikeGpuNodesAreNotGpus)
 {
 	TempDir dir;
-	std::string names[] = {dir.path + "/nvidia0", dir.path + "/nvidia99999999999999999999"};
+	std::string names[] = {dir.path() + "/nvidia0", dir.path() + "/nvidia99999999999999999999"};
 	int fds[2];
 	for (int i = 0; i < 2; i++) {
 		std::ofstream(names[i]) << "x";
@@ -49,10 +42,10 @@ TEST(SystemHost, FilesNamedLikeGpuNodesAreNotGpus)
 TEST(SystemHost, NvidiaCharacterDevicesAreGpus)
 {
 	TempDir dir;
-	std::string node = dir.path + "/gpu-node";
+	std::string node = dir.path() + "/gpu-node";
 	if (mknod(node.c_str(), S_IFCHR | 0600, makedev(195, 3)) != 0)
 		GTEST_SKIP() << "cannot mknod (" << errno_string(errno) << "): needs root";
-	std::string ctl = dir.path + "/ctl-node";
+	std::string ctl = dir.path() + "/ctl-node";
 	ASSERT_EQ(mknod(ctl.c_str(), S_IFCHR | 0600, makedev(195, 255)), 0);
 	int fd = open(node.c_str(), O_PATH | O_CLOEXEC);
 	int ctl_fd = open(ctl.c_str(), O_PATH | O_CLOEXEC);
@@ -77,7 +70,7 @@ TEST(LibCuda, OldDriverIsNotReportedAsNotSupported)
 TEST(Text, ReadSmallFile)
 {
 	TempDir dir;
-	std::string f = dir.path + "/f";
+	std::string f = dir.path() + "/f";
 	std::ofstream(f) << "abc\n";
 	struct stat st {};
 	auto text = read_small_file(f, 16, &st);
@@ -85,7 +78,7 @@ TEST(Text, ReadSmallFile)
 	EXPECT_EQ(*text, "abc\n");
 	EXPECT_TRUE(S_ISREG(st.st_mode));
 	EXPECT_EQ(read_small_file(f, 2).error().errno_value(), EFBIG);
-	EXPECT_EQ(read_small_file(dir.path + "/none").error().errno_value(), ENOENT);
+	EXPECT_EQ(read_small_file(dir.path() + "/none").error().errno_value(), ENOENT);
 }
 
 TEST(Text, PrintableEscapesControlCharacters)

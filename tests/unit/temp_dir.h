@@ -29,6 +29,7 @@ public:
 	TempDir(const TempDir &) = delete;
 	TempDir &operator=(const TempDir &) = delete;
 
+	const std::string &path() const { return path_; }
 	int fd() const { return fd_; }
 	std::string file(const std::string &name) const { return path_ + "/" + name; }
 	bool exists(const std::string &name) const { return access(file(name).c_str(), F_OK) == 0; }

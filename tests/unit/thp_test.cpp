@@ -8,6 +8,7 @@
 #include <string>
 
 #include "os/thp.h"
+#include "temp_dir.h"
 
 namespace cuda_criu {
 namespace {
@@ -40,13 +41,8 @@ TEST(ThpChoice, NoneOrSeveralOrMalformedIsAnError)
 }
 
 struct FakeSysfs {
-	std::string dir;
-	FakeSysfs()
-	{
-		char tmpl[] = "/tmp/cuda-criu-thp-XXXXXX";
-		dir = mkdtemp(tmpl);
-	}
-	~FakeSysfs() { (void)std::system(("rm -rf " + dir).c_str()); }
+	testing::TempDir tmp;
+	std::string dir = tmp.path();
 	void write(const std::string &name, const std::string &text)
 	{
 		auto slash = name.rfind('/');
