@@ -1,6 +1,8 @@
 // Result<T>: the one way expected failures travel in this project (GCC 12 has no std::expected).
-// An Error carries an errno (negative values never appear here), or a CUDA driver code, plus a message
-// that grows context as it moves up: "checkpoint pid 4242: cuCheckpointProcessCheckpoint failed: ...".
+// An Error carries a positive errno (a failed driver call is EIO, or ETIMEDOUT, with the CUDA code in
+// its text) and a message that grows context as it moves up: "checkpoint pid 4242:
+// cuCheckpointProcessCheckpoint failed: CUDA_ERROR_ILLEGAL_STATE (401): ...". Reading the value of a
+// failed Result is a bug (std::bad_variant_access): check ok() first; tests ASSERT it, with the error.
 #pragma once
 
 #include <cerrno>

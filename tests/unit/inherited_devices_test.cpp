@@ -9,6 +9,7 @@
 #include <string>
 
 #include "core/inherited_devices.h"
+#include "expect_result.h"
 #include "image/devices_image.h"
 #include "os/nvidia_files.h"
 #include "os/unique_fd.h"
@@ -108,7 +109,7 @@ TEST(NvidiaFiles, OrdinaryFilesAreNotClaimed)
 	InheritedDevicesDump dump(dir.fd.get());
 	auto r = dump.claim_file(fd.get(), 7);
 	ASSERT_TRUE(r);
-	EXPECT_FALSE(*r);
+	EXPECT_TRUE(is_false(r));
 	EXPECT_FALSE(dump.claimed_any());
 	EXPECT_NE(faccessat(dir.fd.get(), kDevicesImageFileName, F_OK, 0), 0); // nothing written
 }
@@ -140,10 +141,10 @@ TEST(NvidiaFiles, FakeDeviceNodeIsClaimedAndRestoredAsPlaceholders)
 	InheritedDevicesDump dump(dir.fd.get());
 	auto m = dump.claim_mapping(fd.get(), st);
 	ASSERT_TRUE(m) << m.error().message();
-	EXPECT_TRUE(*m);
+	EXPECT_TRUE(is_true(m));
 	auto f = dump.claim_file(fd.get(), 0x33);
 	ASSERT_TRUE(f) << f.error().message();
-	EXPECT_TRUE(*f);
+	EXPECT_TRUE(is_true(f));
 	unsetenv("FAKEGPU_DIR");
 
 	InheritedDevicesRestore restore(dir.fd.get());

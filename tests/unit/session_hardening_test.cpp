@@ -8,6 +8,7 @@
 #include "core/driver_calls.h"
 #include "core/dump_session.h"
 #include "core/restore_session.h"
+#include "expect_result.h"
 #include "fakes.h"
 
 namespace cuda_criu::testing {
@@ -51,7 +52,7 @@ TEST_F(HardeningTest, CheckpointReturningAfterTheSessionIsGoneTouchesNothingOfIt
 	add_cuda(10);
 	{
 		DumpSession s(options, host, source());
-		ASSERT_TRUE(*s.pause(10));
+		ASSERT_TRUE(is_true(s.pause(10)));
 		auto c = s.checkpoint(10);
 		ASSERT_FALSE(c.ok());
 		EXPECT_EQ(c.error().errno_value(), ETIMEDOUT);
@@ -82,11 +83,11 @@ TEST_F(HardeningTest, SecondPauseOfAPidIsANoOp)
 {
 	add_cuda(10);
 	DumpSession s(options, host, source());
-	ASSERT_TRUE(*s.pause(10));
+	ASSERT_TRUE(is_true(s.pause(10)));
 	auto again = s.pause(10);
 	ASSERT_TRUE(again.ok()) << again.error().message();
-	EXPECT_TRUE(*again);
-	ASSERT_TRUE(*s.checkpoint(10));
+	EXPECT_TRUE(is_true(again));
+	ASSERT_TRUE(is_true(s.checkpoint(10)));
 	EXPECT_EQ(std::count(driver.calls.begin(), driver.calls.end(), "lock 10"), 1);
 	EXPECT_EQ(std::count(driver.calls.begin(), driver.calls.end(), "checkpoint 10"), 1);
 	EXPECT_EQ(s.image_record().processes.size(), 1u);
@@ -151,7 +152,7 @@ TEST_F(HardeningTest, NoAlarmMeansTheOptionsAlone)
 {
 	add_cuda(10);
 	DumpSession s(options, host, source(), {}, [] { return 0u; });
-	EXPECT_TRUE(*s.pause(10));
+	EXPECT_TRUE(is_true(s.pause(10)));
 }
 
 // A wedged state query names the call and the pid instead of holding CRIU's thread.

@@ -4,6 +4,7 @@
 
 #include "core/dump_session.h"
 #include "core/restore_session.h"
+#include "expect_result.h"
 #include "fakes.h"
 
 namespace cuda_criu::testing {
@@ -78,10 +79,10 @@ TEST_F(DumpTest, NonCudaProcessCostsNoDriverCall)
 	DumpSession s(options, host, source());
 	auto r = s.pause(42);
 	ASSERT_TRUE(r.ok());
-	EXPECT_FALSE(*r);
+	EXPECT_TRUE(is_false(r));
 	auto c = s.checkpoint(42);
 	ASSERT_TRUE(c.ok());
-	EXPECT_FALSE(*c);
+	EXPECT_TRUE(is_false(c));
 	EXPECT_EQ(driver_loads, 0);
 	EXPECT_TRUE(driver.calls.empty());
 	EXPECT_FALSE(s.has_cuda_processes());
@@ -94,7 +95,7 @@ TEST_F(DumpTest, LibcudaWithoutContextIsNotOurs)
 	DumpSession s(options, host, source());
 	auto r = s.pause(7);
 	ASSERT_TRUE(r.ok());
-	EXPECT_FALSE(*r);
+	EXPECT_TRUE(is_false(r));
 	EXPECT_TRUE(driver.calls.empty()); // only the restore-thread query, which is not a state change
 }
 
@@ -107,14 +108,14 @@ TEST_F(DumpTest, CheckpointsAllAtFirstCallAndAnswersLaterCalls)
 	EXPECT_EQ(driver.state_of(10), CudaState::Locked);
 	auto first = s.checkpoint(10);
 	ASSERT_TRUE(first.ok()) << first.error().message();
-	EXPECT_TRUE(*first);
+	EXPECT_TRUE(is_true(first));
 	for (pid_t p : {10, 11, 12})
 		EXPECT_EQ(driver.state_of(p), CudaState::Checkpointed);
 	EXPECT_TRUE(host.running_threads.empty()) << "restore threads must be stopped again";
 	size_t calls = driver.calls.size();
-	EXPECT_TRUE(*s.checkpoint(11));
-	EXPECT_TRUE(*s.checkpoint(12));
-	EXPECT_FALSE(*s.checkpoint(13));
+	EXPECT_TRUE(is_true(s.checkpoint(11)));
+	EXPECT_TRUE(is_true(s.checkpoint(12)));
+	EXPECT_TRUE(is_false(s.checkpoint(13)));
 	EXPECT_EQ(driver.calls.size(), calls) << "later calls answer from the first";
 	EXPECT_EQ(driver_loads, 1);
 
@@ -180,9 +181,9 @@ TEST_F(DumpTest, LeaveRunningReturnsEveryProcessToItsState)
 	add_cuda(12, CudaState::Checkpointed);
 	DumpSession s(options, host, source());
 	for (pid_t p : {10, 11, 12})
-		ASSERT_TRUE(*s.pause(p));
+		ASSERT_TRUE(is_true(s.pause(p)));
 	for (pid_t p : {10, 11, 12})
-		ASSERT_TRUE(*s.checkpoint(p));
+		ASSERT_TRUE(is_true(s.checkpoint(p)));
 	EXPECT_EQ(driver.state_of(12), CudaState::Checkpointed);
 	ASSERT_TRUE(s.finish(false, true).ok());
 	EXPECT_EQ(driver.state_of(10), CudaState::Running);
@@ -208,7 +209,7 @@ TEST_F(DumpTest, LockFailureOfASecondProcessRollsBackTheFirst)
 	add_cuda({10, 11});
 	driver.fail["lock"] = {11};
 	DumpSession s(options, host, source());
-	ASSERT_TRUE(*s.pause(10));
+	ASSERT_TRUE(is_true(s.pause(10)));
 	ASSERT_FALSE(s.pause(11).ok());
 	ASSERT_TRUE(s.finish(true, false).ok());
 	expect_running({10, 11});
@@ -219,8 +220,8 @@ TEST_F(DumpTest, CheckpointFailureOfOneProcessFailsTheDumpAndRollsBackAll)
 	add_cuda({10, 11});
 	driver.fail["checkpoint"] = {11};
 	DumpSession s(options, host, source());
-	ASSERT_TRUE(*s.pause(10));
-	ASSERT_TRUE(*s.pause(11));
+	ASSERT_TRUE(is_true(s.pause(10)));
+	ASSERT_TRUE(is_true(s.pause(11)));
 	auto r = s.checkpoint(10);
 	ASSERT_FALSE(r.ok()) << "a failure fails the first call";
 	EXPECT_FALSE(s.checkpoint(11).ok());
@@ -232,8 +233,8 @@ TEST_F(DumpTest, LaterCriuFailureRollsBackCheckpointedProcesses)
 {
 	add_cuda(10);
 	DumpSession s(options, host, source());
-	ASSERT_TRUE(*s.pause(10));
-	ASSERT_TRUE(*s.checkpoint(10));
+	ASSERT_TRUE(is_true(s.pause(10)));
+	ASSERT_TRUE(is_true(s.checkpoint(10)));
 	ASSERT_TRUE(s.finish(/*dump_failed=*/true, false).ok());
 	EXPECT_EQ(driver.state_of(10), CudaState::Running);
 	std::vector<std::string> want = {"lock 10", "checkpoint 10", "restore 10", "unlock 10"};
@@ -246,8 +247,8 @@ TEST_F(DumpTest, TargetDyingMidDumpIsReportedAndTheOthersRolledBack)
 	host.fail_let_run.insert(1011); // pid 11 died: its restore thread is gone
 	host.dead.insert(11);
 	DumpSession s(options, host, source());
-	ASSERT_TRUE(*s.pause(10));
-	ASSERT_TRUE(*s.pause(11));
+	ASSERT_TRUE(is_true(s.pause(10)));
+	ASSERT_TRUE(is_true(s.pause(11)));
 	auto r = s.checkpoint(10);
 	ASSERT_FALSE(r.ok());
 	auto r11 = s.checkpoint(11);
@@ -261,8 +262,8 @@ TEST_F(DumpTest, RollbackFailureIsReportedWithThePid)
 {
 	add_cuda(10);
 	DumpSession s(options, host, source());
-	ASSERT_TRUE(*s.pause(10));
-	ASSERT_TRUE(*s.checkpoint(10));
+	ASSERT_TRUE(is_true(s.pause(10)));
+	ASSERT_TRUE(is_true(s.checkpoint(10)));
 	driver.fail["restore"] = {10};
 	Status st = s.finish(true, false);
 	ASSERT_FALSE(st.ok());
@@ -282,7 +283,7 @@ TEST_F(DumpTest, DriverMissingFailsOnlyForCudaProcesses)
 {
 	host.cuda_pids.insert(10);
 	DumpSession s(options, host, [] { return Result<Driver *>(make_error(ENOENT, "cannot load libcuda.so.1")); });
-	EXPECT_FALSE(*s.pause(9));
+	EXPECT_TRUE(is_false(s.pause(9)));
 	auto r = s.pause(10);
 	ASSERT_FALSE(r.ok());
 	EXPECT_NE(r.error().message().find("pid 10 uses CUDA"), std::string::npos) << r.error().message();
@@ -295,8 +296,8 @@ TEST_F(DumpTest, ParallelismBoundIsHonoured)
 		add_cuda(p);
 	DumpSession s(options, host, source());
 	for (pid_t p = 10; p < 16; p++)
-		ASSERT_TRUE(*s.pause(p));
-	ASSERT_TRUE(*s.checkpoint(10));
+		ASSERT_TRUE(is_true(s.pause(p)));
+	ASSERT_TRUE(is_true(s.checkpoint(10)));
 	for (pid_t p = 10; p < 16; p++)
 		EXPECT_EQ(driver.state_of(p), CudaState::Checkpointed);
 }
@@ -323,11 +324,11 @@ TEST_F(RestoreTest, RestoresEveryCudaProcessAtTheFirstCall)
 	RestoreSession s(options, host, source(), image_with({20, 21}), true);
 	auto r = s.resume(19);
 	ASSERT_TRUE(r.ok());
-	EXPECT_FALSE(*r);
+	EXPECT_TRUE(is_false(r));
 	EXPECT_EQ(driver.state_of(20), CudaState::Running);
 	EXPECT_EQ(driver.state_of(21), CudaState::Running);
-	EXPECT_TRUE(*s.resume(20));
-	EXPECT_TRUE(*s.resume(21));
+	EXPECT_TRUE(is_true(s.resume(20)));
+	EXPECT_TRUE(is_true(s.resume(21)));
 	EXPECT_TRUE(host.running_threads.empty());
 	EXPECT_FALSE(s.any_failed());
 }
@@ -339,9 +340,9 @@ TEST_F(RestoreTest, FindsProcessesRestoredUnderNewPids)
 	host.ns_pids[5020] = 20;
 	host.stopped = {5019, 5020};
 	RestoreSession s(options, host, source(), image_with({20}), true);
-	EXPECT_FALSE(*s.resume(5019));
+	EXPECT_TRUE(is_false(s.resume(5019)));
 	EXPECT_EQ(driver.state_of(5020), CudaState::Running);
-	EXPECT_TRUE(*s.resume(5020));
+	EXPECT_TRUE(is_true(s.resume(5020)));
 }
 
 TEST_F(RestoreTest, ImageOfTheInTreePluginIsRestoredByDetection)
@@ -349,8 +350,8 @@ TEST_F(RestoreTest, ImageOfTheInTreePluginIsRestoredByDetection)
 	add_cuda(20, CudaState::Checkpointed);
 	host.stopped = {20, 21};
 	RestoreSession s(options, host, source(), std::nullopt, true);
-	EXPECT_TRUE(*s.resume(20));
-	EXPECT_FALSE(*s.resume(21));
+	EXPECT_TRUE(is_true(s.resume(20)));
+	EXPECT_TRUE(is_false(s.resume(21)));
 	EXPECT_EQ(driver.state_of(20), CudaState::Running);
 }
 
@@ -415,7 +416,7 @@ TEST_F(RestoreTest, FailureKillsTheRestoredTasksWhenCriuWouldIgnoreIt)
 	host.stopped = {19, 20, 21};
 	driver.fail["unlock"] = {21};
 	RestoreSession s(options, host, source(), image_with({20, 21}), false);
-	EXPECT_FALSE(*s.resume(19));
+	EXPECT_TRUE(is_false(s.resume(19)));
 	EXPECT_FALSE(s.resume(21).ok());
 	EXPECT_EQ(host.killed, (std::set<pid_t>{19, 20, 21}));
 }

@@ -11,6 +11,7 @@
 #include "core/dump_session.h"
 #include "core/options.h"
 #include "core/space_check.h"
+#include "expect_result.h"
 #include "fakes.h"
 
 namespace cuda_criu::testing {
@@ -176,7 +177,7 @@ TEST_F(SpaceCheckSession, AnEstimateOverTheRoomIsWarnedAndDumped)
 	DumpSession s(options, host, source(), {}, {}, kDirFd);
 	auto r = s.pause(kPid);
 	ASSERT_TRUE(r) << r.error().message();
-	EXPECT_TRUE(*r);
+	EXPECT_TRUE(is_true(r));
 	EXPECT_TRUE(locked());
 	EXPECT_TRUE(logged("the image may not fit in /images")) << (g_lines.empty() ? "" : g_lines.back());
 	EXPECT_TRUE(logged("space preflight: /images has 64.0 MiB free"));
