@@ -9,15 +9,12 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
-#include <condition_variable>
 #include <cstring>
 #include <memory>
-#include <mutex>
 #include <new>
 #include <optional>
 #include <set>
 #include <string>
-#include <thread>
 #include <utility>
 #include <vector>
 
@@ -29,6 +26,7 @@ extern "C" {
 #include "base/log.h"
 #include "base/text.h"
 #include "core/criu_errno.h"
+#include "core/driver_warmup.h"
 #include "core/dump_session.h"
 #include "core/gpu_plan.h"
 #include "core/mapped_restore.h"
@@ -56,25 +54,6 @@ static_assert(CR_PLUGIN_HOOK__DUMP_EXT_FILE == 2 && CR_PLUGIN_HOOK__RESTORE_EXT_
 	      CR_PLUGIN_HOOK__RESUME_DEVICES_LATE == 9 && CR_PLUGIN_HOOK__PAUSE_DEVICES == 10 &&
 	      CR_PLUGIN_HOOK__CHECKPOINT_DEVICES == 11 && CR_PLUGIN_HOOK__POST_FORKING == 12);
 
-// The driver warm-up of a restore (POST_FORKING), shared with its thread: the thread is never joined, so
-// that a wedged cuInit cannot hold CRIU; RESUME_DEVICES_LATE waits for it with a deadline.
-struct Warmup {
-	std::mutex mu;
-	std::condition_variable cv;
-	bool own_fs = false;   // the thread no longer shares CRIU's fs_struct
-	bool done = false;
-	bool given_up = false; // a hook waited its full time in vain: later hooks do not wait again
-
-	// true once the loads returned; false when they did not within timeout_ms.
-	bool wait(unsigned timeout_ms)
-	{
-		std::unique_lock<std::mutex> g(mu);
-		if (!given_up && !cv.wait_for(g, std::chrono::milliseconds(timeout_ms), [this] { return done; }))
-			given_up = true;
-		return done;
-	}
-};
-
 struct State {
 	CriuSymbols criu;
 	Options options;
@@ -86,7 +65,7 @@ struct State {
 	bool inventory_added = false;
 	bool image_written = false;
 	bool maps_image = false; // restore: CRIU was asked to map GPU state from the image
-	std::shared_ptr<Warmup> driver_warmup; // restore: loads libcuda while CRIU restores memory
+	std::shared_ptr<DriverWarmup> driver_warmup; // restore: loads libcuda while CRIU restores memory
 };
 State *g_state = nullptr; // one CRIU run: created in init, destroyed in exit
 
@@ -457,29 +436,14 @@ static int cuda_plugin_post_forking()
 {
 	hook_barrier("POST_FORKING", [&] {
 		if (g_state && g_state->restore && !g_state->driver_warmup) {
-			auto warmup = std::make_shared<Warmup>();
 			std::string path = g_state->options.libcuda;
-			std::thread([warmup, path] {
-				// CRIU goes on restoring while this thread loads the driver, and its setns() into the
-				// restored mount namespace fails (EINVAL) while another thread shares its fs_struct:
-				// take one of our own before CRIU carries on (the hook waits for that).
-				use_own_fs_context();
-				{
-					std::lock_guard<std::mutex> g(warmup->mu);
-					warmup->own_fs = true;
-					warmup->cv.notify_all();
-				}
-				(void)load_libcuda(path);
-				(void)load_nvml(); // for the free-memory check of the GPU plan
-				std::lock_guard<std::mutex> g(warmup->mu);
-				warmup->done = true;
-				warmup->cv.notify_all();
-			}).detach();
-			{
-				std::unique_lock<std::mutex> g(warmup->mu);
-				warmup->cv.wait_for(g, std::chrono::seconds(5), [&] { return warmup->own_fs; });
-			}
-			g_state->driver_warmup = std::move(warmup);
+			g_state->driver_warmup = DriverWarmup::start(
+				use_own_fs_context,
+				[path] {
+					(void)load_libcuda(path);
+					(void)load_nvml(); // for the free-memory check of the GPU plan
+				},
+				5000);
 		}
 		return 0;
 	});

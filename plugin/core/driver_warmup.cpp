@@ -1,0 +1,37 @@
+#include "core/driver_warmup.h"
+
+#include <chrono>
+#include <thread>
+
+namespace cuda_criu {
+
+std::shared_ptr<DriverWarmup> DriverWarmup::start(std::function<void()> own_fs, std::function<void()> load,
+						  unsigned own_fs_wait_ms)
+{
+	auto w = std::make_shared<DriverWarmup>();
+	std::thread([w, own_fs = std::move(own_fs), load = std::move(load)] {
+		own_fs();
+		{
+			std::lock_guard<std::mutex> g(w->mu_);
+			w->own_fs_ = true;
+			w->cv_.notify_all();
+		}
+		load();
+		std::lock_guard<std::mutex> g(w->mu_);
+		w->done_ = true;
+		w->cv_.notify_all();
+	}).detach();
+	std::unique_lock<std::mutex> g(w->mu_);
+	w->cv_.wait_for(g, std::chrono::milliseconds(own_fs_wait_ms), [&] { return w->own_fs_; });
+	return w;
+}
+
+bool DriverWarmup::wait(unsigned timeout_ms)
+{
+	std::unique_lock<std::mutex> g(mu_);
+	if (!given_up_ && !cv_.wait_for(g, std::chrono::milliseconds(timeout_ms), [this] { return done_; }))
+		given_up_ = true;
+	return done_;
+}
+
+} // namespace cuda_criu
