@@ -12,7 +12,7 @@
 #     lib/                                        the shared libraries criu and the plugins need, but glibc's
 #     plugin/cuda_plugin.so                       this project's plugin (the only .so there: CRIU's --libdir)
 #     intree/cuda_plugin.so                       CRIU's own CUDA plugin, for comparison
-#     bin/cuda_memcheck                           the driver-API test workload
+#     bin/cuda_memcheck, bin/cuda_server          the driver-API test workloads (cuda_server: 80-serving.sh)
 #     bin/cuda-criu, bin/cuda-checkpoint          the CLI, and its cuda-checkpoint-compatible name
 #     sbin/runc                                   this machine's runc, when installed (the container test)
 #     bench.py                                    the benchmark (benchmarks/bench.py)
@@ -90,23 +90,24 @@ if [ ! -f "$build/CMakeCache.txt" ]; then
 	log "configuring $build"
 	cmake -S "$top" -B "$build" >/dev/null
 fi
-targets=(cuda_plugin cuda_memcheck cuda-criu)
+targets=(cuda_plugin cuda_memcheck cuda_server cuda-criu)
 has_target() { cmake --build "$build" --target help 2>/dev/null | grep -w "$1" >/dev/null; }
-if ! has_target cuda_memcheck; then
-	[ -f "$top/tests/workloads/cuda_memcheck.c" ] ||
-		die "tests/workloads/cuda_memcheck.c is missing: the bundle needs the cuda_memcheck workload"
-	log "re-running CMake: the cuda_memcheck target is not known to $build yet"
+for w in cuda_memcheck cuda_server; do
+	has_target $w && continue
+	[ -f "$top/tests/workloads/$w.c" ] || die "tests/workloads/$w.c is missing: the bundle needs the $w workload"
+	log "re-running CMake: the $w target is not known to $build yet"
 	cmake -S "$top" -B "$build" >/dev/null
-	has_target cuda_memcheck ||
-		die "no cuda_memcheck target after configuring (is tests/workloads in the CMake tree?)"
-fi
+	has_target $w || die "no $w target after configuring (is tests/workloads in the CMake tree?)"
+done
 log "building ${targets[*]}"
 cmake --build "$build" --target "${targets[@]}" -j"$jobs" >"$build/gpu-bundle.build.log" 2>&1 ||
 	{ tail -n 30 "$build/gpu-bundle.build.log" >&2; die "build failed (log: $build/gpu-bundle.build.log)"; }
 plugin=$build/plugin/cuda_plugin.so
 memcheck=$build/tests/workloads/cuda_memcheck
+server=$build/tests/workloads/cuda_server
 [ -f "$plugin" ] || die "no $plugin after the build"
 [ -x "$memcheck" ] || die "no $memcheck after the build"
+[ -x "$server" ] || die "no $server after the build"
 cli=$build/bin/cuda-criu
 [ -x "$cli" ] || die "no $cli after the build"
 
@@ -118,6 +119,7 @@ install -m 755 "$criu_root/sbin/criu" "$tmp/sbin/criu"
 install -m 644 "$criu_root/lib/criu-intree/cuda_plugin.so" "$tmp/intree/cuda_plugin.so"
 install -m 644 "$plugin" "$tmp/plugin/cuda_plugin.so"
 install -m 755 "$memcheck" "$tmp/bin/cuda_memcheck"
+install -m 755 "$server" "$tmp/bin/cuda_server"
 install -m 755 "$cli" "$tmp/bin/cuda-criu"
 # CRIU's in-tree plugin runs `cuda-checkpoint` from PATH: ours answers that command line (benchmarks).
 ln -s cuda-criu "$tmp/bin/cuda-checkpoint"
@@ -130,7 +132,7 @@ else
 	log "note: no runc here (test-containers/setup.sh installs it): the bundle's container test will skip"
 fi
 strip --strip-debug "$tmp/sbin/criu" "$tmp/intree/cuda_plugin.so" "$tmp/plugin/cuda_plugin.so" "$tmp/bin/cuda_memcheck" \
-	"$tmp/bin/cuda-criu"
+	"$tmp/bin/cuda_server" "$tmp/bin/cuda-criu"
 
 for f in "$tmp/sbin/criu" "$tmp/intree/cuda_plugin.so" "$tmp/plugin/cuda_plugin.so" "$tmp/bin/cuda-criu" \
 	${runc:+"$tmp/sbin/runc"}; do
@@ -145,7 +147,7 @@ set_runpath "$tmp/sbin/criu"
 set_runpath "$tmp/bin/cuda-criu"
 
 # The workload must use the target's libcuda.so.1 and nothing of ours.
-for f in "$tmp/bin/cuda_memcheck" "$tmp/plugin/cuda_plugin.so"; do check_rpath "$f"; done
+for f in "$tmp/bin/cuda_memcheck" "$tmp/bin/cuda_server" "$tmp/plugin/cuda_plugin.so"; do check_rpath "$f"; done
 readelf -d "$tmp/bin/cuda_memcheck" | grep -q 'NEEDED.*\[libcuda\.so\.1\]' ||
 	log "note: cuda_memcheck does not list libcuda.so.1 as NEEDED (does it dlopen it?)"
 

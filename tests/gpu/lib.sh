@@ -153,13 +153,14 @@ criu_dump() {
 	[ "$rc" = 0 ] || { why="criu dump exited with $rc after $dump_s s"; return 1; }
 }
 
-# criu_restore DIR: CRIU restores DIR/img (its log DIR/restore.log, RESTORE_ENV its environment); sets
-# restore_s; why on failure.
+# criu_restore DIR [criu options...]: CRIU restores DIR/img (its log DIR/restore.log, RESTORE_ENV its
+# environment); sets restore_s; why on failure.
 criu_restore() {
 	local dir=$1 t0 rc
+	shift
 	t0=$(now)
 	timeout -k 10 "$criu_timeout" env ${RESTORE_ENV:-} "${criu_cmd[@]}" restore -D "$dir/img" -d -L "$bundle/plugin" -v4 \
-		-o "$dir/restore.log"
+		-o "$dir/restore.log" "$@"
 	rc=$?
 	restore_s=$(since "$t0")
 	[ "$rc" = 124 ] && { why="criu restore did not finish within $criu_timeout s (killed)"; return 1; }
