@@ -14,6 +14,7 @@
 
 #include "base/clock.h"
 #include "cli.h"
+#include "commands.h"
 #include "core/driver_calls.h"
 #include "core/gpu_plan.h"
 #include "core/options.h"
@@ -374,15 +375,10 @@ int show_outcomes(const std::vector<ActionResult> &outcomes, bool json)
 
 } // namespace
 
-int cmd_action(const std::string &action, const Args &args)
+int cmd_action(const Invocation &in)
 {
-	std::vector<OptionSpec> specs = {{"--timeout", true, nullptr}, {"--json", false, nullptr}};
-	bool maps_devices = action == "restore" || action == "resume";
-	if (maps_devices)
-		specs.push_back({"--device-map", true, nullptr});
-	ParsedArgs a;
-	if (auto rc = parse_command(action, args, specs, a))
-		return *rc;
+	const std::string action = in.command.name;
+	const ParsedArgs &a = in.args;
 	if (a.positionals.empty())
 		return usage_error(action, "needs at least one process id");
 	std::vector<pid_t> pids;
@@ -441,13 +437,7 @@ std::optional<int> parse_compat(const std::string &program, const Args &args, Co
 		std::fprintf(stderr, "%s: %s\nTry '%s --help'.\n", program.c_str(), msg.c_str(), program.c_str());
 		return kExitUsage;
 	};
-	auto parsed = parse_args(args, {{"--action", true, nullptr},
-					{"--pid", true, "-p"},
-					{"--timeout", true, nullptr},
-					{"--device-map", true, nullptr},
-					{"--get-state", false, nullptr},
-					{"--get-restore-tid", false, nullptr},
-					{"--toggle", false, nullptr}});
+	auto parsed = parse_args(args, find_command("compat")->options);
 	if (!parsed)
 		return usage(parsed.error().message());
 	const ParsedArgs &a = *parsed;
@@ -502,6 +492,8 @@ std::optional<int> parse_compat(const std::string &program, const Args &args, Co
 }
 
 } // namespace
+
+int cmd_compat(const Invocation &in) { return cmd_compat("cuda-criu compat", in.args.positionals); }
 
 int cmd_compat(const std::string &program, const Args &args)
 {

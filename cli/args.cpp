@@ -25,18 +25,35 @@ bool all_digits(const std::string &s)
 const std::string *ParsedArgs::value(const std::string &name) const
 {
 	auto it = values_.find(name);
-	return it == values_.end() ? nullptr : &it->second;
+	return it == values_.end() ? nullptr : &it->second.back();
 }
 
-Result<ParsedArgs> parse_args(const std::vector<std::string> &args, const std::vector<OptionSpec> &specs)
+void ParsedArgs::get(const std::string &name, std::string &out) const
+{
+	if (const std::string *v = value(name))
+		out = *v;
+}
+
+std::vector<std::string> ParsedArgs::values(const std::string &name) const
+{
+	auto it = values_.find(name);
+	return it == values_.end() ? std::vector<std::string>() : it->second;
+}
+
+Result<ParsedArgs> parse_args(const std::vector<std::string> &args, const std::vector<OptionSpec> &specs,
+			      bool program_follows)
 {
 	std::vector<OptionSpec> all = specs;
-	all.push_back({"--help", false, "-h"});
+	all.push_back({"--help", nullptr, nullptr, "-h"});
 	ParsedArgs out;
 	bool options_done = false;
 	for (size_t i = 0; i < args.size(); i++) {
 		const std::string &a = args[i];
-		if (options_done || a.size() < 2 || a[0] != '-' || all_digits(a.substr(1))) {
+		if (options_done || a.size() < 2 || a[0] != '-' || (!program_follows && all_digits(a.substr(1)))) {
+			if (program_follows) {
+				out.positionals.assign(args.begin() + static_cast<long>(i), args.end());
+				break;
+			}
 			out.positionals.push_back(a);
 			continue;
 		}
@@ -57,7 +74,7 @@ Result<ParsedArgs> parse_args(const std::vector<std::string> &args, const std::v
 				spec = &s;
 		if (!spec)
 			return make_error(EINVAL, "unknown option '%s'", a.c_str());
-		if (!spec->takes_value) {
+		if (!spec->value) {
 			if (has_inline)
 				return make_error(EINVAL, "option %s takes no value", spec->name);
 			out.flags_.insert(spec->name);
@@ -68,7 +85,10 @@ Result<ParsedArgs> parse_args(const std::vector<std::string> &args, const std::v
 				return make_error(EINVAL, "option %s needs a value", spec->name);
 			inline_value = args[++i];
 		}
-		out.values_[spec->name] = inline_value;
+		std::vector<std::string> &values = out.values_[spec->name];
+		if (!spec->repeatable)
+			values.clear();
+		values.push_back(inline_value);
 	}
 	return out;
 }

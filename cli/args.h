@@ -1,10 +1,11 @@
 // Command-line parsing shared by the commands: long options with a value ("--timeout 5" or
-// "--timeout=5"), flags, positional arguments, and the value parsers (pids, seconds, device maps).
+// "--timeout=5"), flags, repeatable options, positional arguments, and the value parsers (pids, seconds,
+// counts). The options of a command come from its entry in the command table (commands.h), which also
+// writes its help page: what is parsed is what is documented.
 #pragma once
 
 #include <sys/types.h>
 
-#include <functional>
 #include <map>
 #include <set>
 #include <string>
@@ -12,14 +13,15 @@
 
 #include "base/result.h"
 #include "base/text.h"
-#include "driver/driver.h"
 
 namespace cuda_criu::cli {
 
 struct OptionSpec {
-	const char *name;    // "--timeout"
-	bool takes_value;    // "--timeout SECONDS" vs "--json"
-	const char *alias;   // another spelling ("-h" for "--help"), or nullptr
+	const char *name;               // "--timeout"
+	const char *value = nullptr;    // its value in the help ("SECONDS"); nullptr: a flag
+	const char *help = nullptr;     // lines of at most 62 columns; nullptr: not shown on the page
+	const char *alias = nullptr;    // another spelling ("-h" for "--help"), or nullptr
+	bool repeatable = false;        // every value counts (values()), not the last one only
 };
 
 class ParsedArgs {
@@ -27,18 +29,25 @@ public:
 	bool has(const std::string &name) const { return flags_.count(name) || values_.count(name); }
 	// The value of the last occurrence of name, or nullptr when it was not given.
 	const std::string *value(const std::string &name) const;
+	// Sets out to the value of name when it was given.
+	void get(const std::string &name, std::string &out) const;
+	// Every value of a repeatable option, in order.
+	std::vector<std::string> values(const std::string &name) const;
 
 	std::vector<std::string> positionals;
 
 private:
-	friend Result<ParsedArgs> parse_args(const std::vector<std::string> &args, const std::vector<OptionSpec> &specs);
+	friend Result<ParsedArgs> parse_args(const std::vector<std::string> &args, const std::vector<OptionSpec> &specs,
+					     bool program_follows);
 	std::set<std::string> flags_;
-	std::map<std::string, std::string> values_;
+	std::map<std::string, std::vector<std::string>> values_;
 };
 
-// Parses args against specs ("--help"/"-h" is always known). "--" ends the options. Errors name the
-// offending argument.
-Result<ParsedArgs> parse_args(const std::vector<std::string> &args, const std::vector<OptionSpec> &specs);
+// Parses args against specs ("--help"/"-h" is always known). "--" ends the options. With
+// program_follows, the first argument that is not an option (or one after "--") starts a program's
+// command line: it and all after it are the positionals, unparsed. Errors name the offending argument.
+Result<ParsedArgs> parse_args(const std::vector<std::string> &args, const std::vector<OptionSpec> &specs,
+			      bool program_follows = false);
 
 // A process id: a positive decimal number.
 Result<pid_t> parse_pid(const std::string &text);

@@ -12,6 +12,7 @@
 #include <sstream>
 
 #include "cli.h"
+#include "commands.h"
 #include "core/options.h"
 #include "criu_info.h"
 #include "base/text.h"
@@ -21,22 +22,11 @@
 #include "elf_file.h"
 #include "json.h"
 #include "os/thp.h"
-#include "preflight.h"
+#include "criu_check.h"
 #include "runtimes.h"
 
 namespace cuda_criu::cli {
 namespace {
-
-enum class Level { Ok, Warn, Fail };
-
-const char *level_name(Level l) { return l == Level::Ok ? "ok" : l == Level::Warn ? "warn" : "fail"; }
-
-struct CheckLine {
-	std::string name;
-	Level level;
-	std::string detail;
-	std::string hint; // for warn and fail
-};
 
 // What the checks found, beyond their lines, for --json.
 struct Facts {
@@ -46,9 +36,7 @@ struct Facts {
 	std::string cuda_version;
 	bool checkpoint_api = false;
 	std::vector<GpuInfo> gpus;
-	std::optional<CriuLocation> criu;
-	std::optional<CriuVersion> criu_version;
-	std::optional<bool> criu_patched;
+	CriuFacts criu;
 	std::vector<RuntimeReport> runtimes;
 	std::optional<ThpSettings> thp;
 };
@@ -60,26 +48,6 @@ struct CheckOptions {
 	std::string libcuda;
 	bool runtimes = true;
 	std::vector<std::string> only_runtimes; // empty: every runtime found
-};
-
-class Checks {
-public:
-	void add(std::string name, Level level, std::string detail, std::string hint = {})
-	{
-		lines_.push_back({std::move(name), level, std::move(detail), std::move(hint)});
-	}
-	const std::vector<CheckLine> &lines() const { return lines_; }
-	Level worst() const
-	{
-		Level w = Level::Ok;
-		for (const auto &l : lines_)
-			if (static_cast<int>(l.level) > static_cast<int>(w))
-				w = l.level;
-		return w;
-	}
-
-private:
-	std::vector<CheckLine> lines_;
 };
 
 std::string read_first_line(const std::string &path)
@@ -172,7 +140,7 @@ void check_driver(Checks &c, Facts &facts, const CheckOptions &o, const std::str
 		return;
 	}
 	facts.checkpoint_api = true;
-	c.add("checkpoint-api", Level::Ok, "cuCheckpointProcess{Lock,Checkpoint,Restore,Unlock,GetState,GetRestoreThreadId}");
+	c.add("checkpoint-api", Level::Ok, entry_point_names(EntryKind::Checkpoint));
 
 	check_gpus(c, facts, libcuda, missing,
 		   gpu_expected ? "check CUDA_VISIBLE_DEVICES and that the GPUs are not excluded or in a fault state"
@@ -233,82 +201,14 @@ void check_persistence(Checks &c, const std::vector<GpuInfo> &gpus)
 
 // ---- CRIU and the plugin ----
 
-void check_criu(Checks &c, Facts &facts, const CheckOptions &o)
+void check_criu_and_plugin(Checks &c, Facts &facts, const CheckOptions &o)
 {
-	auto loc = find_criu(o.criu);
-	if (!loc) {
-		c.add("criu", Level::Fail, loc.error().message(),
-		      "install CRIU 4.0 or newer (scripts/build-criu.sh builds one with this project's patch), or pass "
-		      "--criu PATH");
-		return;
-	}
-	facts.criu = *loc;
-	auto patched = elf_defines_dynamic_symbol(loc->path, kCriuPatchSymbol);
-	if (loc->only_in_path) {
-		c.add("criu", Level::Warn, loc->path + ": found only through $PATH, so not run",
-		      "pass --criu " + loc->path + " to check it (a program found only through $PATH is never run)");
-	} else {
-		auto v = criu_version(loc->path);
-		if (!v) {
-			c.add("criu", Level::Fail, v.error().message(), "is " + loc->path + " a working CRIU?");
-		} else {
-			facts.criu_version = *v;
-			c.add("criu", Level::Ok, format("%s: CRIU %s", loc->path.c_str(), v->text.c_str()));
-			if (has_device_hooks(*v))
-				c.add("criu-device-hooks", Level::Ok,
-				      format("CRIU %s has the PAUSE_DEVICES, CHECKPOINT_DEVICES and RESUME_DEVICES_LATE hooks",
-					     v->text.c_str()));
-			else
-				c.add("criu-device-hooks", Level::Fail,
-				      format("CRIU %s predates 4.0: it has none of the device hooks the plugin needs",
-					     v->text.c_str()),
-				      "install CRIU 4.0 or newer");
-		}
-	}
-	if (!patched) {
-		c.add("criu-patch", Level::Warn, patched.error().message());
-		return;
-	}
-	facts.criu_patched = *patched;
-	if (*patched)
-		c.add("criu-patch", Level::Ok,
-		      format("%s: a failed GPU restore fails the restore", kCriuPatchSymbol));
+	facts.criu = check_criu(c, find_criu(o.criu));
+	if (o.libdir.empty())
+		c.add(check_plugin(criu_libdir(caller_criu_env(), ""),
+				   "set libdir in " + criu_config_dir() + "/default.conf to its directory"));
 	else
-		c.add("criu-patch", Level::Warn,
-		      format("stock CRIU (no %s): it ignores a failing RESUME_DEVICES_LATE hook, so the plugin itself kills "
-			     "a process whose GPU state it could not restore rather than let it run without",
-			     kCriuPatchSymbol),
-		      "for restores that fail cleanly, build CRIU with criu-patches/ (scripts/build-criu.sh)");
-}
-
-void check_plugin(Checks &c, const CheckOptions &o)
-{
-	const Libdir libdir = o.libdir.empty() ? criu_libdir(caller_criu_env(), "") : Libdir{o.libdir, "criu -L"};
-	const std::string file = libdir.dir + "/" + kPluginFileName;
-	const std::string install_hint =
-		"install it there: 'cmake --install BUILD' puts it into /usr/lib/criu (CRIU_PLUGIN_DIR); or copy "
-		"BUILD/plugin/cuda_plugin.so";
-	std::string error;
-	switch (classify_plugin(file, error)) {
-	case PluginFile::Missing:
-		c.add("plugin", Level::Fail,
-		      format("no %s in %s (the plugin directory of criu: %s)", kPluginFileName, libdir.dir.c_str(),
-			     libdir.source.c_str()),
-		      install_hint);
-		break;
-	case PluginFile::Unreadable:
-		c.add("plugin", Level::Fail, error);
-		break;
-	case PluginFile::CriusOwn:
-		c.add("plugin", Level::Fail,
-		      format("%s is CRIU's own CUDA plugin (it runs cuda-checkpoint), not cuda-criu's (%s)", file.c_str(),
-			     libdir.source.c_str()),
-		      install_hint + " (it has the same file name)");
-		break;
-	case PluginFile::Ours:
-		c.add("plugin", Level::Ok, format("%s (used by criu: %s)", file.c_str(), libdir.source.c_str()));
-		break;
-	}
+		c.add(check_plugin({o.libdir, "criu -L"}, "give its directory with --libdir"));
 
 	auto options = load_options_from_environment();
 	if (!options)
@@ -476,14 +376,14 @@ void print_json(const Checks &c, const Facts &f)
 			.field("pci_bus_id", g.pci_bus_id)
 			.end_object();
 	j.end_array();
-	if (f.criu) {
-		j.key("criu").begin_object().field("path", f.criu->path).field("found_by", f.criu->how);
-		if (f.criu_version)
-			j.field("version", f.criu_version->text).field("device_hooks", f.criu_version->at_least(4, 0));
+	if (const CriuFacts &c = f.criu; c.location) {
+		j.key("criu").begin_object().field("path", c.location->path).field("found_by", c.location->how);
+		if (c.version)
+			j.field("version", c.version->text).field("device_hooks", has_device_hooks(*c.version));
 		else
 			j.key("version").null().key("device_hooks").null();
-		if (f.criu_patched)
-			j.field("patched", *f.criu_patched);
+		if (c.patched)
+			j.field("patched", *c.patched);
 		else
 			j.key("patched").null();
 		j.end_object();
@@ -521,26 +421,14 @@ void print_json(const Checks &c, const Facts &f)
 
 } // namespace
 
-int cmd_check(const Args &args)
+int cmd_check(const Invocation &in)
 {
-	ParsedArgs a;
-	if (auto rc = parse_options_only("check", args,
-					 {{"--json", false, nullptr},
-					  {"--require-gpu", false, nullptr},
-					  {"--criu", true, nullptr},
-					  {"--libdir", true, nullptr},
-					  {"--libcuda", true, nullptr},
-					  {"--runtimes", true, nullptr}},
-					 a))
-		return *rc;
+	const ParsedArgs &a = in.args;
 	CheckOptions o;
 	o.require_gpu = a.has("--require-gpu");
-	if (const std::string *v = a.value("--criu"))
-		o.criu = *v;
-	if (const std::string *v = a.value("--libdir"))
-		o.libdir = *v;
-	if (const std::string *v = a.value("--libcuda"))
-		o.libcuda = *v;
+	a.get("--criu", o.criu);
+	a.get("--libdir", o.libdir);
+	a.get("--libcuda", o.libcuda);
 	if (const std::string *v = a.value("--runtimes")) {
 		std::stringstream names(*v);
 		std::string name;
@@ -564,8 +452,7 @@ int cmd_check(const Args &args)
 	check_driver(c, facts, o, libcuda);
 	check_nvml(c);
 	check_persistence(c, facts.gpus);
-	check_criu(c, facts, o);
-	check_plugin(c, o);
+	check_criu_and_plugin(c, facts, o);
 	if (o.runtimes)
 		check_runtime_lines(c, facts, o);
 	check_privileges(c);

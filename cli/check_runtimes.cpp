@@ -3,7 +3,6 @@
 // passes them), what lies in it, and the criu the runtime runs.
 #include "runtimes.h"
 
-#include <dirent.h>
 #include <dlfcn.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -15,10 +14,11 @@
 #include <sstream>
 
 #include "base/format.h"
+#include "os/dir.h"
 #include "cli.h"
 #include "criu_info.h"
 #include "elf_file.h"
-#include "preflight.h"
+#include "criu_check.h"
 #include "subprocess.h"
 
 namespace cuda_criu::cli {
@@ -30,32 +30,6 @@ const char *const kSystemDirs[] = {"/usr/local/sbin", "/usr/local/bin", "/usr/sb
 constexpr const char *kServicePath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 // `podman info` starts podman's whole storage layer; it may take a while on a busy machine.
 constexpr unsigned kPodmanInfoMs = 20000;
-
-bool is_executable_file(const std::string &path)
-{
-	struct stat st;
-	return stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) && access(path.c_str(), X_OK) == 0;
-}
-
-std::string env_or_empty(const char *name)
-{
-	const char *v = getenv(name);
-	return v ? v : "";
-}
-
-std::string in_path(const std::string &name, const std::string &path)
-{
-	std::stringstream dirs(path);
-	std::string dir;
-	while (std::getline(dirs, dir, ':')) {
-		if (dir.empty() || dir[0] != '/')
-			continue; // a relative PATH entry depends on the caller's directory
-		std::string file = format("%s/%s", dir.c_str(), name.c_str());
-		if (is_executable_file(file))
-			return file;
-	}
-	return "";
-}
 
 std::string find_system_binary(const std::string &name)
 {
@@ -132,24 +106,13 @@ bool process_env(pid_t pid, CriuEnv &env)
 pid_t find_process(const std::string &binary)
 {
 	const std::string want = real_path(binary);
-	DIR *proc = opendir("/proc");
-	if (!proc)
-		return 0;
-	pid_t found = 0;
-	while (dirent *e = readdir(proc)) {
-		char *end = nullptr;
-		long pid = std::strtol(e->d_name, &end, 10);
-		if (pid <= 0 || *end)
-			continue;
+	for (pid_t pid : proc_pids()) {
 		char buf[PATH_MAX];
-		ssize_t n = readlink(format("/proc/%ld/exe", pid).c_str(), buf, sizeof(buf) - 1);
-		if (n > 0 && std::string(buf, static_cast<size_t>(n)) == want) {
-			found = static_cast<pid_t>(pid);
-			break;
-		}
+		ssize_t n = readlink(format("/proc/%d/exe", pid).c_str(), buf, sizeof(buf) - 1);
+		if (n > 0 && std::string(buf, static_cast<size_t>(n)) == want)
+			return pid;
 	}
-	closedir(proc);
-	return found;
+	return 0;
 }
 
 struct Verdict {
@@ -157,66 +120,32 @@ struct Verdict {
 	std::string detail, fix;
 };
 
-// What CRIU finds in dir: our plugin and nothing else that registers as cuda_plugin.
+// What CRIU finds in libdir (criu_check.h: check_plugin); conf_to_edit: the file that would set another.
 Verdict plugin_in(const Libdir &libdir, const std::string &conf_to_edit)
 {
-	const std::string file = libdir.dir + "/" + kPluginFileName;
-	const std::string where = format("%s (%s)", libdir.dir.c_str(), libdir.source.c_str());
-	const std::string install = format("install cuda_plugin.so into %s ('cmake --install BUILD' puts it into "
-					   "/usr/lib/criu), or add 'libdir DIR_OF_cuda_plugin.so' to %s",
-					   libdir.dir.c_str(), conf_to_edit.c_str());
-	std::string error;
-	switch (classify_plugin(file, error)) {
-	case PluginFile::Missing:
-		return {false, "no cuda_plugin.so in " + where, install};
-	case PluginFile::Unreadable:
-		return {false, error, "make " + file + " a readable file"};
-	case PluginFile::CriusOwn:
-		return {false, file + " is CRIU's own CUDA plugin, not cuda-criu's (" + libdir.source + ")",
-			"replace it with cuda-criu's plugin (same file name), or " + install.substr(install.find("add "))};
-	case PluginFile::Ours:
-		break;
-	}
-	// CRIU loads every *.so there; a second one named cuda_plugin (CRIU's own under another file name)
-	// takes the CUDA processes before ours or fails the restore's inventory check.
-	if (DIR *d = opendir(libdir.dir.c_str())) {
-		std::string others;
-		while (dirent *e = readdir(d)) {
-			std::string name = e->d_name;
-			if (name == kPluginFileName || name.size() < 4 || name.compare(name.size() - 3, 3, ".so") != 0)
-				continue;
-			auto has = file_contains(libdir.dir + "/" + name, "cuda_plugin");
-			if (has && *has)
-				others += (others.empty() ? "" : ", ") + name;
-		}
-		closedir(d);
-		if (!others.empty())
-			return {false, format("%s in %s also registers as cuda_plugin", others.c_str(), where.c_str()),
-				"remove " + others + " from " + libdir.dir + " (CRIU loads every .so there)"};
-	}
-	return {true, "loads " + file + " (" + libdir.source + ")", ""};
+	CheckLine l = check_plugin(libdir, "add 'libdir DIR_OF_cuda_plugin.so' to " + conf_to_edit);
+	if (l.level != Level::Ok)
+		return {false, l.detail, l.hint};
+	return {true, format("loads %s/%s (%s)", libdir.dir.c_str(), kPluginFileName, libdir.source.c_str()), ""};
 }
 
-// The criu found in path: it must be CRIU 4.0 or newer. Run only where check trusts it.
+// The criu found in path, checked as check checks its own (criu_check.h), but run only where check
+// trusts it: in a system directory, or the one --criu names.
 Verdict criu_in(const std::string &path, const std::string &criu_option)
 {
-	std::string criu = in_path("criu", path);
+	std::string criu = search_path("criu", path);
 	if (criu.empty())
 		return {false, "no criu in PATH (" + path + ")",
 			"install CRIU 4.0 or newer into /usr/local/sbin or /usr/sbin"};
 	bool trusted = !criu_option.empty() && real_path(criu) == real_path(criu_option);
 	for (const char *d : kSystemDirs)
 		trusted |= criu.rfind(std::string(d) + "/", 0) == 0;
-	if (!trusted)
-		return {false, "criu " + criu + " (found through PATH only: not run, its version is unknown)",
-			"pass --criu " + criu + " to check it"};
-	auto v = criu_version(criu);
-	if (!v)
-		return {false, v.error().message(), "is " + criu + " a working CRIU?"};
-	if (!has_device_hooks(*v))
-		return {false, format("%s is CRIU %s, older than 4.0: no device hooks", criu.c_str(), v->text.c_str()),
-			"install CRIU 4.0 or newer"};
-	return {true, format("CRIU %s (%s)", v->text.c_str(), criu.c_str()), ""};
+	Checks c;
+	CriuFacts facts = check_criu(c, CriuLocation{criu, "$PATH", !trusted});
+	for (const CheckLine &l : c.lines())
+		if (l.name != "criu-patch" && l.level != Level::Ok)
+			return {false, l.detail, l.hint};
+	return {true, format("CRIU %s (%s)", facts.version->text.c_str(), criu.c_str()), ""};
 }
 
 // criu first (a runtime without a usable criu cannot checkpoint at all), then the plugin directory.
@@ -361,7 +290,7 @@ RuntimeReport check_containerd(const std::string &binary, const std::string &cri
 	const std::string config = "/etc/containerd/config.toml";
 	std::string runc = containerd_runc_binary(config);
 	if (runc.empty())
-		runc = in_path("runc", env.path);
+		runc = search_path("runc", env.path);
 	if (runc.empty() || !is_executable_file(runc)) {
 		r.detail = prefix + "no runc to run (" + (runc.empty() ? "none in its PATH" : runc + " is not executable") + ")";
 		r.fix = "install runc, or set BinaryName in the runc runtime's options in " + config;
@@ -397,39 +326,6 @@ std::string containerd_runc_binary(const std::string &config)
 			binary = line.substr(q1 + 1, q2 - q1 - 1);
 	}
 	return binary;
-}
-
-CriuEnv caller_criu_env()
-{
-	return {env_or_empty("HOME"), env_or_empty("CRIU_CONFIG_FILE"), env_or_empty("CRIU_LIBS_DIR"),
-		env_or_empty("PATH")};
-}
-
-std::string criu_config_dir()
-{
-	std::string dir = env_or_empty("CUDA_CRIU_CRIU_CONFIG_DIR");
-	return dir.empty() ? "/etc/criu" : dir;
-}
-
-Libdir criu_libdir(const CriuEnv &env, const std::string &runtime_conf)
-{
-	std::vector<std::pair<std::string, std::string>> files = {{criu_config_dir() + "/default.conf", ""}};
-	if (!env.home.empty())
-		files.push_back({env.home + "/.criu/default.conf", ""});
-	if (!env.config_file.empty())
-		files.push_back({env.config_file, "$CRIU_CONFIG_FILE "});
-	if (!runtime_conf.empty())
-		files.push_back({runtime_conf, ""});
-	Libdir found;
-	for (const auto &[file, label] : files)
-		if (std::string dir = config_libdir(file); !dir.empty())
-			found = {dir, format("libdir in %s%s", label.c_str(), file.c_str())};
-	if (found.dir.empty())
-		found = env.libs_dir.empty() ? Libdir{kCriuDefaultLibdir, "CRIU's default, no libdir set"}
-					     : Libdir{env.libs_dir, "$CRIU_LIBS_DIR"};
-	while (found.dir.size() > 1 && found.dir.back() == '/')
-		found.dir.pop_back();
-	return found;
 }
 
 std::vector<RuntimeReport> check_runtimes(const std::vector<std::string> &only, const std::string &criu_option)

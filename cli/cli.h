@@ -1,5 +1,5 @@
-// The commands of cuda-criu and what they share. Each command takes the arguments after its name and
-// returns the process exit status.
+// What the commands of cuda-criu share: exit statuses, usage errors, the driver, this program's path.
+// The commands themselves are in the command table (commands.h).
 #pragma once
 
 #include <optional>
@@ -22,38 +22,22 @@ using Args = std::vector<std::string>;
 // own timeout.
 inline constexpr unsigned kGraceMs = 5000;
 
-int cmd_check(const Args &args);
-int cmd_inspect(const Args &args);
-int cmd_ps(const Args &args);
-int cmd_status(const Args &args);
-// lock, checkpoint, restore, unlock, suspend, resume.
-int cmd_action(const std::string &action, const Args &args);
-// The cuda-checkpoint command line; program names the tool in messages ("cuda-checkpoint").
+// The cuda-checkpoint command line, as `cuda-criu compat` and through a link named cuda-checkpoint;
+// program names the tool in messages ("cuda-checkpoint").
 int cmd_compat(const std::string &program, const Args &args);
-int cmd_selftest(const Args &args);
-// The workload selftest runs under CRIU (an internal command, not in the help).
-int cmd_selftest_workload(const Args &args);
 
+// The workload selftest runs under CRIU (an internal command, not in the help).
 inline constexpr const char *kSelftestWorkloadCommand = "__selftest-workload";
 
 // Help: the overview for an empty command, else the command's page. false: no such command.
 bool print_help(const std::string &command);
 // The cuda-checkpoint compatible help text (contains "--action", which CRIU's own plugin looks for).
 void print_compat_help(const std::string &program);
-bool is_command(const std::string &name);
 
 // "cuda-criu COMMAND: MESSAGE" and a pointer to the help on stderr; returns kExitUsage.
 int usage_error(const std::string &command, const std::string &message);
 // "cuda-criu: MESSAGE" on stderr; returns kExitFailure.
 int report_failure(const std::string &message);
-
-// Parses a command's arguments. Returns an exit status when the command must end now (bad usage, or
-// --help printed), nullopt to go on with out filled in.
-std::optional<int> parse_command(const std::string &command, const Args &args, const std::vector<OptionSpec> &specs,
-				 ParsedArgs &out);
-// parse_command for a command that takes options only: an argument is bad usage.
-std::optional<int> parse_options_only(const std::string &command, const Args &args,
-				      const std::vector<OptionSpec> &specs, ParsedArgs &out);
 
 // The driver, loaded once: libcuda_override if not empty, else the plugin's libcuda option
 // (CUDA_CRIU_LIBCUDA or the config file), else libcuda.so.1 through the loader's search path.

@@ -44,30 +44,6 @@ int report_failure(const std::string &message)
 	return kExitFailure;
 }
 
-std::optional<int> parse_command(const std::string &command, const Args &args, const std::vector<OptionSpec> &specs,
-				 ParsedArgs &out)
-{
-	auto parsed = parse_args(args, specs);
-	if (!parsed)
-		return usage_error(command, parsed.error().message());
-	if (parsed->has("--help")) {
-		print_help(command);
-		return kExitOk;
-	}
-	out = std::move(*parsed);
-	return std::nullopt;
-}
-
-std::optional<int> parse_options_only(const std::string &command, const Args &args,
-				      const std::vector<OptionSpec> &specs, ParsedArgs &out)
-{
-	if (auto rc = parse_command(command, args, specs, out))
-		return rc;
-	if (!out.positionals.empty())
-		return usage_error(command, "takes no arguments, got '" + out.positionals[0] + "'");
-	return std::nullopt;
-}
-
 Result<Driver *> open_driver(const std::string &libcuda_override)
 {
 	std::string path = libcuda_override;

@@ -8,22 +8,17 @@
 #include <cstdlib>
 #include <fstream>
 
+#include "base/text.h"
 #include "cli.h"
 #include "subprocess.h"
 
 namespace cuda_criu::cli {
 namespace {
 
-bool is_executable_file(const std::string &path)
+std::string env_or_empty(const char *name)
 {
-	struct stat st;
-	return stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) && access(path.c_str(), X_OK) == 0;
-}
-
-std::string trim(const std::string &s)
-{
-	size_t b = s.find_first_not_of(" \t\r\n"), e = s.find_last_not_of(" \t\r\n");
-	return b == std::string::npos ? std::string() : s.substr(b, e - b + 1);
+	const char *v = getenv(name);
+	return v ? v : "";
 }
 
 } // namespace
@@ -38,17 +33,8 @@ Result<CriuLocation> find_criu(const std::string &explicit_path)
 	for (const char *p : {"/usr/local/sbin/criu", "/usr/sbin/criu", "/usr/bin/criu"})
 		if (is_executable_file(p))
 			return CriuLocation{p, p, false};
-	if (const char *path = getenv("PATH")) {
-		std::string dirs = path;
-		size_t start = 0;
-		while (start <= dirs.size()) {
-			size_t colon = dirs.find(':', start);
-			std::string dir = dirs.substr(start, colon == std::string::npos ? std::string::npos : colon - start);
-			start = colon == std::string::npos ? dirs.size() + 1 : colon + 1;
-			if (!dir.empty() && dir[0] == '/' && is_executable_file(dir + "/criu"))
-				return CriuLocation{dir + "/criu", "$PATH", true};
-		}
-	}
+	if (std::string found = search_path("criu", env_or_empty("PATH")); !found.empty())
+		return CriuLocation{found, "$PATH", true};
 	return make_error(ENOENT, "no criu in /usr/local/sbin, /usr/sbin, /usr/bin or $PATH");
 }
 
@@ -90,6 +76,39 @@ std::string config_libdir(const std::string &config_file)
 		dir = value; // like CRIU, the last one wins
 	}
 	return dir;
+}
+
+CriuEnv caller_criu_env()
+{
+	return {env_or_empty("HOME"), env_or_empty("CRIU_CONFIG_FILE"), env_or_empty("CRIU_LIBS_DIR"),
+		env_or_empty("PATH")};
+}
+
+std::string criu_config_dir()
+{
+	std::string dir = env_or_empty("CUDA_CRIU_CRIU_CONFIG_DIR");
+	return dir.empty() ? "/etc/criu" : dir;
+}
+
+Libdir criu_libdir(const CriuEnv &env, const std::string &runtime_conf)
+{
+	std::vector<std::pair<std::string, std::string>> files = {{criu_config_dir() + "/default.conf", ""}};
+	if (!env.home.empty())
+		files.push_back({env.home + "/.criu/default.conf", ""});
+	if (!env.config_file.empty())
+		files.push_back({env.config_file, "$CRIU_CONFIG_FILE "});
+	if (!runtime_conf.empty())
+		files.push_back({runtime_conf, ""});
+	Libdir found;
+	for (const auto &[file, label] : files)
+		if (std::string dir = config_libdir(file); !dir.empty())
+			found = {dir, format("libdir in %s%s", label.c_str(), file.c_str())};
+	if (found.dir.empty())
+		found = env.libs_dir.empty() ? Libdir{kCriuDefaultLibdir, "CRIU's default, no libdir set"}
+					     : Libdir{env.libs_dir, "$CRIU_LIBS_DIR"};
+	while (found.dir.size() > 1 && found.dir.back() == '/')
+		found.dir.pop_back();
+	return found;
 }
 
 } // namespace cuda_criu::cli

@@ -1,4 +1,5 @@
-// Finding CRIU and our plugin the way CRIU and the container runtimes do.
+// Finding CRIU and our plugin the way CRIU and the container runtimes do: the CRIU binary and its
+// version, CRIU's configuration files and environment, the plugin directory they give it.
 #pragma once
 
 #include <string>
@@ -38,6 +39,31 @@ inline constexpr const char *kCriuPatchSymbol = "criu_resume_devices_late_errors
 inline constexpr const char *kPluginFileName = "cuda_plugin.so";
 inline constexpr const char *kPluginMarker = "cuda-plugin.img";
 inline constexpr const char *kCriuDefaultLibdir = "/usr/lib/criu";
+
+// The environment CRIU runs with, as far as it decides where plugins come from. A runtime called
+// directly passes its caller's; podman passes none; containerd passes its own.
+struct CriuEnv {
+	std::string home;        // $HOME: $HOME/.criu/default.conf
+	std::string config_file; // $CRIU_CONFIG_FILE
+	std::string libs_dir;    // $CRIU_LIBS_DIR, used only when no configuration file sets libdir
+	std::string path;        // $PATH, where the runtime finds criu
+};
+
+// The environment of this process.
+CriuEnv caller_criu_env();
+
+// The directory CRIU's configuration files live in: /etc/criu, or $CUDA_CRIU_CRIU_CONFIG_DIR (for tests,
+// which must not touch the machine's /etc/criu).
+std::string criu_config_dir();
+
+// The plugin directory CRIU 4.2 uses and what set it: configuration files in the order CRIU parses them
+// (CONFIG_DIR/default.conf, $HOME/.criu/default.conf, $CRIU_CONFIG_FILE, then runtime_conf; the last
+// libdir wins), else $CRIU_LIBS_DIR, else /usr/lib/criu.
+struct Libdir {
+	std::string dir;
+	std::string source; // "libdir in /etc/criu/runc.conf", "$CRIU_LIBS_DIR", "CRIU's default"
+};
+Libdir criu_libdir(const CriuEnv &env, const std::string &runtime_conf);
 
 // The `libdir` a CRIU configuration file sets ("libdir /x", "libdir=/x" or "--libdir /x"), or "" when it
 // sets none or cannot be read.

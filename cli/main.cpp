@@ -5,7 +5,7 @@
 #include <string>
 
 #include "cli.h"
-#include "roundtrip.h"
+#include "commands.h"
 
 #ifndef CUDA_CRIU_VERSION
 #define CUDA_CRIU_VERSION "dev"
@@ -19,38 +19,6 @@ std::string basename_of(const char *path)
 {
 	const char *slash = std::strrchr(path, '/');
 	return slash ? slash + 1 : path;
-}
-
-int dispatch(const std::string &cmd, const Args &rest)
-{
-	if (cmd == "help") {
-		if (rest.size() > 1)
-			return usage_error("help", "takes at most one command name");
-		if (!rest.empty() && (rest[0] == "--help" || rest[0] == "-h"))
-			return print_help("help"), kExitOk;
-		if (!print_help(rest.empty() ? std::string() : rest[0]))
-			return usage_error("help", "no command '" + rest[0] + "'");
-		return kExitOk;
-	}
-	if (cmd == "check")
-		return cmd_check(rest);
-	if (cmd == "inspect")
-		return cmd_inspect(rest);
-	if (cmd == "ps")
-		return cmd_ps(rest);
-	if (cmd == "status")
-		return cmd_status(rest);
-	if (cmd == "compat")
-		return cmd_compat("cuda-criu compat", rest);
-	if (cmd == "selftest")
-		return cmd_selftest(rest);
-	if (cmd == "roundtrip")
-		return cmd_roundtrip(rest);
-	if (cmd == kSelftestWorkloadCommand)
-		return cmd_selftest_workload(rest);
-	if (is_command(cmd))
-		return cmd_action(cmd, rest);
-	return usage_error("", "unknown command '" + cmd + "'");
 }
 
 } // namespace
@@ -82,5 +50,8 @@ int main(int argc, char **argv)
 			   stderr);
 		return kExitUsage;
 	}
-	return dispatch(args[i], Args(args.begin() + static_cast<long>(i) + 1, args.end()));
+	const Command *c = find_command(args[i]);
+	if (!c)
+		return usage_error("", "unknown command '" + args[i] + "'");
+	return run_command(*c, Args(args.begin() + static_cast<long>(i) + 1, args.end()));
 }

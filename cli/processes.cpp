@@ -9,6 +9,7 @@
 #include <optional>
 
 #include "cli.h"
+#include "commands.h"
 #include "json.h"
 #include "os/proc.h"
 #include "process_errors.h"
@@ -129,21 +130,17 @@ int list_all(bool json)
 
 } // namespace
 
-int cmd_ps(const Args &args)
+int cmd_ps(const Invocation &in)
 {
-	ParsedArgs a;
-	if (auto rc = parse_command("ps", args, {{"--json", false, nullptr}}, a))
-		return *rc;
+	const ParsedArgs &a = in.args;
 	if (!a.positionals.empty())
 		return usage_error("ps", "takes no arguments (use 'cuda-criu status PID...' for given processes)");
 	return list_all(a.has("--json"));
 }
 
-int cmd_status(const Args &args)
+int cmd_status(const Invocation &in)
 {
-	ParsedArgs a;
-	if (auto rc = parse_command("status", args, {{"--json", false, nullptr}}, a))
-		return *rc;
+	const ParsedArgs &a = in.args;
 	if (a.positionals.empty())
 		return list_all(a.has("--json"));
 	std::vector<pid_t> pids;

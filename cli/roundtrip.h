@@ -10,7 +10,4 @@ namespace cuda_criu::cli {
 // checkpointed). 1 (kExitFailure) means a dump, a restore or a health check failed.
 inline constexpr int kExitRoundtripNotRun = 3;
 
-// cuda-criu roundtrip [OPTIONS] -- CMD ARGS...
-int cmd_roundtrip(const Args &args);
-
 } // namespace cuda_criu::cli

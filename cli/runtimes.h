@@ -5,32 +5,9 @@
 #include <string>
 #include <vector>
 
+#include "criu_info.h"
+
 namespace cuda_criu::cli {
-
-// The environment CRIU runs with, as far as it decides where plugins come from. A runtime called
-// directly passes its caller's; podman passes none; containerd passes its own.
-struct CriuEnv {
-	std::string home;        // $HOME: $HOME/.criu/default.conf
-	std::string config_file; // $CRIU_CONFIG_FILE
-	std::string libs_dir;    // $CRIU_LIBS_DIR, used only when no configuration file sets libdir
-	std::string path;        // $PATH, where the runtime finds criu
-};
-
-// The environment of this process.
-CriuEnv caller_criu_env();
-
-// The directory CRIU's configuration files live in: /etc/criu, or $CUDA_CRIU_CRIU_CONFIG_DIR (for tests,
-// which must not touch the machine's /etc/criu).
-std::string criu_config_dir();
-
-// The plugin directory CRIU 4.2 uses and what set it: configuration files in the order CRIU parses them
-// (CONFIG_DIR/default.conf, $HOME/.criu/default.conf, $CRIU_CONFIG_FILE, then runtime_conf; the last
-// libdir wins), else $CRIU_LIBS_DIR, else /usr/lib/criu.
-struct Libdir {
-	std::string dir;
-	std::string source; // "libdir in /etc/criu/runc.conf", "$CRIU_LIBS_DIR", "CRIU's default"
-};
-Libdir criu_libdir(const CriuEnv &env, const std::string &runtime_conf);
 
 // BinaryName in the runc runtime's options of a containerd configuration file ("" if none), in either
 // configuration version: [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options] (v2) or

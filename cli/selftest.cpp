@@ -9,6 +9,7 @@
 #include <map>
 
 #include "cli.h"
+#include "commands.h"
 #include "image/image.h"
 #include "roundtrip/client.h"
 #include "roundtrip/cycle.h"
@@ -254,21 +255,11 @@ private:
 
 } // namespace
 
-int cmd_selftest(const Args &args)
+int cmd_selftest(const Invocation &in)
 {
-	ParsedArgs a;
-	if (auto rc = parse_options_only("selftest", args,
-					 {{"--criu", true, nullptr},
-					  {"--libdir", true, nullptr},
-					  {"--mb", true, nullptr},
-					  {"--libcuda", true, nullptr},
-					  {"--dir", true, nullptr},
-					  {"--keep", false, nullptr}},
-					 a))
-		return *rc;
+	const ParsedArgs &a = in.args;
 	SelftestOptions o;
-	if (const std::string *v = a.value("--criu"))
-		o.criu = *v;
+	a.get("--criu", o.criu);
 	// CRIU runs in its image directory: paths handed to it must not be relative.
 	auto absolute = [](const std::string &p) {
 		return p.empty() || p[0] == '/' ? p : std::string(std::filesystem::absolute(p));
@@ -277,8 +268,7 @@ int cmd_selftest(const Args &args)
 		o.libdir = absolute(*v);
 	if (const std::string *v = a.value("--libcuda"))
 		o.libcuda = absolute(*v);
-	if (const std::string *v = a.value("--dir"))
-		o.parent_dir = *v;
+	a.get("--dir", o.parent_dir);
 	if (const std::string *v = a.value("--mb")) {
 		auto mb = parse_count(*v, 1, 1 << 20);
 		if (!mb)

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "cli.h"
+#include "commands.h"
 #include "driver/cuda_api.h"
 #include "driver/libcuda.h"
 
@@ -166,20 +167,20 @@ private:
 
 } // namespace
 
-int cmd_selftest_workload(const Args &args)
+int cmd_selftest_workload(const Invocation &in)
 {
-	auto parsed = parse_args(args, {{"--mb", true, nullptr},
-					{"--state", true, nullptr},
-					{"--libcuda", true, nullptr},
-					{"--interval-ms", true, nullptr}});
-	if (!parsed || !parsed->value("--mb") || !parsed->value("--state"))
+	const ParsedArgs &a = in.args;
+	if (!a.value("--mb") || !a.value("--state"))
 		return usage_error(kSelftestWorkloadCommand, "usage: --mb N --state FILE [--libcuda PATH] [--interval-ms MS]");
-	auto mb = parse_count(*parsed->value("--mb"), 1, 1 << 20);
-	auto interval = parse_count(parsed->value("--interval-ms") ? *parsed->value("--interval-ms") : "50", 0, 60000);
+	std::string interval_text = "50", libcuda;
+	a.get("--interval-ms", interval_text);
+	a.get("--libcuda", libcuda);
+	auto mb = parse_count(*a.value("--mb"), 1, 1 << 20);
+	auto interval = parse_count(interval_text, 0, 60000);
 	if (!mb || !interval)
 		return usage_error(kSelftestWorkloadCommand, "bad --mb or --interval-ms");
-	Workload w(*parsed->value("--state"), *mb);
-	w.load(parsed->value("--libcuda") ? *parsed->value("--libcuda") : "");
+	Workload w(*a.value("--state"), *mb);
+	w.load(libcuda);
 	w.run(static_cast<unsigned>(*interval));
 }
 

@@ -4,6 +4,7 @@
 #include <linux/close_range.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -12,6 +13,7 @@
 #include <chrono>
 #include <cstring>
 
+#include "base/format.h"
 #include "os/unique_fd.h"
 
 namespace cuda_criu::cli {
@@ -53,6 +55,27 @@ void sleep_ms(long ms)
 }
 
 } // namespace
+
+bool is_executable_file(const std::string &path)
+{
+	struct stat st = {};
+	return stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) && access(path.c_str(), X_OK) == 0;
+}
+
+std::string search_path(const std::string &name, const std::string &path_list, bool relative_ok)
+{
+	for (size_t start = 0; start <= path_list.size();) {
+		size_t colon = path_list.find(':', start);
+		std::string dir = path_list.substr(start, colon == std::string::npos ? std::string::npos : colon - start);
+		start = colon == std::string::npos ? path_list.size() + 1 : colon + 1;
+		if (!relative_ok && (dir.empty() || dir[0] != '/'))
+			continue;
+		std::string file = format("%s/%s", dir.empty() ? "." : dir.c_str(), name.c_str());
+		if (is_executable_file(file))
+			return file;
+	}
+	return "";
+}
 
 Result<Child> Child::spawn(const SpawnOptions &options)
 {

@@ -12,6 +12,14 @@
 
 namespace cuda_criu::cli {
 
+// Whether path is a regular file this process may execute.
+bool is_executable_file(const std::string &path);
+
+// The first DIR/name that is an executable file, DIR taken in turn from path_list (directories
+// separated by ':', as in $PATH); "" when there is none. A relative entry (an empty one means ".")
+// depends on the caller's working directory: skipped unless relative_ok.
+std::string search_path(const std::string &name, const std::string &path_list, bool relative_ok = false);
+
 struct SpawnOptions {
 	std::vector<std::string> argv;    // argv[0] is the path executed
 	std::vector<std::string> env_set; // "NAME=value", added to (or replacing in) this process's environment

@@ -16,7 +16,7 @@
 
 #include "base/result.h"
 #include "image/image.h"
-#include "preflight.h"
+#include "criu_check.h"
 #include "roundtrip/criu.h"
 #include "roundtrip/options.h"
 #include "roundtrip/report.h"

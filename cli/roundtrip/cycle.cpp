@@ -18,7 +18,7 @@
 #include "cli.h"
 #include "image/image.h"
 #include "os/proc.h"
-#include "preflight.h"
+#include "criu_check.h"
 #include "roundtrip/client.h"
 #include "roundtrip/criu.h"
 #include "roundtrip/logs.h"

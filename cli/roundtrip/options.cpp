@@ -10,71 +10,13 @@
 namespace cuda_criu::cli::roundtrip {
 namespace {
 
-using Args = std::vector<std::string>;
 
 constexpr const char *kCommand = "roundtrip";
-
-const std::vector<OptionSpec> kSpecs = {
-	{"--ready-file", true, nullptr},   {"--ready-log", true, nullptr},	 {"--ready-port", true, nullptr},
-	{"--ready-delay", true, nullptr},  {"--health-cmd", true, nullptr},	 {"--criu", true, nullptr},
-	{"--libdir", true, nullptr},	   {"--dir", true, nullptr},		 {"--keep-images", false, nullptr},
-	{"--repeat", true, nullptr},	   {"--leave-running", false, nullptr},	 {"--require-cuda", false, nullptr},
-	{"--device-map", true, nullptr},   {"--start-timeout", true, nullptr},	 {"--dump-timeout", true, nullptr},
-	{"--restore-timeout", true, nullptr}, {"--health-timeout", true, nullptr}, {"--json", true, nullptr},
-	{"--junit", true, nullptr},	   {"--name", true, nullptr},		 {"--settle", true, nullptr},
-};
-
-// Options that may be given more than once: every value counts.
-const char *const kRepeatable[] = {"--criu-env", "--criu-arg"};
 
 // CRIU options the round trip sets itself.
 const char *const kReservedCriuArgs[] = {"-t",	       "--tree", "-D", "--images-dir", "-o", "--log-file", "-L",
 					 "--libdir", "-d",     "--restore-detached", "-R", "--leave-running",
 					 "--pidfile", "-W",    "--work-dir"};
-
-bool takes_value(const std::string &name)
-{
-	for (const OptionSpec &s : kSpecs)
-		if (name == s.name)
-			return s.takes_value;
-	return false;
-}
-
-struct SplitArgs {
-	Args options;                                              // for parse_args
-	std::vector<std::pair<std::string, std::string>> repeated; // (--criu-env, K=V), ...
-	Args command;
-};
-
-// Splits the arguments into the options and the program: the program starts after "--", or at the first
-// argument that is neither an option nor an option's value. Repeatable options are taken out here.
-Result<SplitArgs> split_args(const Args &args)
-{
-	SplitArgs out;
-	for (size_t i = 0; i < args.size(); i++) {
-		const std::string &a = args[i];
-		if (a == "--" || a.size() < 2 || a[0] != '-') {
-			out.command.assign(args.begin() + static_cast<long>(i + (a == "--" ? 1 : 0)), args.end());
-			return out;
-		}
-		size_t eq = a.find('=');
-		std::string name = a.substr(0, eq);
-		bool repeatable = std::any_of(std::begin(kRepeatable), std::end(kRepeatable),
-					      [&](const char *r) { return name == r; });
-		if (!repeatable) {
-			out.options.push_back(a);
-			if (eq == std::string::npos && takes_value(name) && i + 1 < args.size())
-				out.options.push_back(args[++i]);
-		} else if (eq != std::string::npos) {
-			out.repeated.emplace_back(name, a.substr(eq + 1));
-		} else if (i + 1 < args.size()) {
-			out.repeated.emplace_back(name, args[++i]);
-		} else {
-			return make_error(EINVAL, "option %s needs a value", name.c_str());
-		}
-	}
-	return out;
-}
 
 // A time in seconds, in milliseconds, at least min_ms; fallback when not given. Every time option of the
 // round trip is read here.
@@ -117,15 +59,14 @@ std::string default_name(const std::vector<std::string> &command)
 	return name;
 }
 
-std::optional<int> parse_repeated(const SplitArgs &split, RoundtripOptions &o)
+std::optional<int> parse_repeated(const ParsedArgs &a, RoundtripOptions &o)
 {
-	for (const auto &[name, value] : split.repeated) {
-		if (name == "--criu-env") {
-			if (value.find('=') == std::string::npos || value[0] == '=')
-				return usage_error(kCommand, "--criu-env '" + value + "' is not NAME=VALUE");
-			o.criu_env.push_back(value);
-			continue;
-		}
+	for (const std::string &value : a.values("--criu-env")) {
+		if (value.find('=') == std::string::npos || value[0] == '=')
+			return usage_error(kCommand, "--criu-env '" + value + "' is not NAME=VALUE");
+		o.criu_env.push_back(value);
+	}
+	for (const std::string &value : a.values("--criu-arg")) {
 		for (const char *r : kReservedCriuArgs)
 			if (value == r || value.rfind(std::string(r) + "=", 0) == 0)
 				return usage_error(kCommand, "--criu-arg " + value + ": the round trip sets that option of criu itself");
@@ -204,32 +145,21 @@ std::optional<int> parse_times(const ParsedArgs &a, RoundtripOptions &o)
 
 void parse_paths(const ParsedArgs &a, RoundtripOptions &o)
 {
-	struct {
-		const char *name;
-		std::string *value;
-	} paths[] = {{"--criu", &o.criu},	    {"--libdir", &o.libdir},	 {"--dir", &o.dir},
-		     {"--json", &o.json_path}, {"--junit", &o.junit_path}};
-	for (auto &p : paths)
-		if (const std::string *v = a.value(p.name))
-			*p.value = *v;
+	a.get("--criu", o.criu);
+	a.get("--libdir", o.libdir);
+	a.get("--dir", o.dir);
+	a.get("--json", o.json_path);
+	a.get("--junit", o.junit_path);
 }
 
 } // namespace
 
-std::optional<int> parse_roundtrip_options(const Args &args, RoundtripOptions &o)
+std::optional<int> parse_roundtrip_options(const ParsedArgs &a, RoundtripOptions &o)
 {
-	auto split = split_args(args);
-	if (!split)
-		return usage_error(kCommand, split.error().message());
-	ParsedArgs a;
-	if (auto rc = parse_command(kCommand, split->options, kSpecs, a))
-		return rc;
-	if (!a.positionals.empty())
-		return usage_error(kCommand, "unexpected '" + a.positionals[0] + "' (the program goes after --)");
-	o.command = split->command;
+	o.command = a.positionals;
 	if (o.command.empty() || o.command[0].empty())
 		return usage_error(kCommand, "no program given: cuda-criu roundtrip [OPTIONS] -- CMD ARGS...");
-	if (auto rc = parse_repeated(*split, o))
+	if (auto rc = parse_repeated(a, o))
 		return rc;
 	if (auto rc = parse_ready(a, o))
 		return rc;

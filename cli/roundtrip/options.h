@@ -1,10 +1,12 @@
-// The command line of cuda-criu roundtrip: [OPTIONS] [--] CMD ARGS..., into RoundtripOptions.
+// The command line of cuda-criu roundtrip, parsed against its entry in the command table, into
+// RoundtripOptions.
 #pragma once
 
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "args.h"
 #include "roundtrip/probes.h"
 
 namespace cuda_criu::cli::roundtrip {
@@ -34,7 +36,8 @@ struct RoundtripOptions {
 	std::string junit_path;
 };
 
-// The options, or the exit status when the command must end now (bad usage, or --help printed).
-std::optional<int> parse_roundtrip_options(const std::vector<std::string> &args, RoundtripOptions &out);
+// The options (a's positionals: the program), or the exit status when the command must end now (bad
+// usage).
+std::optional<int> parse_roundtrip_options(const ParsedArgs &a, RoundtripOptions &out);
 
 } // namespace cuda_criu::cli::roundtrip

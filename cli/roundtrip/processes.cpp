@@ -1,6 +1,5 @@
 #include "roundtrip/processes.h"
 
-#include <dirent.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -12,6 +11,7 @@
 #include <memory>
 #include <set>
 
+#include "os/dir.h"
 #include "os/proc.h"
 #include "subprocess.h"
 #include "roundtrip/signals.h"
@@ -35,15 +35,8 @@ std::vector<pid_t> tree_of(pid_t root)
 std::vector<pid_t> session_members(pid_t id)
 {
 	std::vector<pid_t> out;
-	std::unique_ptr<DIR, int (*)(DIR *)> dir(opendir("/proc"), closedir);
-	if (!dir)
-		return out;
-	while (const dirent *de = readdir(dir.get())) {
-		char *end = nullptr;
-		long pid = std::strtol(de->d_name, &end, 10);
-		if (pid <= 0 || *end != '\0')
-			continue;
-		std::ifstream f(std::string("/proc/") + de->d_name + "/stat");
+	for (pid_t pid : proc_pids()) {
+		std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
 		std::string stat;
 		std::getline(f, stat);
 		// "PID (COMM) STATE PPID PGRP SESSION ...": COMM may hold anything, the last ')' ends it.
@@ -52,7 +45,7 @@ std::vector<pid_t> session_members(pid_t id)
 		if (paren != std::string::npos &&
 		    std::sscanf(stat.c_str() + paren + 1, " %*c %*d %d %d", &pgrp, &session) == 2 &&
 		    (pgrp == id || session == id))
-			out.push_back(static_cast<pid_t>(pid));
+			out.push_back(pid);
 	}
 	return out;
 }
@@ -94,20 +87,10 @@ Result<std::string> resolve_program(const std::string &name)
 	if (name.find('/') != std::string::npos)
 		return name;
 	const char *path = std::getenv("PATH");
-	std::string dirs = path ? path : "/usr/local/bin:/usr/bin:/bin";
-	size_t start = 0;
-	for (;;) {
-		size_t colon = dirs.find(':', start);
-		std::string dir = dirs.substr(start, colon == std::string::npos ? std::string::npos : colon - start);
-		std::string candidate = (dir.empty() ? std::string(".") : dir) + "/" + name;
-		struct stat st = {};
-		if (stat(candidate.c_str(), &st) == 0 && S_ISREG(st.st_mode) && access(candidate.c_str(), X_OK) == 0)
-			return candidate;
-		if (colon == std::string::npos)
-			break;
-		start = colon + 1;
-	}
-	return make_error(ENOENT, "%s: no such program in $PATH", name.c_str());
+	std::string found = search_path(name, path ? path : "/usr/local/bin:/usr/bin:/bin", true);
+	if (found.empty())
+		return make_error(ENOENT, "%s: no such program in $PATH", name.c_str());
+	return found;
 }
 
 Result<int> run_tool(const std::vector<std::string> &argv, const std::vector<std::string> &env, int out_fd,

@@ -16,6 +16,12 @@ std::string human_bytes(uint64_t bytes)
 	return format("%.1f GiB", static_cast<double>(bytes) / (1ULL << 30));
 }
 
+std::string trim(std::string_view text)
+{
+	size_t b = text.find_first_not_of(" \t\r\n"), e = text.find_last_not_of(" \t\r\n");
+	return b == std::string_view::npos ? std::string() : std::string(text.substr(b, e - b + 1));
+}
+
 std::string printable(std::string_view text)
 {
 	std::string out;

@@ -20,6 +20,9 @@ std::string human_bytes(uint64_t bytes);
 // fake log lines.
 std::string printable(std::string_view text);
 
+// text without the blanks (spaces, tabs, CR, LF) at either end.
+std::string trim(std::string_view text);
+
 // "2.5" -> 2500: seconds (a decimal number, 0 to 86400) as milliseconds; the error names the value.
 Result<unsigned> parse_seconds(const std::string &value);
 

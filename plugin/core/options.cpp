@@ -118,12 +118,6 @@ Status apply(Options &o, const std::string &key, const std::string &value, const
 	return make_error(EINVAL, "%s: unknown option '%s'", where.c_str(), key.c_str());
 }
 
-std::string trim(const std::string &s)
-{
-	size_t b = s.find_first_not_of(" \t\r"), e = s.find_last_not_of(" \t\r");
-	return b == std::string::npos ? std::string() : s.substr(b, e - b + 1);
-}
-
 // The config file tells root's CRIU which library to load: only root or the caller may be able to
 // change it. /dev/null stands for "no file".
 Status check_config_file(const std::string &path, const struct stat &st)

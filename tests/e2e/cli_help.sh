@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # cuda-criu's manual: the overview lists every command; each command's page has every section, is the
-# same through `help COMMAND` and `COMMAND --help`, and mentions each option the command accepts.
+# same through `help COMMAND` and `COMMAND --help`, and mentions each option the command accepts (the
+# list of commands and options comes from the binary: `cuda-criu help --commands`).
 source "$(dirname "$0")/lib.sh"
 e2e_strict_setup
 
@@ -11,22 +12,14 @@ for section in NAME SYNOPSIS DESCRIPTION COMMANDS "GLOBAL OPTIONS" ENVIRONMENT "
 	grep -qx "$section" "$T/overview" || fail "overview: no $section section"
 done
 
-# command: options its page must mention
-pages=(
-	"check --json --require-gpu --criu --libdir --libcuda --runtimes"
-	"inspect --json"
-	"ps --json"
-	"status --json"
-	"lock --timeout --json"
-	"checkpoint --timeout --json"
-	"restore --timeout --device-map --json"
-	"unlock --timeout --json"
-	"suspend --timeout --json"
-	"resume --timeout --device-map --json"
-	"compat --action --toggle --get-state --get-restore-tid --timeout --device-map"
-	"selftest --criu --libdir --mb --libcuda --dir --keep"
-	"help"
-)
+# Each command with a page and the options it takes, a line each, from the command table that also
+# drives the parser: "check --json --require-gpu ...".
+mapfile -t pages < <("$CUDA_CRIU" help --commands)
+[ ${#pages[@]} -ge 14 ] || fail "help --commands lists ${#pages[@]} commands: ${pages[*]}"
+for cmd in check inspect ps status lock checkpoint restore unlock suspend resume compat selftest roundtrip help; do
+	printf '%s\n' "${pages[@]}" | grep -q "^$cmd\b" || fail "help --commands does not list $cmd"
+done
+if printf '%s\n' "${pages[@]}" | grep -q "^__"; then fail "help --commands lists an internal command"; fi
 for entry in "${pages[@]}"; do
 	set -- $entry
 	cmd=$1
