@@ -3,6 +3,7 @@
 
     framework_workload.py {jax,cupy,transformers} [--mb M] [--state FILE] [--interval-ms MS]
     framework_workload.py transformers --config gpt2 [--kv-mb M] [--new-tokens N] ...   (an LLM server)
+    framework_workload.py ... --serve PORT      (answers requests on 127.0.0.1:PORT: see serve)
 
 Puts about M MiB of data (or a randomly initialised GPT-2 model: no download) on GPU 0 with the framework's
 own allocator, computes once a result from it (a reduction over the data after an element-wise pass and a
@@ -16,7 +17,9 @@ On a mismatch or an error the state file says "status=FAIL <details>" and the pr
 """
 import argparse
 import os
+import socket
 import sys
+import threading
 import time
 
 DIM = 1024
@@ -155,6 +158,37 @@ class Transformers:
 FRAMEWORKS = {"jax": Jax, "cupy": Cupy, "transformers": Transformers}
 
 
+def serve(port, work, lock):
+    """--serve: listens on 127.0.0.1:PORT and answers, on any number of connections held open (a thread
+    each), one line per request line: `generate` -> repr(work.result()), computed under lock (the main loop
+    computes under it too: one computation on the GPU at a time); `ping` -> `pong`; else `error ...`."""
+    srv = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    srv.bind(("127.0.0.1", port))
+    srv.listen(16)
+
+    def client(conn):
+        with conn, conn.makefile("rw", encoding="ascii", newline="\n") as f:
+            for line in f:
+                req = line.strip()
+                if req == "generate":
+                    with lock:
+                        answer = repr(work.result())
+                elif req == "ping":
+                    answer = "pong"
+                else:
+                    answer = f"error unknown request {req[:40]!r} (generate | ping)"
+                f.write(answer + "\n")
+                f.flush()
+
+    def accept():
+        while True:
+            conn, _ = srv.accept()
+            threading.Thread(target=client, args=(conn,), daemon=True).start()
+
+    threading.Thread(target=accept, daemon=True).start()
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("framework", choices=sorted(FRAMEWORKS))
@@ -168,6 +202,7 @@ def main():
                    help="transformers: also a KV-cache arena of this many MiB made with torch.zeros (an LLM "
                    "server's shape), checked with every answer")
     p.add_argument("--new-tokens", type=int, default=8, help="transformers --config gpt2: tokens generated per answer")
+    p.add_argument("--serve", type=int, metavar="PORT", help="answer requests on 127.0.0.1:PORT once ready")
     args = p.parse_args()
     if args.framework != "transformers" and (args.kv_mb or args.config != "scaled"):
         p.error("--config and --kv-mb are for transformers")
@@ -187,11 +222,16 @@ def main():
         else:
             work = FRAMEWORKS[args.framework](args.mb)
         expected = work.result()
-        print(f"ready pid={os.getpid()} framework={args.framework} result={expected!r}", flush=True)
+        lock = threading.Lock()
+        if args.serve:
+            serve(args.serve, work, lock)
+        print(f"ready pid={os.getpid()} framework={args.framework} result={expected!r}"
+              + (f" serving on 127.0.0.1:{args.serve}" if args.serve else ""), flush=True)
         write_state("ok")
         while True:
             time.sleep(args.interval_ms / 1000.0)
-            got = work.result()
+            with lock:
+                got = work.result()
             if got != expected:
                 raise RuntimeError(f"result {got!r} at iteration {iterations + 1}, expected {expected!r}")
             iterations += 1

@@ -12,8 +12,9 @@
  *   other     ->  error WHY
  *
  * so the same request gets the same answer before and after a checkpoint and restore, if the device
- * memory came back. Every MS milliseconds (default 100) without a request it verifies the whole buffer
- * against the pattern and writes the state file (fixed size, rewritten in place, as cuda_memcheck does):
+ * memory came back. Every MS milliseconds (default 100) it verifies the whole buffer against the pattern,
+ * a chunk between two looks at the sockets (an answer never waits for a whole pass), and after each pass
+ * writes the state file (fixed size, rewritten in place, as cuda_memcheck does):
  *
  *   iterations=N  errors=0  mb=N  pid=P  port=P  requests=R  clients=C  status=ok     (one per line)
  *
@@ -79,11 +80,12 @@ static uint64_t mix(uint64_t z)
 	return z ^ (z >> 31);
 }
 
-static uint64_t word(size_t chunk, size_t w)
+static uint64_t chunk_base(size_t chunk)
 {
-	uint64_t base = mix(g_seed * 0x9e3779b97f4a7c15ull ^ mix(((uint64_t)chunk << 32) ^ GENERATION));
-	return mix(base + w * 0x9e3779b97f4a7c15ull);
+	return mix(g_seed * 0x9e3779b97f4a7c15ull ^ mix(((uint64_t)chunk << 32) ^ GENERATION));
 }
+
+static uint64_t word(uint64_t base, size_t w) { return mix(base + w * 0x9e3779b97f4a7c15ull); }
 
 static uint64_t fnv1a(const unsigned char *p, size_t n)
 {
@@ -96,17 +98,15 @@ static uint64_t fnv1a(const unsigned char *p, size_t n)
 static CUdeviceptr g_dptr;
 static uint64_t *g_host; /* one chunk */
 
-static void verify_all(void)
+/* Verifies chunk c of the device memory against the pattern. */
+static void verify_chunk(size_t c)
 {
-	for (size_t c = 0; c < g_mb; c++) {
-		check(cuMemcpyDtoH(g_host, g_dptr + c * CHUNK, CHUNK), "cuMemcpyDtoH");
-		for (size_t w = 0; w < CHUNK / 8; w++)
-			if (g_host[w] != word(c, w))
-				fail("mismatch at chunk %zu offset %zu (iteration %llu): expected 0x%016llx got 0x%016llx", c,
-				     w * 8, g_iter + 1, (unsigned long long)word(c, w), (unsigned long long)g_host[w]);
-	}
-	g_iter++;
-	write_state(0, "ok");
+	uint64_t base = chunk_base(c);
+	check(cuMemcpyDtoH(g_host, g_dptr + c * CHUNK, CHUNK), "cuMemcpyDtoH");
+	for (size_t w = 0; w < CHUNK / 8; w++)
+		if (g_host[w] != word(base, w))
+			fail("mismatch at chunk %zu offset %zu (iteration %llu): expected 0x%016llx got 0x%016llx", c, w * 8,
+			     g_iter + 1, (unsigned long long)word(base, w), (unsigned long long)g_host[w]);
 }
 
 /* The answer to one request line, without its newline, in out. */
@@ -234,8 +234,9 @@ int main(int argc, char **argv)
 	if (!g_host)
 		fail("out of host memory");
 	for (size_t c = 0; c < g_mb; c++) {
+		uint64_t base = chunk_base(c);
 		for (size_t w = 0; w < CHUNK / 8; w++)
-			g_host[w] = word(c, w);
+			g_host[w] = word(base, w);
 		check(cuMemcpyHtoD(g_dptr + c * CHUNK, g_host, CHUNK), "cuMemcpyHtoD");
 	}
 	int lfd = listen_on(g_port);
@@ -244,12 +245,13 @@ int main(int argc, char **argv)
 	fflush(stdout);
 
 	double next = now_s() + interval_ms / 1000.0;
+	size_t verifying = 0; /* the next chunk of a pass under way, 0: none under way */
 	for (;;) {
 		struct pollfd pfd[MAX_CLIENTS + 1];
 		pfd[0] = (struct pollfd){ .fd = lfd, .events = POLLIN };
 		for (int k = 0; k < g_nclients; k++)
 			pfd[k + 1] = (struct pollfd){ .fd = g_clients[k].fd, .events = POLLIN };
-		double wait = next - now_s();
+		double wait = verifying ? 0 : next - now_s();
 		int r = poll(pfd, (nfds_t)g_nclients + 1, wait > 0 ? (int)(wait * 1000) + 1 : 0);
 		if (r < 0 && errno != EINTR)
 			fail("poll: %s", strerror(errno));
@@ -264,9 +266,14 @@ int main(int argc, char **argv)
 			else if (fd >= 0)
 				close(fd);
 		}
-		if (now_s() >= next) {
-			verify_all();
-			next = now_s() + interval_ms / 1000.0;
+		if (verifying || now_s() >= next) {
+			verify_chunk(verifying++);
+			if (verifying == g_mb) {
+				verifying = 0;
+				g_iter++;
+				write_state(0, "ok");
+				next = now_s() + interval_ms / 1000.0;
+			}
 		}
 	}
 }
