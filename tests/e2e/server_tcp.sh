@@ -10,7 +10,7 @@ command -v iptables >/dev/null || PATH=$PATH:/usr/sbin:/sbin
 command -v iptables >/dev/null || fail "no iptables: CRIU's network lock needs it (scripts/install-deps.sh)"
 SERVER=$BUILD_DIR/tests/workloads/cuda_server
 [ -x "$SERVER" ] || fail "no $SERVER"
-MB=${SERVER_TCP_MB:-64}
+MB=${SERVER_TCP_MB:-64} # MiB of device memory
 start_fake_gpu
 # Descriptors this shell inherited (flock's lock file, from `flock LOCK ctest`) would be inherited by the
 # server, and CRIU refuses to dump a file lock it holds: closed here (fds 3 and 4 are the clients', below).
@@ -71,12 +71,17 @@ expect_summary "$T/dump.log" dump 1 "no dump summary"
 expect_log "$T/dump.log" "Dumping TCP connection|TCP connection.*dump|tcp.*repair" "CRIU did not dump a TCP connection"
 [ -z "$(plugin_errors "$T/dump.log")" ] || fail "errors in the dump log"
 
-# 4. While the server is down, a request goes out on connection 3: no answer, and no reset (no EOF).
+# 4. While the server is down (SERVER_TCP_DOWN_S, default 1 s), a request goes out on connection 3: no
+# answer, and no reset (no EOF).
 printf 'chunk 7\n' >&3 || fail "cannot send while the server is dumped"
 rc=0
-read -r -t 1 answer <&3 || rc=$?
+read -r -t "${SERVER_TCP_DOWN_S:-1}" answer <&3 || rc=$?
 [ $rc -gt 128 ] || fail "connection 3 while the server is dumped: read exit status $rc ('${answer:-}'), expected a timeout"
 ! pong_on_new_connection 2>/dev/null || fail "a new connection was answered while the server is dumped"
+
+# The client's retransmission timer (its backoff sets how soon after the restore the request gets through).
+rto=$(ss -tinH state established "( sport = :$port or dport = :$port )" 2>/dev/null | grep -oE 'rto:[0-9.]+ backoff:[0-9]+' | head -n1 || true)
+log "client socket before the restore: ${rto:-no rto/backoff from ss}"
 
 # 5. The restore; the request in flight is answered as TCP retransmits it, then more on both connections.
 t1=$EPOCHREALTIME
