@@ -1,12 +1,12 @@
 // lock, checkpoint, restore, unlock, suspend, resume, and the cuda-checkpoint compatible command line.
-// Every process is driven on its own worker (core/parallel.h), so that one that hangs in the driver does
-// not hold up the others and the wait for it can be bounded. While a checkpoint or restore copies, a
-// progress line shows on stderr (core/progress.h, as the plugin's in CRIU's log), and a copy that stops
-// making progress is given up after the stall timeout.
+// The processes are driven on core's job machinery (core/driver_calls.h: run_proc_jobs, one worker per
+// process, so that one that hangs in the driver does not hold up the others and the wait for it is
+// bounded), one step of the state machine at a time for all of them. While a checkpoint or restore
+// copies, a progress line shows on stderr (core/progress.h, as the plugin's in CRIU's log), and a copy
+// that stops making progress is given up after the stall timeout.
 #include <unistd.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cstdio>
 #include <functional>
 #include <map>
@@ -18,8 +18,6 @@
 #include "core/driver_calls.h"
 #include "core/gpu_plan.h"
 #include "core/options.h"
-#include "core/parallel.h"
-#include "core/progress.h"
 #include "json.h"
 #include "os/host.h"
 #include "os/proc.h"
@@ -30,100 +28,29 @@ namespace cuda_criu::cli {
 namespace {
 
 struct Plan {
-	std::string action;          // lock, checkpoint, restore, unlock, suspend, resume, toggle
+	std::string action;           // lock, checkpoint, restore, unlock, suspend, resume, toggle
 	unsigned lock_timeout_ms = 0; // passed to the driver's lock (0: no limit)
-	unsigned wait_ms = 0;         // how long to wait for a process's whole job (0: no limit)
+	unsigned checkpoint_ms = 0;   // the wait for a checkpoint (0: no limit)
+	unsigned restore_ms = 0;      // the wait for a restore or an unlock (0: no limit)
 	std::vector<GpuPair> pairs;   // for restore
 };
 
-// Which copy of the driver a job runs now, for the progress watch.
-enum class Copy { None, Checkpoint, Restore, Done };
-
-// What a job tells the progress watch (shared: a job abandoned at its deadline writes it late).
-struct CopyState {
-	std::atomic<Copy> copy{Copy::None};
-	std::atomic<uint64_t> rss_before{0};
-	std::atomic<pid_t> restore_tid{0}; // 0: unknown, the stall is then told by the bytes alone
-};
-
-// Runs the driver's copy (call: its checkpoint or restore of pid) with what the watch samples set first.
-Status copy(Driver &d, pid_t pid, CopyState &c, Copy kind, const std::function<Status()> &call)
+// Fills the timeouts of plan from the plugin's options and an explicit --timeout (timeout_ms, if given):
+// the lock timeout of lock, suspend and toggle, else the wait for the step the action is about.
+void set_timeouts(Plan &plan, const Options &o, std::optional<unsigned> timeout_ms)
 {
-	if (auto tid = d.restore_thread_id(pid))
-		c.restore_tid = *tid;
-	if (kind == Copy::Checkpoint)
-		if (auto st = read_task_status(pid))
-			c.rss_before = st->rss_bytes;
-	c.copy = kind;
-	Status st = call();
-	c.copy = Copy::Done;
-	return st;
-}
-
-Status checkpoint(Driver &d, pid_t pid, CopyState &c)
-{
-	return copy(d, pid, c, Copy::Checkpoint, [&] { return d.checkpoint(pid); });
-}
-
-Status restore(Driver &d, pid_t pid, const Plan &plan, CopyState &c)
-{
-	return copy(d, pid, c, Copy::Restore, [&] { return d.restore(pid, plan.pairs); });
-}
-
-Status lock_then_checkpoint(Driver &d, pid_t pid, const Plan &plan, bool locked, CopyState &c)
-{
-	if (!locked)
-		if (auto st = d.lock(pid, plan.lock_timeout_ms); !st)
-			return std::move(st).error().context("lock");
-	if (auto st = checkpoint(d, pid, c); !st)
-		return std::move(st).error().context("checkpoint");
-	return {};
-}
-
-Status restore_then_unlock(Driver &d, pid_t pid, const Plan &plan, bool checkpointed, CopyState &c)
-{
-	if (checkpointed)
-		if (auto st = restore(d, pid, plan, c); !st)
-			return std::move(st).error().context("restore");
-	if (auto st = d.unlock(pid); !st)
-		return std::move(st).error().context("unlock");
-	return {};
-}
-
-Status perform(Driver &d, pid_t pid, const Plan &plan, CopyState &c)
-{
-	if (plan.action == "lock")
-		return d.lock(pid, plan.lock_timeout_ms);
-	if (plan.action == "checkpoint")
-		return checkpoint(d, pid, c);
-	if (plan.action == "restore")
-		return restore(d, pid, plan, c);
-	if (plan.action == "unlock")
-		return d.unlock(pid);
-
-	auto state = d.state(pid);
-	if (!state)
-		return std::move(state).error();
-	if (*state == CudaState::Failed)
-		return make_error(EIO, "the driver reports the process's CUDA state as failed: it cannot be %s",
-				  plan.action == "suspend" ? "checkpointed" : "brought back");
-	if (plan.action == "suspend") {
-		if (*state == CudaState::Checkpointed)
-			return {};
-		return lock_then_checkpoint(d, pid, plan, *state == CudaState::Locked, c);
-	}
-	if (plan.action == "resume") {
-		if (*state == CudaState::Running)
-			return {};
-		return restore_then_unlock(d, pid, plan, *state == CudaState::Checkpointed, c);
-	}
-	// toggle: between running and checkpointed only, as cuda-checkpoint does.
-	if (*state == CudaState::Running)
-		return lock_then_checkpoint(d, pid, plan, false, c);
-	if (*state == CudaState::Checkpointed)
-		return restore_then_unlock(d, pid, plan, true, c);
-	return make_error(EINVAL, "the process is locked: --toggle goes between running and checkpointed only; use "
-				  "--action checkpoint or --action unlock");
+	plan.lock_timeout_ms = o.lock_timeout_ms;
+	plan.checkpoint_ms = o.checkpoint_timeout_ms;
+	plan.restore_ms = o.restore_timeout_ms;
+	if (!timeout_ms)
+		return;
+	const std::string &a = plan.action;
+	if (a == "lock" || a == "suspend" || a == "toggle")
+		plan.lock_timeout_ms = *timeout_ms;
+	else if (a == "checkpoint")
+		plan.checkpoint_ms = *timeout_ms;
+	else
+		plan.restore_ms = *timeout_ms;
 }
 
 // GPU memory of each process from NVML (empty when it cannot tell); asked on a worker, so that an NVML
@@ -145,85 +72,206 @@ std::map<pid_t, uint64_t> gpu_bytes(Driver *d, bool &ok)
 	return std::move(*m);
 }
 
-// The watch of run_jobs for the copies of the jobs (one per pid): from the first look that finds a copy
-// running, samples each process as the plugin does (checkpoint: the growth of its memory, of the GPU
-// memory NVML reported then; restore: its GPU memory again, of a total nobody here knows), shows a
-// line on display every second on a terminal (every 3 s otherwise; none for a call shorter than that),
-// gives up a copy that stalled.
-JobWatch watch_copies(Driver *d, const std::vector<pid_t> &pids, const std::vector<std::shared_ptr<CopyState>> &copies,
-		      unsigned stall_ms, ProgressDisplay &display, const std::string &prefix)
-{
-	struct State {
-		std::unique_ptr<Progress> progress;
-		Copy phase = Copy::None;
-		bool nvml = true;
-		uint64_t start_us = now_us();
-	};
-	auto s = std::make_shared<State>();
-	return [=, &display](const std::vector<bool> &ended) {
-		std::vector<std::pair<size_t, Error>> give_up;
-		uint64_t now = now_us();
-		if (!s->progress) {
-			for (const auto &c : copies)
-				if (Copy k = c->copy; k == Copy::Checkpoint || k == Copy::Restore) {
-					s->phase = k;
-					break;
-				}
-			if (s->phase == Copy::None)
-				return give_up;
-			std::map<pid_t, uint64_t> gpu;
-			if (s->phase == Copy::Checkpoint)
-				gpu = gpu_bytes(d, s->nvml);
-			std::vector<Progress::Proc> procs;
-			procs.reserve(pids.size());
-			for (pid_t pid : pids)
-				procs.push_back({pid, gpu.count(pid) ? gpu[pid] : 0});
-			uint64_t every_us = display.in_place() ? 1000000 : 3000000;
-			// A restore's bytes (NVML) may stay 0 until it is done: no stall on CPU time alone there.
-			s->progress = std::make_unique<Progress>(s->phase == Copy::Checkpoint ? "checkpoint" : "restore",
-								 std::move(procs), stall_ms * 1000ULL, every_us, s->start_us,
-								 s->phase == Copy::Restore);
-		}
-		std::map<pid_t, uint64_t> gpu;
-		if (s->phase == Copy::Restore)
-			gpu = gpu_bytes(d, s->nvml);
-		for (size_t k = 0; k < pids.size(); k++) {
-			const CopyState &c = *copies[k];
-			Copy now_copy = c.copy;
-			if (now_copy == Copy::None && !ended[k]) {
-				s->progress->waiting(k, now);
-				continue;
-			}
-			ProgressSample sample;
-			if (s->phase == Copy::Checkpoint) {
-				uint64_t rss = 0;
-				if (auto st = read_task_status(pids[k]))
-					rss = st->rss_bytes;
-				sample.bytes = rss > c.rss_before ? rss - c.rss_before : 0;
-			} else if (auto it = gpu.find(pids[k]); it != gpu.end()) {
-				sample.bytes = it->second;
-			}
-			if (pid_t tid = c.restore_tid)
-				sample.cpu_ticks = thread_cpu_ticks(pids[k], tid);
-			s->progress->observe(k, sample, ended[k] || now_copy == Copy::Done, now);
-		}
-		if (auto line = s->progress->line(now))
-			display.show(prefix + *line);
-		if (auto k = s->progress->stalled(now)) {
-			give_up.emplace_back(*k, make_error(ETIMEDOUT, "%s (raise CUDA_CRIU_STALL_TIMEOUT if the driver is "
-								       "only slow)",
-							    s->progress->stall_message(*k, now).c_str()));
-			s->progress->observe(*k, {}, true, now); // given up: not reported again
-		}
-		return give_up;
-	};
-}
-
 struct ActionResult {
 	pid_t pid = 0;
 	Status status;
 	std::optional<CudaState> state_after;
+	pid_t restore_tid = 0;          // 0: unknown (the stall is then told by the bytes alone)
+	std::optional<CudaState> state; // before the plan, for suspend, resume and toggle
+	bool returned = true;           // false: a driver call was still running at its deadline, or stalled
 };
+
+// Runs a plan, one step for all its processes at a time.
+class ActionRun {
+public:
+	ActionRun(Driver &d, const Plan &plan, const Options &options, std::string prefix)
+		: driver_(&d), shared_(std::make_shared<TimedDriver>(d)), plan_(plan), options_(options),
+		  prefix_(std::move(prefix))
+	{
+	}
+
+	std::vector<ActionResult> run(const std::vector<pid_t> &pids);
+
+private:
+	using Call = std::function<Status(Driver &, pid_t)>;
+	// step: call on the processes that pick chooses (and that have not failed), within wait_ms (0: no
+	// limit); context: what the error says failed, in an action of several steps; copy: the phase
+	// whose progress shows ("checkpoint", "restore"), or nullptr.
+	void step(const std::function<bool(const ActionResult &)> &pick, unsigned wait_ms, const char *context,
+		  const char *copy, Call call);
+	PhaseProgress progress(const char *copy, const std::vector<pid_t> &pids);
+
+	Driver *driver_;
+	SharedDriver shared_;
+	SystemHost host_;
+	const Plan &plan_;
+	const Options &options_;
+	std::string prefix_;
+	ProgressDisplay display_;
+	std::vector<ActionResult> results_;
+	bool nvml_ = true;
+};
+
+// The progress of a copy, sampled as the plugin samples it: a checkpoint's bytes are the growth of each
+// process's memory since it began, of the GPU memory NVML reported then; a restore's its GPU memory
+// again, of a total nobody here knows (and may stay 0 until it is done: no stall on CPU time alone).
+PhaseProgress ActionRun::progress(const char *copy, const std::vector<pid_t> &pids)
+{
+	PhaseProgress pp;
+	pp.phase = copy;
+	pp.stall_ms = options_.stall_timeout_ms;
+	pp.every_ms = display_.in_place() ? 1000 : 3000;
+	pp.show = [this](const std::string &line) { display_.show(prefix_ + line); };
+	if (pp.phase == "checkpoint") {
+		std::map<pid_t, uint64_t> gpu = gpu_bytes(driver_, nvml_);
+		std::vector<uint64_t> before;
+		for (pid_t pid : pids) {
+			pp.expected.push_back(gpu.count(pid) ? gpu[pid] : 0);
+			auto st = read_task_status(pid);
+			before.push_back(st ? st->rss_bytes : 0);
+		}
+		pp.bytes = [pids, before](size_t k) -> uint64_t {
+			auto st = read_task_status(pids[k]);
+			return st && st->rss_bytes > before[k] ? st->rss_bytes - before[k] : 0;
+		};
+		return pp;
+	}
+	pp.stall_needs_bytes = true;
+	// One NVML look serves every process of a round of samples.
+	struct Sampled {
+		std::map<pid_t, uint64_t> gpu;
+		uint64_t at_us = 0;
+	};
+	pp.bytes = [this, pids, s = std::make_shared<Sampled>()](size_t k) -> uint64_t {
+		if (now_us() - s->at_us > 250000) {
+			s->gpu = gpu_bytes(driver_, nvml_);
+			s->at_us = now_us();
+		}
+		auto it = s->gpu.find(pids[k]);
+		return it == s->gpu.end() ? 0 : it->second;
+	};
+	return pp;
+}
+
+void ActionRun::step(const std::function<bool(const ActionResult &)> &pick, unsigned wait_ms, const char *context,
+		     const char *copy, Call call)
+{
+	std::vector<ProcJob> jobs;
+	std::vector<size_t> index;
+	std::vector<pid_t> pids;
+	for (size_t i = 0; i < results_.size(); i++) {
+		const ActionResult &r = results_[i];
+		if (!r.status || !pick(r))
+			continue;
+		jobs.push_back({r.pid, r.restore_tid, format("%s pid %d", plan_.action.c_str(), r.pid),
+				[call, pid = r.pid, context](Driver &d) {
+					Status st = call(d, pid);
+					return st || !context ? st : std::move(st).error().context("%s", context);
+				},
+				false});
+		index.push_back(i);
+		pids.push_back(r.pid);
+	}
+	if (jobs.empty())
+		return;
+	PhaseProgress pp;
+	if (copy)
+		pp = progress(copy, pids);
+	std::vector<ProcResult> out = run_proc_jobs(host_, shared_, std::move(jobs), 0, wait_ms, copy ? &pp : nullptr);
+	display_.finish();
+	for (size_t k = 0; k < index.size(); k++) {
+		ActionResult &r = results_[index[k]];
+		r.status = std::move(out[k].status);
+		r.returned = r.status || out[k].us;
+	}
+}
+
+std::vector<ActionResult> ActionRun::run(const std::vector<pid_t> &pids)
+{
+	for (pid_t pid : pids) {
+		results_.emplace_back();
+		results_.back().pid = pid;
+	}
+	const std::string &a = plan_.action;
+	const bool composite = a == "suspend" || a == "resume" || a == "toggle";
+	// Before the steps: each process's restore thread (for the stall's CPU time) and, for an action that
+	// depends on it, its state; slots shared with calls that may be abandoned.
+	if (a != "lock" && a != "unlock") {
+		std::map<pid_t, std::shared_ptr<std::pair<pid_t, std::optional<CudaState>>>> seen;
+		for (pid_t pid : pids)
+			seen[pid] = std::make_shared<std::pair<pid_t, std::optional<CudaState>>>();
+		step([](const ActionResult &) { return true; }, kDriverGraceMs, nullptr, nullptr,
+		     [seen, composite](Driver &d, pid_t pid) -> Status {
+			     if (auto tid = d.restore_thread_id(pid))
+				     seen.at(pid)->first = *tid;
+			     if (!composite)
+				     return {};
+			     auto state = d.state(pid);
+			     if (!state)
+				     return std::move(state).error();
+			     seen.at(pid)->second = *state;
+			     return {};
+		     });
+		for (ActionResult &r : results_) {
+			r.restore_tid = seen[r.pid]->first;
+			r.state = seen[r.pid]->second;
+		}
+	}
+	auto is = [](std::initializer_list<CudaState> states) {
+		return [states](const ActionResult &r) {
+			return !r.state || std::find(states.begin(), states.end(), *r.state) != states.end();
+		};
+	};
+	Call lock = [lock_ms = plan_.lock_timeout_ms](Driver &d, pid_t pid) { return d.lock(pid, lock_ms); };
+	Call checkpoint = [](Driver &d, pid_t pid) { return d.checkpoint(pid); };
+	Call restore = [pairs = plan_.pairs](Driver &d, pid_t pid) { return d.restore(pid, pairs); };
+	Call unlock = [](Driver &d, pid_t pid) { return d.unlock(pid); };
+	const unsigned lock_wait = plan_.lock_timeout_ms ? plan_.lock_timeout_ms + kDriverGraceMs : 0;
+	for (ActionResult &r : results_) {
+		Status refused;
+		if (r.status && r.state == CudaState::Failed)
+			refused = make_error(EIO, "the driver reports the process's CUDA state as failed: it cannot be %s",
+					     a == "suspend" ? "checkpointed" : "brought back");
+		else if (r.status && a == "toggle" && r.state == CudaState::Locked)
+			refused = make_error(EINVAL, "the process is locked: --toggle goes between running and checkpointed "
+						     "only; use --action checkpoint or --action unlock");
+		if (!refused)
+			r.status = std::move(refused).error().context("%s pid %d", a.c_str(), r.pid);
+	}
+	const bool down = a == "lock" || a == "checkpoint" || a == "suspend" || a == "toggle";
+	const bool up = a == "restore" || a == "unlock" || a == "resume" || a == "toggle";
+	if (down) {
+		if (a != "checkpoint")
+			step(a == "lock" ? is({}) : is({CudaState::Running}), lock_wait, composite ? "lock" : nullptr, nullptr,
+			     lock);
+		if (a != "lock")
+			step(a == "checkpoint" ? is({}) : is({CudaState::Running, CudaState::Locked}), plan_.checkpoint_ms,
+			     composite ? "checkpoint" : nullptr, "checkpoint", checkpoint);
+	}
+	if (up) {
+		if (a != "unlock")
+			step(a == "restore" ? is({}) : is({CudaState::Checkpointed}), plan_.restore_ms,
+			     composite ? "restore" : nullptr, "restore", restore);
+		if (a != "restore")
+			step(a == "unlock" ? is({}) : a == "toggle" ? is({CudaState::Checkpointed})
+								  : is({CudaState::Checkpointed, CudaState::Locked}),
+			     plan_.restore_ms, composite ? "unlock" : nullptr, nullptr, unlock);
+	}
+	for (ActionResult &r : results_) {
+		// A process stuck in the driver is not asked again: the question could hang as well.
+		if (r.returned)
+			if (auto s = driver_->state(r.pid))
+				r.state_after = *s;
+		if (!r.status) {
+			Error e = explain_process_error(r.pid, r.status.error());
+			if (r.state_after)
+				e = make_error(e.errno_value(), "%s (the process is now %s)", e.message().c_str(),
+					       to_string(*r.state_after));
+			r.status = std::move(e);
+		}
+	}
+	return std::move(results_);
+}
 
 // Runs plan on every pid at once, showing the progress of the copies (prefix: "cuda-criu: ").
 // abandoned: set when a driver call was still running at its deadline or stalled (its worker thread
@@ -231,46 +279,8 @@ struct ActionResult {
 std::vector<ActionResult> run_plan(Driver &d, const std::vector<pid_t> &pids, const Plan &plan, const Options &options,
 				   const std::string &prefix, bool &abandoned)
 {
-	std::vector<std::shared_ptr<std::atomic<bool>>> finished;
-	std::vector<std::shared_ptr<CopyState>> copies;
-	std::vector<Job> jobs;
-	for (pid_t pid : pids) {
-		auto done = std::make_shared<std::atomic<bool>>(false);
-		auto c = std::make_shared<CopyState>();
-		finished.push_back(done);
-		copies.push_back(c);
-		Driver *driver = &d;
-		jobs.push_back({format("%s pid %d", plan.action.c_str(), pid), [driver, pid, plan, done, c] {
-					Status st = perform(*driver, pid, plan, *c);
-					done->store(true);
-					return st;
-				}});
-	}
-	ProgressDisplay display;
-	std::vector<Status> results = run_jobs(std::move(jobs), 0, plan.wait_ms,
-					       watch_copies(&d, pids, copies, options.stall_timeout_ms, display, prefix));
-	display.finish();
-	abandoned = false;
-	std::vector<ActionResult> out;
-	for (size_t i = 0; i < pids.size(); i++) {
-		ActionResult o;
-		o.pid = pids[i];
-		o.status = std::move(results[i]);
-		if (!finished[i]->load()) {
-			abandoned = true;
-		} else if (auto s = d.state(pids[i])) {
-			// A process stuck in the driver is not asked again: the question could hang as well.
-			o.state_after = *s;
-		}
-		if (!o.status) {
-			Error e = explain_process_error(o.pid, o.status.error());
-			if (o.state_after)
-				e = make_error(e.errno_value(), "%s (the process is now %s)", e.message().c_str(),
-					       to_string(*o.state_after));
-			o.status = std::move(e);
-		}
-		out.push_back(std::move(o));
-	}
+	std::vector<ActionResult> out = ActionRun(d, plan, options, prefix).run(pids);
+	abandoned = std::any_of(out.begin(), out.end(), [](const ActionResult &r) { return !r.returned; });
 	return out;
 }
 
@@ -282,36 +292,6 @@ std::vector<ActionResult> run_plan(Driver &d, const std::vector<pid_t> &pids, co
 	if (abandoned)
 		_exit(rc);
 	std::exit(rc);
-}
-
-// The wait for a whole job: its lock (the driver's timeout plus a grace) and its other steps.
-unsigned job_limit(unsigned lock_ms, bool locks, unsigned other_ms, bool other)
-{
-	if ((locks && lock_ms == 0) || (other && other_ms == 0))
-		return 0;
-	return (locks ? lock_ms + kDriverGraceMs : 0) + (other ? other_ms : 0);
-}
-
-// Fills the timeouts of plan from an explicit --timeout (timeout_ms, if given) and the plugin's options.
-void set_timeouts(Plan &plan, const Options &o, std::optional<unsigned> timeout_ms)
-{
-	const std::string &a = plan.action;
-	plan.lock_timeout_ms = o.lock_timeout_ms;
-	if (a == "lock") {
-		plan.lock_timeout_ms = timeout_ms.value_or(o.lock_timeout_ms);
-		plan.wait_ms = job_limit(plan.lock_timeout_ms, true, 0, false);
-	} else if (a == "checkpoint") {
-		plan.wait_ms = timeout_ms.value_or(o.checkpoint_timeout_ms);
-	} else if (a == "restore" || a == "unlock" || a == "resume") {
-		plan.wait_ms = timeout_ms.value_or(o.restore_timeout_ms);
-	} else if (a == "suspend") {
-		plan.lock_timeout_ms = timeout_ms.value_or(o.lock_timeout_ms);
-		plan.wait_ms = job_limit(plan.lock_timeout_ms, true, o.checkpoint_timeout_ms, true);
-	} else { // toggle
-		plan.lock_timeout_ms = timeout_ms.value_or(o.lock_timeout_ms);
-		plan.wait_ms = job_limit(plan.lock_timeout_ms, true,
-					 std::max(o.checkpoint_timeout_ms, o.restore_timeout_ms), true);
-	}
 }
 
 // The driver's GPUs, for GPU indices in --device-map.
@@ -437,7 +417,7 @@ std::optional<int> parse_compat(const std::string &program, const Args &args, Co
 		std::fprintf(stderr, "%s: %s\nTry '%s --help'.\n", program.c_str(), msg.c_str(), program.c_str());
 		return kExitUsage;
 	};
-	auto parsed = parse_args(args, find_command("compat")->options);
+	auto parsed = parse_args(args, options_of(*find_command("compat")));
 	if (!parsed)
 		return usage(parsed.error().message());
 	const ParsedArgs &a = *parsed;

@@ -44,7 +44,7 @@ Result<ParsedArgs> parse_args(const std::vector<std::string> &args, const std::v
 			      bool program_follows)
 {
 	std::vector<OptionSpec> all = specs;
-	all.push_back({"--help", nullptr, nullptr, "-h"});
+	all.push_back({"--help", "", "-h"});
 	ParsedArgs out;
 	bool options_done = false;
 	for (size_t i = 0; i < args.size(); i++) {
@@ -70,19 +70,19 @@ Result<ParsedArgs> parse_args(const std::vector<std::string> &args, const std::v
 		}
 		const OptionSpec *spec = nullptr;
 		for (const OptionSpec &s : all)
-			if (name == s.name || (s.alias && name == s.alias))
+			if (name == s.name || (!s.alias.empty() && name == s.alias))
 				spec = &s;
 		if (!spec)
 			return make_error(EINVAL, "unknown option '%s'", a.c_str());
-		if (!spec->value) {
+		if (spec->value.empty()) {
 			if (has_inline)
-				return make_error(EINVAL, "option %s takes no value", spec->name);
+				return make_error(EINVAL, "option %s takes no value", spec->name.c_str());
 			out.flags_.insert(spec->name);
 			continue;
 		}
 		if (!has_inline) {
 			if (i + 1 >= args.size())
-				return make_error(EINVAL, "option %s needs a value", spec->name);
+				return make_error(EINVAL, "option %s needs a value", spec->name.c_str());
 			inline_value = args[++i];
 		}
 		std::vector<std::string> &values = out.values_[spec->name];

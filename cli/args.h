@@ -1,7 +1,7 @@
 // Command-line parsing shared by the commands: long options with a value ("--timeout 5" or
 // "--timeout=5"), flags, repeatable options, positional arguments, and the value parsers (pids, seconds,
-// counts). The options of a command come from its entry in the command table (commands.h), which also
-// writes its help page: what is parsed is what is documented.
+// counts). The options of a command come from its help page in the command table (commands.h): what is
+// parsed is what is documented.
 #pragma once
 
 #include <sys/types.h>
@@ -17,11 +17,11 @@
 namespace cuda_criu::cli {
 
 struct OptionSpec {
-	const char *name;               // "--timeout"
-	const char *value = nullptr;    // its value in the help ("SECONDS"); nullptr: a flag
-	const char *help = nullptr;     // lines of at most 62 columns; nullptr: not shown on the page
-	const char *alias = nullptr;    // another spelling ("-h" for "--help"), or nullptr
-	bool repeatable = false;        // every value counts (values()), not the last one only
+	std::string name;        // "--timeout"
+	std::string value;       // its value in the help ("SECONDS"); empty: a flag
+	std::string alias;       // another spelling ("-p" for "--pid"), or empty
+	bool repeatable = false; // every value counts (values()), not the last one only
+	bool shown = true;       // on the command's help page
 };
 
 class ParsedArgs {

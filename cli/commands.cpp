@@ -3,6 +3,7 @@
 #include "commands.h"
 
 #include <algorithm>
+#include <map>
 
 #include "cli.h"
 
@@ -18,6 +19,7 @@ int cmd_compat(const Invocation &);
 int cmd_selftest(const Invocation &);
 int cmd_selftest_workload(const Invocation &);
 int cmd_roundtrip(const Invocation &);
+int cmd_migrate(const Invocation &);
 int cmd_help(const Invocation &);
 
 namespace {
@@ -27,32 +29,8 @@ const char kActionExit[] = R"(0  every process reached the state asked for
    state after it)
 2  bad usage)";
 
-const OptionSpec kActionJson = {.name = "--json",
-				.help = "print {\"processes\": [{\"pid\", \"ok\", \"state\", \"error\"}]}"};
-
-const std::vector<Command> kCommands = {
-	{"check", cmd_check, Operands::None,
-	 {
-	  {.name = "--json",
-	   .help = "print one JSON object instead of lines: \"result\" (ok, warn or fail), \"checks\"\n"
-		   "(a list of {\"name\", \"status\", \"detail\", \"hint\"}), \"driver\", \"gpus\", \"criu\" and\n"
-		   "\"runtimes\" (a list of {\"name\", \"binary\", \"version\", \"loads_plugin\", \"plugin_dir\",\n"
-		   "\"libdir_source\"})"},
-	  {.name = "--require-gpu",
-	   .help = "a missing driver or GPU is a failure even on a machine without NVIDIA GPUs"},
-	  {.name = "--criu", .value = "PATH",
-	   .help = "check this CRIU binary instead of searching the usual places"},
-	  {.name = "--libdir", .value = "DIR",
-	   .help = "check the plugin in DIR, the directory given to `criu -L`, instead of the places\n"
-		   "CRIU and the container runtimes look by default"},
-	  {.name = "--libcuda", .value = "PATH",
-	   .help = "the driver library to check (default: CUDA_CRIU_LIBCUDA, else libcuda.so.1 through\n"
-		   "the loader's search path)"},
-	  {.name = "--runtimes", .value = "LIST",
-	   .help = "the runtimes to report on, comma-separated (runc, crun, podman, containerd), or\n"
-		   "none (default: every one installed)"},
-	 },
-	 "check that this machine can checkpoint and restore CUDA processes",
+const Command kCommands[] = {
+	{"check", cmd_check, Operands::None, "check that this machine can checkpoint and restore CUDA processes",
 	 "",
 	 R"(A preflight in the spirit of `criu check`. Each check prints one line
 
@@ -97,32 +75,26 @@ driver checks warn instead of failing, unless --require-gpu is given.
 
 CUDA_CRIU_CRIU_CONFIG_DIR, when set, is read in place of /etc/criu for CRIU's configuration files
 (default.conf, runc.conf, crun.conf): for tests, which must not touch the machine's.)",
+	 R"(--json            print one JSON object instead of lines: "result" (ok, warn or fail), "checks"
+                  (a list of {"name", "status", "detail", "hint"}), "driver", "gpus", "criu" and
+                  "runtimes" (a list of {"name", "binary", "version", "loads_plugin", "plugin_dir",
+                  "libdir_source"})
+--require-gpu     a missing driver or GPU is a failure even on a machine without NVIDIA GPUs
+--criu PATH       check this CRIU binary instead of searching the usual places
+--libdir DIR      check the plugin in DIR, the directory given to `criu -L`, instead of the places
+                  CRIU and the container runtimes look by default
+--libcuda PATH    the driver library to check (default: CUDA_CRIU_LIBCUDA, else libcuda.so.1 through
+                  the loader's search path)
+--runtimes LIST   the runtimes to report on, comma-separated (runc, crun, podman, containerd), or
+                  none (default: every one installed))",
 	 R"(0  no check failed (warnings allowed)
 1  at least one check failed
 2  bad usage)",
 	 R"(cuda-criu check
 cuda-criu check --json | python3 -m json.tool
-cuda-criu check --criu /opt/criu/sbin/criu --libdir /opt/criu/lib --require-gpu)"},
+cuda-criu check --criu /opt/criu/sbin/criu --libdir /opt/criu/lib --require-gpu)", nullptr},
 
-	{"inspect", cmd_inspect, Operands::Some,
-	 {
-	  {.name = "--json",
-	   .help = "print one JSON object: \"directory\", \"cuda_image\" (false when there is no\n"
-		   "cuda-plugin.img), \"gpu_state_in\" (\"gpu_image\", \"criu_pages\", or null without\n"
-		   "cuda-plugin.img), \"gpu_image\" (null without one: else \"id\", \"chunk_bytes\",\n"
-		   "\"checksum\", \"write_us\", \"write_gb_per_s\", \"files\" [{\"name\", \"size\",\n"
-		   "\"data_bytes\", \"present\", \"disk_bytes\"}], \"processes\" [{\"pid\", \"ns_pid\",\n"
-		   "\"state_bytes\", \"stored_bytes\", \"zero_bytes\", \"zero_share\", \"chunks\"}] and\n"
-		   "\"total\"), and when there is a cuda-plugin.img \"version\", \"plugin_version\",\n"
-		   "\"driver_version\", \"hostname\", \"created_unix\", \"device_phase_us\", \"gpus\" and\n"
-		   "\"processes\". With --verify: \"directory\", \"result\" (ok or fail),\n"
-		   "\"gpu_state_in\", \"checks\" [{\"name\", \"status\", \"detail\"}], \"bytes_read\",\n"
-		   "\"seconds\", \"gb_per_s\" and \"checksums\" (what they cover)"},
-	  {.name = "--verify",
-	   .help = "check that every file the image needs is present and whole (above) instead of\n"
-		   "describing it"},
-	 },
-	 "show what the plugin stored in a CRIU image directory, and verify it",
+	{"inspect", cmd_inspect, Operands::Some, "show what the plugin stored in a CRIU image directory, and verify it",
 	 "DIR",
 	 R"(Reads cuda-plugin.img, the file cuda_plugin.so adds to CRIU's image directory DIR at the end of a
 dump, and prints the image format version, the plugin and NVIDIA driver versions, the host, when it
@@ -171,6 +143,19 @@ wrong: the chunk's address, file and offset for a checksum, the entry and offset
 cut short. CRIU keeps no checksum of the processes' ordinary memory: its pages files are checked for
 their size only; only the GPU state, when the plugin's GPU image holds it, is checksummed. Run it
 after every copy of an image to another host, before the restore.)",
+	 R"(--json            print one JSON object: "directory", "cuda_image" (false when there is no
+                  cuda-plugin.img), "gpu_state_in" ("gpu_image", "criu_pages", or null without
+                  cuda-plugin.img), "gpu_image" (null without one: else "id", "chunk_bytes",
+                  "checksum", "write_us", "write_gb_per_s", "files" [{"name", "size",
+                  "data_bytes", "present", "disk_bytes"}], "processes" [{"pid", "ns_pid",
+                  "state_bytes", "stored_bytes", "zero_bytes", "zero_share", "chunks"}] and
+                  "total"), and when there is a cuda-plugin.img "version", "plugin_version",
+                  "driver_version", "hostname", "created_unix", "device_phase_us", "gpus" and
+                  "processes". With --verify: "directory", "result" (ok or fail),
+                  "gpu_state_in", "checks" [{"name", "status", "detail"}], "bytes_read",
+                  "seconds", "gb_per_s" and "checksums" (what they cover)
+--verify          check that every file the image needs is present and whole (above) instead of
+                  describing it)",
 	 R"(0  the image was read, or the directory has no cuda-plugin.img; with --verify, every check passed
 1  DIR or one of its files cannot be read, or a file is corrupt, foreign or too new; with --verify,
    a file is missing, cut short or damaged
@@ -178,16 +163,9 @@ after every copy of an image to another host, before the restore.)",
 	 R"(cuda-criu inspect /var/lib/checkpoints/job42
 cuda-criu inspect --json /var/lib/checkpoints/job42 | jq '.gpu_image.total.zero_share'
 rsync -a job42/ gpuhost2:/var/lib/checkpoints/job42/ &&
-    ssh gpuhost2 cuda-criu inspect --verify /var/lib/checkpoints/job42)"},
+    ssh gpuhost2 cuda-criu inspect --verify /var/lib/checkpoints/job42)", nullptr},
 
-	{"ps", cmd_ps, Operands::Some,
-	 {
-	  {.name = "--json",
-	   .help = "print {\"processes\": [{\"pid\", \"state\", \"restore_tid\", \"command\", \"error\"}]};\n"
-		   "\"state\" and \"restore_tid\" are null and \"error\" says why when the driver could\n"
-		   "not answer"},
-	 },
-	 "list the CUDA processes on this machine and their checkpoint state",
+	{"ps", cmd_ps, Operands::Some, "list the CUDA processes on this machine and their checkpoint state",
 	 "",
 	 R"(Finds every process that has the NVIDIA driver library (libcuda.so*) mapped by reading /proc, asks
 the driver for its CUDA state and its restore thread, and prints
@@ -197,141 +175,102 @@ the driver for its CUDA state and its restore thread, and prints
 STATE is running, locked, checkpointed or failed. A process the driver cannot answer for (it loaded
 libcuda but never initialized CUDA, or it belongs to a user whose processes you may not inspect)
 shows "-"; --json gives the driver's reason. Processes of other users are visible to root only.)",
+	 R"(--json            print {"processes": [{"pid", "state", "restore_tid", "command", "error"}]};
+                  "state" and "restore_tid" are null and "error" says why when the driver could
+                  not answer)",
 	 R"(0  the list was printed (it may be empty)
 1  the driver library cannot be loaded
 2  bad usage)",
 	 R"(cuda-criu ps
-cuda-criu ps --json | jq '.processes[] | select(.state == "checkpointed") | .pid')"},
+cuda-criu ps --json | jq '.processes[] | select(.state == "checkpointed") | .pid')", nullptr},
 
-	{"status", cmd_status, Operands::Some,
-	 {
-	  {.name = "--json",
-	   .help = "print {\"processes\": [{\"pid\", \"state\", \"restore_tid\", \"error\"}]}"},
-	 },
-	 "print the CUDA checkpoint state of processes",
+	{"status", cmd_status, Operands::Some, "print the CUDA checkpoint state of processes",
 	 "[PID...]",
 	 R"(Prints one line "PID STATE" per process, STATE being running, locked, checkpointed or failed.
 Without a PID it lists every CUDA process on the machine, like `cuda-criu ps`.)",
+	 R"(--json            print {"processes": [{"pid", "state", "restore_tid", "error"}]})",
 	 R"(0  every state was printed
 1  the state of at least one process could not be read (not a CUDA process, no such process, or
    no permission)
 2  bad usage)",
 	 R"(cuda-criu status 4242
-cuda-criu status --json 4242 4243)"},
+cuda-criu status --json 4242 4243)", nullptr},
 
-	{"lock", cmd_action, Operands::Some,
-	 {
-	  {.name = "--timeout", .value = "SECONDS",
-	   .help = "how long the driver waits for work in flight before it gives up (default: the\n"
-		   "plugin's lock-timeout option, 10 s unless configured; 0 waits for ever)"},
-	  kActionJson,
-	 },
-	 "block new CUDA work in processes and wait for the work in flight",
+	{"lock", cmd_action, Operands::Some, "block new CUDA work in processes and wait for the work in flight",
 	 "PID...",
 	 R"(Locks each process: new CUDA calls block, and work already submitted is waited for. A process must
 be running; it is then locked, ready for `checkpoint`, or for `unlock`. All processes are handled at
 once. Prints "PID STATE" for each process that made it.)",
+	 R"(--timeout SECONDS how long the driver waits for work in flight before it gives up (default: the
+                  plugin's lock-timeout option, 10 s unless configured; 0 waits for ever)
+--json            print {"processes": [{"pid", "ok", "state", "error"}]})",
 	 kActionExit,
-	 R"(cuda-criu lock --timeout 30 4242)"},
+	 R"(cuda-criu lock --timeout 30 4242)", nullptr},
 
-	{"checkpoint", cmd_action, Operands::Some,
-	 {
-	  {.name = "--timeout", .value = "SECONDS",
-	   .help = "how long to wait for the driver (default: the plugin's checkpoint-timeout option,\n"
-		   "600 s unless configured; 0 waits for ever). A driver call cannot be cancelled:\n"
-		   "when it times out, the process stays in whatever state the driver leaves it"},
-	  kActionJson,
-	 },
-	 "move the GPU state of locked processes into their host memory",
+	{"checkpoint", cmd_action, Operands::Some, "move the GPU state of locked processes into their host memory",
 	 "PID...",
 	 R"(Checkpoints each process, which must be locked: the driver copies its device memory into the
 process's own memory and releases its GPU resources. The process is then checkpointed: CRIU can dump
 it without the GPU, and `restore` brings the state back.)",
+	 R"(--timeout SECONDS how long to wait for the driver (default: the plugin's checkpoint-timeout option,
+                  600 s unless configured; 0 waits for ever). A driver call cannot be cancelled:
+                  when it times out, the process stays in whatever state the driver leaves it
+--json            print {"processes": [{"pid", "ok", "state", "error"}]})",
 	 kActionExit,
-	 R"(cuda-criu lock 4242 && cuda-criu checkpoint 4242)"},
+	 R"(cuda-criu lock 4242 && cuda-criu checkpoint 4242)", nullptr},
 
-	{"restore", cmd_action, Operands::Some,
-	 {
-	  {.name = "--timeout", .value = "SECONDS",
-	   .help = "how long to wait for the driver (default: the plugin's restore-timeout option,\n"
-		   "600 s unless configured; 0 waits for ever)"},
-	  {.name = "--device-map", .value = "OLD=NEW,...",
-	   .help = "restore what ran on GPU OLD onto GPU NEW. GPUs are given by UUID (GPU-..., as\n"
-		   "`nvidia-smi -L` and `cuda-criu check` print them) or by index (this machine's\n"
-		   "CUDA device ordinal). The driver wants every GPU of the machine paired, also\n"
-		   "GPUs hidden from the process by CUDA_VISIBLE_DEVICES: the GPUs the map leaves\n"
-		   "out are paired as the plugin pairs them (themselves when free, else a GPU of the\n"
-		   "same model), so on two GPUs 0=1 is restored as 0=1,1=0"},
-	  kActionJson,
-	 },
-	 "move the GPU state of checkpointed processes back onto GPUs",
+	{"restore", cmd_action, Operands::Some, "move the GPU state of checkpointed processes back onto GPUs",
 	 "PID...",
 	 R"(Restores each process, which must be checkpointed: the driver reacquires GPUs and copies the
 device memory back. The process stays locked; `unlock` lets it run. With --device-map a process
 checkpointed on one GPU is restored onto another.)",
+	 R"(--timeout SECONDS how long to wait for the driver (default: the plugin's restore-timeout option,
+                  600 s unless configured; 0 waits for ever)
+--device-map OLD=NEW,...
+                  restore what ran on GPU OLD onto GPU NEW. GPUs are given by UUID (GPU-..., as
+                  `nvidia-smi -L` and `cuda-criu check` print them) or by index (this machine's
+                  CUDA device ordinal). The driver wants every GPU of the machine paired, also
+                  GPUs hidden from the process by CUDA_VISIBLE_DEVICES: the GPUs the map leaves
+                  out are paired as the plugin pairs them (themselves when free, else a GPU of the
+                  same model), so on two GPUs 0=1 is restored as 0=1,1=0
+--json            print {"processes": [{"pid", "ok", "state", "error"}]})",
 	 kActionExit,
 	 R"(cuda-criu restore 4242 && cuda-criu unlock 4242
 cuda-criu restore --device-map GPU-5f1b2c3d-0000-4000-8000-000000000001=GPU-77aa0e12-0000-4000-8000-000000000002 4242
-cuda-criu restore --device-map 0=1,1=0 4242)"},
+cuda-criu restore --device-map 0=1,1=0 4242)", nullptr},
 
-	{"unlock", cmd_action, Operands::Some,
-	 {
-	  {.name = "--timeout", .value = "SECONDS",
-	   .help = "how long to wait for the driver (default: the plugin's restore-timeout option)"},
-	  kActionJson,
-	 },
-	 "let CUDA work proceed again in locked processes",
+	{"unlock", cmd_action, Operands::Some, "let CUDA work proceed again in locked processes",
 	 "PID...",
 	 R"(Unlocks each process, which must be locked: blocked CUDA calls go on and the process is running.)",
+	 R"(--timeout SECONDS how long to wait for the driver (default: the plugin's restore-timeout option)
+--json            print {"processes": [{"pid", "ok", "state", "error"}]})",
 	 kActionExit,
-	 R"(cuda-criu unlock 4242)"},
+	 R"(cuda-criu unlock 4242)", nullptr},
 
-	{"suspend", cmd_action, Operands::Some,
-	 {
-	  {.name = "--timeout", .value = "SECONDS",
-	   .help = "the lock timeout (default: the plugin's lock-timeout option); the checkpoint\n"
-		   "step waits up to the plugin's checkpoint-timeout option"},
-	  kActionJson,
-	 },
-	 "lock and checkpoint processes: free their GPUs, keep their state",
+	{"suspend", cmd_action, Operands::Some, "lock and checkpoint processes: free their GPUs, keep their state",
 	 "PID...",
 	 R"(Brings each process to checkpointed from wherever it is: a running process is locked and
 checkpointed, a locked one checkpointed, a checkpointed one left alone. Its GPU memory is then free
 for others until `resume`.)",
+	 R"(--timeout SECONDS the lock timeout (default: the plugin's lock-timeout option); the checkpoint
+                  step waits up to the plugin's checkpoint-timeout option
+--json            print {"processes": [{"pid", "ok", "state", "error"}]})",
 	 kActionExit,
-	 R"(cuda-criu suspend 4242; sleep 60; cuda-criu resume 4242)"},
+	 R"(cuda-criu suspend 4242; sleep 60; cuda-criu resume 4242)", nullptr},
 
-	{"resume", cmd_action, Operands::Some,
-	 {
-	  {.name = "--timeout", .value = "SECONDS",
-	   .help = "how long to wait for the driver (default: the plugin's restore-timeout option)"},
-	  {.name = "--device-map", .value = "OLD=NEW,...",
-	   .help = "as for `restore`: restore onto other GPUs (UUIDs or indices)"},
-	  kActionJson,
-	 },
-	 "bring processes back to running from any state",
+	{"resume", cmd_action, Operands::Some, "bring processes back to running from any state",
 	 "PID...",
 	 R"(Brings each process back to running: a checkpointed process is restored and unlocked, a locked one
 unlocked, a running one left alone. This is also the way out for a process an interrupted dump left
 locked or checkpointed.)",
+	 R"(--timeout SECONDS how long to wait for the driver (default: the plugin's restore-timeout option)
+--device-map OLD=NEW,...
+                  as for `restore`: restore onto other GPUs (UUIDs or indices)
+--json            print {"processes": [{"pid", "ok", "state", "error"}]})",
 	 kActionExit,
-	 R"(cuda-criu resume 4242 4243)"},
+	 R"(cuda-criu resume 4242 4243)", nullptr},
 
-	{"compat", cmd_compat, Operands::Raw,
-	 {
-	  {.name = "--action", .value = "ACTION",
-	   .help = "lock, checkpoint, restore or unlock: do one step of the state machine"},
-	  {.name = "--toggle", .help = "running: lock and checkpoint; checkpointed: restore and unlock"},
-	  {.name = "--get-state", .help = "print running, locked, checkpointed or failed, and a newline"},
-	  {.name = "--get-restore-tid", .help = "print the id of the process's restore thread and a newline"},
-	  {.name = "--pid", .value = "PID", .help = "the process (-p PID too)", .alias = "-p"},
-	  {.name = "--timeout", .value = "MS",
-	   .help = "milliseconds, as cuda-checkpoint takes them: the lock timeout for lock and toggle,\n"
-		   "the wait for the driver otherwise"},
-	  {.name = "--device-map", .value = "OLD=NEW,...",
-	   .help = "GPU pairs (UUIDs or indices) for restore and toggle"},
-	 },
-	 "accept the command line of NVIDIA's cuda-checkpoint utility",
+	{"compat", cmd_compat, Operands::Raw, "accept the command line of NVIDIA's cuda-checkpoint utility",
 	 "OPTIONS\ncuda-checkpoint OPTIONS   (this program invoked through a link named cuda-checkpoint)",
 	 R"(Runs the same driver calls as the commands above behind the command line of NVIDIA's
 cuda-checkpoint utility, and prints what it prints, so that scripts written for it work unchanged,
@@ -347,32 +286,23 @@ PATH that CRIU sees.
 
 Nothing is printed on success but by --get-state and --get-restore-tid; a failure prints a message
 on stderr.)",
+	 R"(--action ACTION   lock, checkpoint, restore or unlock: do one step of the state machine
+--toggle          running: lock and checkpoint; checkpointed: restore and unlock
+--get-state       print running, locked, checkpointed or failed, and a newline
+--get-restore-tid print the id of the process's restore thread and a newline
+-p, --pid PID     the process
+--timeout MS      milliseconds, as cuda-checkpoint takes them: the lock timeout for lock and toggle,
+                  the wait for the driver otherwise
+--device-map OLD=NEW,...
+                  GPU pairs (UUIDs or indices) for restore and toggle)",
 	 R"(0  success
 1  the operation failed
 2  bad usage)",
 	 R"(cuda-criu compat --get-state --pid 4242
 ln -s /usr/local/bin/cuda-criu /usr/local/bin/cuda-checkpoint
-PATH=/opt/cuda-criu/bin:$PATH criu dump -t 4242 -D img -L /usr/lib/criu-intree)"},
+PATH=/opt/cuda-criu/bin:$PATH criu dump -t 4242 -D img -L /usr/lib/criu-intree)", nullptr},
 
-	{"selftest", cmd_selftest, Operands::None,
-	 {
-	  {.name = "--criu", .value = "PATH",
-	   .help = "the CRIU binary (default: /usr/local/sbin/criu, /usr/sbin/criu or /usr/bin/criu)"},
-	  {.name = "--libdir", .value = "DIR",
-	   .help = "the plugin directory given to CRIU with -L (default: /usr/lib/criu); it must hold\n"
-		   "this project's cuda_plugin.so"},
-	  {.name = "--mb", .value = "N",
-	   .help = "MiB of GPU memory the workload uses (default 256)"},
-	  {.name = "--libcuda", .value = "PATH",
-	   .help = "the driver library for the workload, this program and the plugin (default: the\n"
-		   "workload uses libcuda.so.1 from the loader's search path; the others their usual\n"
-		   "setting, see ENVIRONMENT in `cuda-criu help`)"},
-	  {.name = "--dir", .value = "DIR",
-	   .help = "where to create the work directory (default /tmp)"},
-	  {.name = "--keep",
-	   .help = "keep the work directory even on success"},
-	 },
-	 "checkpoint and restore a built-in CUDA workload through CRIU and check its data",
+	{"selftest", cmd_selftest, Operands::None, "checkpoint and restore a built-in CUDA workload through CRIU and check its data",
 	 "",
 	 R"(The quick way to see that the whole stack works on this machine: driver, GPU, CRIU and the plugin.
 It starts a small workload (this program again, using only the CUDA driver API through
@@ -389,68 +319,22 @@ every byte, rewrites a part, and records its progress in a state file. The selft
 
 and prints each step's result and time. Needs root (CRIU does). The work directory (images and logs)
 is removed on success and kept when a step after setup fails; an interrupted run removes it.)",
+	 R"(--criu PATH       the CRIU binary (default: /usr/local/sbin/criu, /usr/sbin/criu or /usr/bin/criu)
+--libdir DIR      the plugin directory given to CRIU with -L (default: /usr/lib/criu); it must hold
+                  this project's cuda_plugin.so
+--mb N            MiB of GPU memory the workload uses (default 256)
+--libcuda PATH    the driver library for the workload, this program and the plugin (default: the
+                  workload uses libcuda.so.1 from the loader's search path; the others their usual
+                  setting, see ENVIRONMENT in `cuda-criu help`)
+--dir DIR         where to create the work directory (default /tmp)
+--keep            keep the work directory even on success)",
 	 R"(0  the round trip worked and the data came back intact
 1  a step failed (the step, the reason and the log to read are printed)
 2  bad usage)",
 	 R"(cuda-criu selftest
-cuda-criu selftest --mb 1024 --criu /opt/criu/sbin/criu --libdir /opt/criu/lib)"},
+cuda-criu selftest --mb 1024 --criu /opt/criu/sbin/criu --libdir /opt/criu/lib)", nullptr},
 
-	{"roundtrip", cmd_roundtrip, Operands::Program,
-	 {
-	  {.name = "--ready-file", .value = "PATH",
-	   .help = "the program is ready when PATH appears (or is modified, when it exists already)"},
-	  {.name = "--ready-log", .value = "REGEX",
-	   .help = "ready when a line of its output matches the POSIX extended regular expression"},
-	  {.name = "--ready-port", .value = "PORT",
-	   .help = "ready when 127.0.0.1:PORT accepts connections (the dump then gets\n"
-		   "--skip-in-flight: the probe's connections must not stop it)"},
-	  {.name = "--ready-delay", .value = "SECONDS",
-	   .help = "ready when it has lived that long"},
-	  {.name = "--health-cmd", .value = "CMD",
-	   .help = "healthy when `/bin/sh -c CMD` exits 0 (default: the readiness criterion again)"},
-	  {.name = "--settle", .value = "SECONDS",
-	   .help = "once healthy, the program must live on that long (default 1; 0: no wait)"},
-	  {.name = "--repeat", .value = "N",
-	   .help = "N dump/restore cycles of the same program (default 1)"},
-	  {.name = "--leave-running",
-	   .help = "dump with criu -R; check the running program, then kill it and restore it"},
-	  {.name = "--require-cuda",
-	   .help = "a dump in which the plugin found no CUDA process is a failure"},
-	  {.name = "--device-map", .value = "OLD=NEW,...",
-	   .help = "restore with CUDA_CRIU_DEVICE_MAP set: onto other GPUs"},
-	  {.name = "--criu", .value = "PATH",
-	   .help = "the CRIU binary (default: /usr/local/sbin/criu, /usr/sbin/criu or /usr/bin/criu)"},
-	  {.name = "--libdir", .value = "DIR",
-	   .help = "the directory of cuda_plugin.so, given to CRIU with -L (default /usr/lib/criu)"},
-	  {.name = "--criu-env", .value = "NAME=VALUE",
-	   .help = "set in CRIU's environment only (repeatable), e.g. LD_LIBRARY_PATH=DIR for a CRIU\n"
-		   "whose libraries are not installed", .repeatable = true},
-	  {.name = "--criu-arg", .value = "ARG",
-	   .help = "one more argument for criu dump and criu restore (repeatable), e.g.\n"
-		   "--tcp-established or --ext-unix-sk", .repeatable = true},
-	  {.name = "--dir", .value = "DIR",
-	   .help = "the work directory (new, or empty and writable by you alone; default: a new one in\n"
-		   "$TMPDIR or /tmp). Large GPU images need room: point it at a disk, not a tmpfs"},
-	  {.name = "--keep-images",
-	   .help = "keep the work directory: images-N/ (each cycle's images and CRIU logs),\n"
-		   "program.log, criu-*.out"},
-	  {.name = "--start-timeout", .value = "SECONDS",
-	   .help = "to get ready (default 120)"},
-	  {.name = "--dump-timeout", .value = "SECONDS",
-	   .help = "for criu dump, and then for the processes to end (default 600)"},
-	  {.name = "--restore-timeout", .value = "SECONDS",
-	   .help = "for criu restore (default 600)"},
-	  {.name = "--health-timeout", .value = "SECONDS",
-	   .help = "to be healthy again (default 60)"},
-	  {.name = "--json", .value = "FILE",
-	   .help = "write the report as JSON: \"result\", \"exit_status\", \"steps\" (cycle, step, result,\n"
-		   "seconds, detail, hint, image_bytes, gpu_state_bytes, cuda_processes, log), \"failure\""},
-	  {.name = "--junit", .value = "FILE",
-	   .help = "write the report as JUnit XML: one testsuite, one testcase per step and cycle"},
-	  {.name = "--name", .value = "NAME",
-	   .help = "the name in the reports (default: the program's name)"},
-	 },
-	 "check that your own program survives a checkpoint and restore (for CI)",
+	{"roundtrip", cmd_roundtrip, Operands::Program, "check that your own program survives a checkpoint and restore (for CI)",
 	 "-- CMD [ARGS...]",
 	 R"(For CI: one command that checks that a program, a GPU program above all, survives a checkpoint and
 a restore. It starts CMD in its own session (no terminal; stdin /dev/null, stdout and stderr into a
@@ -482,6 +366,38 @@ is known, and the lines that explain it: CRIU's errors and the plugin's lines fr
 own output, the program's last output, the health command's output. Every process started (the
 program, whatever it forked, the restored tree, CRIU, the health command) is killed at the end, also on
 SIGINT, SIGTERM or SIGHUP, and the work directory is removed unless --keep-images. Needs root.)",
+	 R"(--ready-file PATH the program is ready when PATH appears (or is modified, when it exists already)
+--ready-log REGEX ready when a line of its output matches the POSIX extended regular expression
+--ready-port PORT ready when 127.0.0.1:PORT accepts connections (the dump then gets
+                  --skip-in-flight: the probe's connections must not stop it)
+--ready-delay SECONDS
+                  ready when it has lived that long
+--health-cmd CMD  healthy when `/bin/sh -c CMD` exits 0 (default: the readiness criterion again)
+--settle SECONDS  once healthy, the program must live on that long (default 1; 0: no wait)
+--repeat N        N dump/restore cycles of the same program (default 1)
+--leave-running   dump with criu -R; check the running program, then kill it and restore it
+--require-cuda    a dump in which the plugin found no CUDA process is a failure
+--device-map OLD=NEW,...
+                  restore with CUDA_CRIU_DEVICE_MAP set: onto other GPUs
+--criu PATH       the CRIU binary (default: /usr/local/sbin/criu, /usr/sbin/criu or /usr/bin/criu)
+--libdir DIR      the directory of cuda_plugin.so, given to CRIU with -L (default /usr/lib/criu)
+--criu-env NAME=VALUE
+                  set in CRIU's environment only (repeatable), e.g. LD_LIBRARY_PATH=DIR for a CRIU
+                  whose libraries are not installed
+--criu-arg ARG    one more argument for criu dump and criu restore (repeatable), e.g.
+                  --tcp-established or --ext-unix-sk
+--dir DIR         the work directory (new, or empty and writable by you alone; default: a new one in
+                  $TMPDIR or /tmp). Large GPU images need room: point it at a disk, not a tmpfs
+--keep-images     keep the work directory: images-N/ (each cycle's images and CRIU logs),
+                  program.log, criu-*.out
+--start-timeout SECONDS    to get ready (default 120)
+--dump-timeout SECONDS     for criu dump, and then for the processes to end (default 600)
+--restore-timeout SECONDS  for criu restore (default 600)
+--health-timeout SECONDS   to be healthy again (default 60)
+--json FILE       write the report as JSON: "result", "exit_status", "steps" (cycle, step, result,
+                  seconds, detail, hint, image_bytes, gpu_state_bytes, cuda_processes, log), "failure"
+--junit FILE      write the report as JUnit XML: one testsuite, one testcase per step and cycle
+--name NAME       the name in the reports (default: the program's name))",
 	 R"(0  every cycle passed
 1  a dump, a restore or a health check failed: the program did not survive (the step, the reason
    and the log lines that explain it are printed)
@@ -493,33 +409,123 @@ A signal (SIGINT, SIGTERM, SIGHUP) ends it, after the cleanup, with that signal 
 cuda-criu roundtrip --repeat 3 --junit rt.xml --ready-log 'model loaded' -- python3 serve.py
 cuda-criu roundtrip --ready-port 8000 --health-cmd 'curl -sf localhost:8000/health' -- ./server
 cuda-criu roundtrip --criu /opt/criu/sbin/criu --criu-env LD_LIBRARY_PATH=/opt/criu/lib \
-    --libdir /opt/criu/plugin --ready-delay 30 -- python3 train.py)"},
+    --libdir /opt/criu/plugin --ready-delay 30 -- python3 train.py)", nullptr},
 
-	{"help", cmd_help, Operands::Some,
-	 {{.name = "--commands"}}, // for the cli_help test: each command and its options, a line each
-	 "print the manual of cuda-criu or of one of its commands",
+	{"migrate", cmd_migrate, Operands::Some, "move a process tree to another host: page server, dump, copy, restore",
+	 "--to DIR [--target CMD] PID",
+	 R"(Moves the process tree of PID (GPU state and all) to another host, as migration tools drive CRIU:
+
+  1. `criu page-server -D DIR -d` on the target, listening on --address:--port
+  2. `criu dump -t PID --page-server` here: the pages (the GPU state among them) stream to the target
+     while the dump runs; the rest of the image goes into a work directory here
+  3. that rest is copied into DIR on the target (tar here, piped into tar there)
+  4. `criu restore -D DIR -d` on the target
+
+Every command for the target runs through the prefix --target (split at spaces), e.g. "ssh gpu2" or
+"nsenter -t 4242 -m -p"; without it the target is this host. The target needs the same CRIU (at
+--target-criu, default the path used here) and cuda_plugin.so in --libdir, and the same GPU model
+(or CUDA_CRIU_DEVICE_MAP through --criu-env). With --via copy, the whole image is dumped here first and
+then copied (the baseline for the downtime the page server saves).
+
+It prints each step with its time and the downtime: from the dump's start (the processes stop) to the
+restore's end (they run on the target). A failed dump leaves the processes running here, as they were;
+a failed copy or restore says where the image is and how to restore it by hand. Needs root.)",
+	 R"(--to DIR          the image directory on the target (absolute; made if missing)
+--target CMD      the command prefix that runs a command on the target (default: this host)
+--address ADDR    the page server's address, as this host reaches the target (default 127.0.0.1)
+--port PORT       the page server's port (default 27027)
+--via MODE        page-server (default) or copy
+--criu PATH       the CRIU binary here (default: /usr/local/sbin/criu, /usr/sbin/criu or /usr/bin/criu)
+--target-criu PATH
+                  the CRIU binary on the target (default: the one used here)
+--libdir DIR      the directory of cuda_plugin.so on both hosts, given to CRIU with -L (default
+                  /usr/lib/criu)
+--criu-env NAME=VALUE
+                  set in CRIU's environment on both hosts (repeatable)
+--criu-arg ARG    one more argument for criu dump and criu restore (repeatable), e.g.
+                  --tcp-established or --shell-job
+--dir DIR         the work directory here (default: a new one in $TMPDIR or /tmp)
+--keep            keep the work directory
+--timeout SECONDS for the dump, the copy and the restore each (default 600))",
+	 R"(0  the processes run on the target
+1  the dump, the copy or the restore failed (what failed, and where the processes and the image
+   are, is printed)
+2  bad usage
+3  nothing was tried: not root, no CRIU or plugin, the target's directory or page server failed)",
+	 R"(cuda-criu migrate --target 'ssh gpu2' --address 10.0.0.2 --to /var/lib/ckpt/job 4242
+cuda-criu migrate --to /srv/images --criu-arg --tcp-established 4242)", nullptr},
+
+	{"help", cmd_help, Operands::Some, "print the manual of cuda-criu or of one of its commands",
 	 "[COMMAND]",
 	 R"(Prints the overview, or the page of COMMAND. `cuda-criu COMMAND --help` does the same.)",
+	 nullptr,
 	 R"(0  the help was printed
 2  no such command)",
-	 R"(cuda-criu help restore)"},
+	 R"(cuda-criu help restore)", "--commands"},
 	// The workload selftest runs under CRIU: internal, no page.
-	{kSelftestWorkloadCommand, cmd_selftest_workload, Operands::None,
-	 {{.name = "--mb", .value = "N"},
-	  {.name = "--state", .value = "FILE"},
-	  {.name = "--libcuda", .value = "PATH"},
-	  {.name = "--interval-ms", .value = "MS"}},
-	 nullptr, nullptr, nullptr, nullptr, nullptr},
+	{kSelftestWorkloadCommand, cmd_selftest_workload, Operands::None, nullptr, nullptr, nullptr, nullptr, nullptr,
+	 nullptr, "--mb N\n--state FILE\n--libcuda PATH\n--interval-ms MS"},
 };
+
+// A line of an OPTIONS text that begins an option: "[-a, ]--name [VALUE]" (a VALUE starts before the
+// help's column, 18), or nullopt.
+std::optional<OptionSpec> option_line(const std::string &line)
+{
+	if (line.empty() || line[0] != '-')
+		return std::nullopt;
+	OptionSpec o;
+	size_t at = 0;
+	auto word = [&] {
+		size_t b = line.find_first_not_of(' ', at), e = line.find(' ', b);
+		at = e == std::string::npos ? line.size() : e;
+		return b == std::string::npos ? std::string() : line.substr(b, at - b);
+	};
+	o.name = word();
+	if (o.name.back() == ',') {
+		o.alias = o.name.substr(0, o.name.size() - 1);
+		o.name = word();
+	}
+	if (size_t b = line.find_first_not_of(' ', at); b != std::string::npos && b < 18)
+		o.value = word();
+	o.repeatable = line.find("(repeatable)") != std::string::npos;
+	return o;
+}
+
+void add_options(std::vector<OptionSpec> &out, const char *text, bool shown)
+{
+	std::string line;
+	for (const char *p = text; p && *p; p++) {
+		if (*p != '\n')
+			line += *p;
+		if (*p == '\n' || !p[1]) {
+			if (auto o = option_line(line)) {
+				o->shown = shown;
+				out.push_back(std::move(*o));
+			}
+			line.clear();
+		}
+	}
+}
 
 } // namespace
 
-const std::vector<Command> &commands() { return kCommands; }
+std::span<const Command> commands() { return kCommands; }
 
 const Command *find_command(const std::string &name)
 {
-	auto it = std::find_if(kCommands.begin(), kCommands.end(), [&](const Command &c) { return name == c.name; });
-	return it == kCommands.end() ? nullptr : &*it;
+	auto it = std::find_if(std::begin(kCommands), std::end(kCommands), [&](const Command &c) { return name == c.name; });
+	return it == std::end(kCommands) ? nullptr : it;
+}
+
+const std::vector<OptionSpec> &options_of(const Command &c)
+{
+	static std::map<const Command *, std::vector<OptionSpec>> cache;
+	auto [it, added] = cache.try_emplace(&c);
+	if (added) {
+		add_options(it->second, c.options, true);
+		add_options(it->second, c.hidden_options, false);
+	}
+	return it->second;
 }
 
 int run_command(const Command &c, const std::vector<std::string> &args)
@@ -529,7 +535,7 @@ int run_command(const Command &c, const std::vector<std::string> &args)
 		raw.args.positionals = args;
 		return c.run(raw);
 	}
-	auto parsed = parse_args(args, c.options, c.operands == Operands::Program);
+	auto parsed = parse_args(args, options_of(c), c.operands == Operands::Program);
 	if (!parsed)
 		return usage_error(c.name, parsed.error().message());
 	if (parsed->has("--help")) {

@@ -91,39 +91,20 @@ const Command *find_page(const std::string &name)
 	return c && c->summary ? c : nullptr;
 }
 
-std::string option_label(const OptionSpec &o) { return std::string(o.name) + (o.value ? std::string(" ") + o.value : ""); }
-
-// "--timeout SECONDS how long ...": the label in 18 columns (a longer one on a line of its own), the
-// help's further lines below the first.
-std::string option_text(const OptionSpec &o)
-{
-	constexpr size_t kColumn = 18;
-	std::string label = option_label(o);
-	std::string text = label.size() < kColumn ? label + std::string(kColumn - label.size(), ' ')
-						  : label + "\n" + std::string(kColumn, ' ');
-	for (const char *p = o.help; *p; p++) {
-		text += *p;
-		if (*p == '\n')
-			text += std::string(kColumn, ' ');
-	}
-	return text;
-}
-
 std::string synopsis(const Command &c)
 {
 	std::string s = std::string("cuda-criu ") + c.name;
 	if (c.operands == Operands::Raw)
 		return s + " " + c.synopsis;
+	std::string options;
 	size_t shown = 0;
-	for (const OptionSpec &o : c.options)
-		shown += o.help != nullptr;
+	for (const OptionSpec &o : options_of(c))
+		if (o.shown) {
+			options += " [" + o.name + (o.value.empty() ? "" : " " + o.value) + "]";
+			shown++;
+		}
 	// A command of many options has them on its page only.
-	if (shown > 8)
-		s += " [OPTIONS]";
-	else
-		for (const OptionSpec &o : c.options)
-			if (o.help)
-				s += " [" + option_label(o) + "]";
+	s += shown > 8 ? " [OPTIONS]" : options;
 	return *c.synopsis ? s + " " + c.synopsis : s;
 }
 
@@ -134,9 +115,8 @@ void print_page(const Command &c)
 	std::printf("\nDESCRIPTION\n");
 	print_indented(c.description, "    ");
 	std::printf("\nOPTIONS\n");
-	for (const OptionSpec &o : c.options)
-		if (o.help)
-			print_indented(option_text(o).c_str(), "    ");
+	if (c.options)
+		print_indented(c.options, "    ");
 	print_indented("-h, --help        print this page", "    ");
 	std::printf("\nEXIT STATUS\n");
 	print_indented(c.exit_status, "    ");
@@ -172,9 +152,9 @@ int cmd_help(const Invocation &in)
 			if (!c.summary)
 				continue;
 			std::printf("%s", c.name);
-			for (const OptionSpec &o : c.options)
-				if (o.help)
-					std::printf(" %s", o.name);
+			for (const OptionSpec &o : options_of(c))
+				if (o.shown)
+					std::printf(" %s", o.name.c_str());
 			std::printf("\n");
 		}
 		return kExitOk;

@@ -22,15 +22,19 @@ JobWatch watch_progress(Host &host, const PhaseProgress &pp, const std::vector<P
 	}
 	auto progress = std::make_shared<Progress>(pp.phase, std::move(procs), pp.stall_ms * 1000ULL,
 						   pp.every_ms * 1000ULL, now_us(), pp.stall_needs_bytes);
-	return [&host, progress, threads, index, bytes = pp.bytes](const std::vector<bool> &ended) {
+	return [&host, progress, threads, index, bytes = pp.bytes, show = pp.show](const std::vector<bool> &ended) {
 		std::vector<std::pair<size_t, Error>> give_up;
 		uint64_t now = now_us();
 		for (size_t k = 0; k < index.size(); k++) {
 			ProgressSample s{bytes ? bytes(index[k]) : 0, host.thread_cpu_ticks(threads[k].first, threads[k].second)};
 			progress->observe(k, s, ended[k], now);
 		}
-		if (auto line = progress->line(now))
-			LOG_INFO("%s", line->c_str());
+		if (auto line = progress->line(now)) {
+			if (show)
+				show(*line);
+			else
+				LOG_INFO("%s", line->c_str());
+		}
 		if (auto k = progress->stalled(now)) {
 			give_up.emplace_back(*k, make_error(ETIMEDOUT, "%s (raise CUDA_CRIU_STALL_TIMEOUT if the driver is "
 								       "only slow)",
@@ -62,12 +66,14 @@ std::vector<ProcResult> run_proc_jobs(Host &host, const SharedDriver &driver, st
 	};
 	auto collected = std::make_shared<Collected>();
 	for (size_t i = 0; i < n; i++) {
-		auto run = host.let_run(jobs[i].restore_tid);
-		if (!run) {
-			out[i].status = std::move(run).error().context("%s", jobs[i].what.c_str());
-			continue;
+		if (jobs[i].stopped) {
+			auto run = host.let_run(jobs[i].restore_tid);
+			if (!run) {
+				out[i].status = std::move(run).error().context("%s", jobs[i].what.c_str());
+				continue;
+			}
+			runs[i] = std::move(*run);
 		}
-		runs[i] = std::move(*run);
 		spent[i] = std::make_shared<std::atomic<uint64_t>>(0);
 		after[i] = std::make_shared<std::optional<CudaState>>();
 		runnable.push_back({jobs[i].what, [driver, pid = jobs[i].pid, slot = spent[i], state = after[i],
@@ -102,6 +108,8 @@ std::vector<ProcResult> run_proc_jobs(Host &host, const SharedDriver &driver, st
 		out[i].us = spent[i]->load();
 		if (!out[i].status && out[i].us) // the call returned: its state query ran before the thread stopped
 			out[i].state_after_failure = *after[i];
+		if (!runs[i])
+			continue;
 		if (auto st = runs[i]->stop(); !st) {
 			if (out[i].status)
 				out[i].status = std::move(st).error().context("%s", "stop the restore thread again");

@@ -64,6 +64,9 @@ struct ProcJob {
 	pid_t restore_tid = 0;
 	std::string what;                        // "checkpoint pid 7"
 	std::function<Status(Driver &)> call;    // captures nothing of the session
+	// The restore thread is ptrace-stopped by this process (CRIU's tasks) and is let run for the call; a
+	// process that runs on its own (cuda-criu's) has nothing to let run.
+	bool stopped = true;
 };
 
 struct ProcResult {
@@ -82,6 +85,7 @@ struct PhaseProgress {
 	unsigned stall_ms = 0;                                  // 0: no stall detection
 	unsigned every_ms = 3000;                               // a progress line this often
 	bool stall_needs_bytes = false;                         // see Progress
+	std::function<void(const std::string &line)> show = {}; // where the lines go (default: the log)
 };
 
 // Lets each job's restore thread run (on the calling thread, the tracer), runs the jobs on workers with
