@@ -490,8 +490,13 @@ Status DumpSession::store_gpu_image(int dir_fd, const SkipPages &skip)
 						  t.pid, r.start, r.end, std::strerror(rc < 0 ? -rc : EIO));
 			first = false;
 		}
+	// A dump given a parent image (--prev-images-dir) references the parent's chunks it finds unchanged.
+	auto parent = read_parent_gpu_image(dir_fd);
+	if (!parent)
+		LOG_WARN("%s: every GPU chunk is written", parent.error().message().c_str());
+	const GpuParentImage *from = parent && *parent ? &**parent : nullptr;
 	std::string id = new_gpu_image_id();
-	auto index = save_gpu_state(host_, dir_fd, targets, id, threads);
+	auto index = save_gpu_state(host_, dir_fd, targets, id, threads, kGpuChunkBytes, from);
 	if (!index)
 		return std::move(index).error().context("%s", "cannot store the GPU image (the dump fails; every process "
 							      "is returned to its state)");
@@ -502,15 +507,22 @@ Status DumpSession::store_gpu_image(int dir_fd, const SkipPages &skip)
 		return std::move(st).error().context("%s", "cannot store the GPU image");
 	}
 	gpu_image_id_ = id;
-	uint64_t written = 0;
-	for (const GpuDataFile &f : index->files)
-		written += f.data_bytes;
+	uint64_t written = 0, in_parent = index->parent_bytes();
+	size_t own_files = 0;
+	for (const GpuDataFile &f : index->files) {
+		written += f.parent_depth ? 0 : f.data_bytes;
+		own_files += f.parent_depth ? 0 : 1;
+	}
 	double secs = static_cast<double>(std::max<uint64_t>(index->write_us, 1)) / 1e6;
+	uint64_t zero = bytes > written + in_parent ? bytes - written - in_parent : 0;
 	gpu_image_note_ = format("GPU image: %s of GPU state, %s written (%.1f%% zero pages) into %zu file(s) in %s, "
 				 "%.2f GB/s",
 				 human_bytes(bytes).c_str(), human_bytes(written).c_str(),
-				 bytes ? 100.0 * static_cast<double>(bytes - written) / static_cast<double>(bytes) : 0.0,
-				 index->files.size(), seconds(index->write_us).c_str(), static_cast<double>(bytes) / 1e9 / secs);
+				 bytes ? 100.0 * static_cast<double>(zero) / static_cast<double>(bytes) : 0.0, own_files,
+				 seconds(index->write_us).c_str(), static_cast<double>(bytes) / 1e9 / secs);
+	if (from)
+		gpu_image_note_ += format("; %s unchanged since the parent image, referenced in %zu of its file(s)",
+					  human_bytes(in_parent).c_str(), index->files.size() - own_files);
 	LOG_INFO("%s", gpu_image_note_.c_str());
 	return {};
 }

@@ -6,9 +6,11 @@
 #include <algorithm>
 #include <atomic>
 #include <cinttypes>
+#include <cstring>
 #include <memory>
 #include <optional>
 #include <thread>
+#include <unordered_map>
 
 #include "base/clock.h"
 #include "base/crc32c.h"
@@ -78,10 +80,42 @@ JobWatch progress_watch(const char *what, const std::atomic<uint64_t> &done, uin
 	};
 }
 
+// The parent image's stored chunks by CRC-32C, to reference instead of writing: the references become
+// data files of this index from first_file on, one per parent file.
+struct ParentChunks {
+	struct Ref {
+		uint32_t file; // in the parent's index
+		uint64_t offset;
+		uint32_t len;
+	};
+	std::vector<GpuDataReader> readers;
+	std::unordered_multimap<uint32_t, Ref> by_crc;
+	uint32_t first_file = 0;
+
+	// The parent's chunk with exactly these bytes (read back and compared), as (file, offset) in this
+	// index; nullopt when there is none. scratch: chunk_bytes of room.
+	Result<std::optional<std::pair<uint32_t, uint64_t>>> find(const uint8_t *bytes, uint32_t len, uint32_t crc,
+								  uint8_t *scratch) const
+	{
+		auto [it, end] = by_crc.equal_range(crc);
+		for (; it != end; ++it) {
+			const Ref &r = it->second;
+			if (r.len != len)
+				continue;
+			if (auto st = readers[r.file].read(r.offset, scratch, len); !st)
+				return std::move(st).error().context("%s", "compare with the parent image");
+			if (std::memcmp(scratch, bytes, len) == 0)
+				return std::optional<std::pair<uint32_t, uint64_t>>({first_file + r.file, r.offset});
+		}
+		return std::optional<std::pair<uint32_t, uint64_t>>();
+	}
+};
+
 struct SliceOut {
 	std::vector<std::pair<size_t, GpuChunk>> chunks; // target, chunk
 	std::vector<uint64_t> zero_bytes;                // per target
 	GpuDataFile file;
+	uint64_t parent_bytes = 0; // referenced in the parent image
 };
 
 // One writer's slice: each chunk read out of its process and, with a data file (dir_fd >= 0), stored there
@@ -89,7 +123,7 @@ struct SliceOut {
 // every chunk.
 Status save_slice(Host &host, int dir_fd, const std::vector<GpuSaveTarget> &targets, const std::vector<Piece> &pieces,
 		  std::pair<size_t, size_t> range, unsigned index, const std::string &id, uint32_t chunk_bytes,
-		  std::atomic<uint64_t> &done, const std::atomic<bool> &stop, SliceOut &out)
+		  const ParentChunks *parent, std::atomic<uint64_t> &done, const std::atomic<bool> &stop, SliceOut &out)
 {
 	out.zero_bytes.assign(targets.size(), 0);
 	std::optional<GpuDataWriter> writer;
@@ -102,6 +136,7 @@ Status save_slice(Host &host, int dir_fd, const std::vector<GpuSaveTarget> &targ
 	}
 	std::vector<uint64_t> buf(chunk_bytes / sizeof(uint64_t));
 	auto *bytes = reinterpret_cast<uint8_t *>(buf.data());
+	std::vector<uint8_t> scratch(parent ? chunk_bytes : 0);
 	uint64_t offset = kGpuDataHeaderBytes;
 	for (size_t i = range.first; i < range.second && !stop.load(std::memory_order_relaxed); i++) {
 		const Piece &p = pieces[i];
@@ -112,6 +147,18 @@ Status save_slice(Host &host, int dir_fd, const std::vector<GpuSaveTarget> &targ
 			out.chunks.push_back({p.target, {p.addr, p.len, 0, 0, crc32c(bytes, p.len)}});
 			done.fetch_add(p.len, std::memory_order_relaxed);
 			continue;
+		}
+		uint32_t crc = crc32c(bytes, p.len);
+		if (parent) {
+			auto ref = parent->find(bytes, p.len, crc, scratch.data());
+			if (!ref)
+				return std::move(ref).error().context("save the GPU state of pid %d", pid);
+			if (*ref) {
+				out.chunks.push_back({p.target, {p.addr, p.len, (*ref)->first, (*ref)->second, crc}});
+				out.parent_bytes += p.len;
+				done.fetch_add(p.len, std::memory_order_relaxed);
+				continue;
+			}
 		}
 		// Runs of non-zero pages are written; zero pages inside a stored chunk stay holes.
 		size_t pages = p.len / kPage, run = 0, stored = 0;
@@ -134,7 +181,7 @@ Status save_slice(Host &host, int dir_fd, const std::vector<GpuSaveTarget> &targ
 			out.zero_bytes[p.target] += p.len;
 			continue;
 		}
-		out.chunks.push_back({p.target, {p.addr, p.len, index, offset, crc32c(bytes, p.len)}});
+		out.chunks.push_back({p.target, {p.addr, p.len, index, offset, crc}});
 		out.file.data_bytes += stored * kPage;
 		offset += p.len;
 	}
@@ -155,8 +202,29 @@ unsigned gpu_io_threads(unsigned io_threads, uint64_t bytes)
 
 namespace {
 
+// The parent's files as data files of the child's index (one level further up), those that chunks
+// reference, in the order of first use; chunks' file numbers from parent.first_file on renumbered.
+void add_parent_files(GpuImageIndex &index, const GpuImageIndex &parent, uint32_t first_file)
+{
+	std::vector<int64_t> renumber(parent.files.size(), -1);
+	for (GpuProcessChunks &p : index.processes)
+		for (GpuChunk &c : p.chunks) {
+			if (c.file < first_file)
+				continue;
+			uint32_t k = c.file - first_file;
+			if (renumber[k] < 0) {
+				const GpuDataFile &f = parent.files[k];
+				renumber[k] = static_cast<int64_t>(index.files.size());
+				index.files.push_back({f.name, f.size, f.data_bytes, f.parent_depth + 1,
+						       f.parent_depth ? f.id : parent.id});
+			}
+			c.file = static_cast<uint32_t>(renumber[k]);
+		}
+}
+
 Result<GpuImageIndex> save_or_checksum(Host &host, int dir_fd, const std::vector<GpuSaveTarget> &targets,
-				       const std::string &id, unsigned threads, uint32_t chunk_bytes)
+				       const std::string &id, unsigned threads, const GpuParentImage *parent_image,
+				       uint32_t chunk_bytes)
 {
 	uint64_t t0 = now_us();
 	std::vector<Piece> pieces;
@@ -169,6 +237,21 @@ Result<GpuImageIndex> save_or_checksum(Host &host, int dir_fd, const std::vector
 				total += len;
 			}
 	auto parts = slices(pieces, std::max(1u, threads));
+	std::optional<ParentChunks> parent;
+	if (parent_image && dir_fd >= 0 && parent_image->index.chunk_bytes == chunk_bytes) {
+		auto readers = GpuDataReader::open_all(parent_image->dir.get(), parent_image->index);
+		if (!readers) {
+			LOG_WARN("the parent image's GPU image cannot be read (%s): every chunk is written",
+				 readers.error().message().c_str());
+		} else {
+			parent.emplace();
+			parent->readers = std::move(*readers);
+			parent->first_file = static_cast<uint32_t>(parts.size());
+			for (const GpuProcessChunks &p : parent_image->index.processes)
+				for (const GpuChunk &c : p.chunks)
+					parent->by_crc.emplace(c.crc, ParentChunks::Ref{c.file, c.offset, c.len});
+		}
+	}
 	std::vector<SliceOut> outs(parts.size());
 	std::atomic<uint64_t> done{0};
 	std::atomic<bool> stop{false};
@@ -176,8 +259,8 @@ Result<GpuImageIndex> save_or_checksum(Host &host, int dir_fd, const std::vector
 	jobs.reserve(parts.size());
 	for (unsigned w = 0; w < parts.size(); w++)
 		jobs.push_back({format("write %s", gpu_data_file_name(w).c_str()), [&, w]() -> Status {
-					Status st = save_slice(host, dir_fd, targets, pieces, parts[w], w, id, chunk_bytes, done,
-							       stop, outs[w]);
+					Status st = save_slice(host, dir_fd, targets, pieces, parts[w], w, id, chunk_bytes,
+							       parent ? &*parent : nullptr, done, stop, outs[w]);
 					if (!st)
 						stop = true;
 					return st;
@@ -204,6 +287,8 @@ Result<GpuImageIndex> save_or_checksum(Host &host, int dir_fd, const std::vector
 		for (size_t t = 0; t < targets.size(); t++)
 			index.processes[t].zero_bytes += o.zero_bytes[t];
 	}
+	if (parent)
+		add_parent_files(index, parent_image->index, parent->first_file);
 	index.write_us = now_us() - t0;
 	return index;
 }
@@ -211,35 +296,33 @@ Result<GpuImageIndex> save_or_checksum(Host &host, int dir_fd, const std::vector
 } // namespace
 
 Result<GpuImageIndex> save_gpu_state(Host &host, int dir_fd, const std::vector<GpuSaveTarget> &targets,
-				     const std::string &id, unsigned threads, uint32_t chunk_bytes)
+				     const std::string &id, unsigned threads, uint32_t chunk_bytes,
+				     const GpuParentImage *parent)
 {
-	return save_or_checksum(host, dir_fd, targets, id, threads, chunk_bytes);
+	return save_or_checksum(host, dir_fd, targets, id, threads, parent, chunk_bytes);
 }
 
 Result<GpuImageIndex> checksum_gpu_state(Host &host, const std::vector<GpuSaveTarget> &targets, const std::string &id,
 					 unsigned threads, uint32_t chunk_bytes)
 {
-	return save_or_checksum(host, -1, targets, id, threads, chunk_bytes);
+	return save_or_checksum(host, -1, targets, id, threads, nullptr, chunk_bytes);
 }
 
 Status check_gpu_files(int dir_fd, const GpuImageIndex &index)
 {
-	for (const GpuDataFile &f : index.files)
-		if (auto r = GpuDataReader::open(dir_fd, f, index.id); !r)
-			return std::move(r).error();
+	auto readers = GpuDataReader::open_all(dir_fd, index);
+	if (!readers)
+		return std::move(readers).error();
 	return {};
 }
 
 Status load_gpu_state(Host &host, int dir_fd, const GpuImageIndex &index, const std::vector<GpuLoadTarget> &targets,
 		      unsigned threads)
 {
-	std::vector<GpuDataReader> readers;
-	for (const GpuDataFile &f : index.files) {
-		auto r = GpuDataReader::open(dir_fd, f, index.id);
-		if (!r)
-			return std::move(r).error();
-		readers.push_back(std::move(*r));
-	}
+	auto opened = GpuDataReader::open_all(dir_fd, index);
+	if (!opened)
+		return std::move(opened).error();
+	const std::vector<GpuDataReader> &readers = *opened;
 	std::vector<Piece> pieces;
 	uint64_t total = 0;
 	for (size_t t = 0; t < targets.size(); t++) {
@@ -281,7 +364,8 @@ Status load_gpu_state(Host &host, int dir_fd, const GpuImageIndex &index, const 
 									"is damaged; restore from an intact copy (cuda-criu inspect "
 									"--verify checks one)",
 									c.addr, c.len, readers[c.file].name().c_str(), c.offset, crc, c.crc);
-						if (st && t.write && !index.criu_pages)
+						// A chunk in a parent's file is never mapped by CRIU: always written.
+						if (st && !index.criu_pages && (t.write || index.files[c.file].parent_depth))
 							st = host.write_memory(t.pid, c.addr, buf.data(), c.len);
 						if (!st) {
 							stop = true;

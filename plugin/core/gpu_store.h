@@ -28,9 +28,12 @@ struct GpuSaveTarget {
 unsigned gpu_io_threads(unsigned io_threads, uint64_t bytes);
 
 // Stores the targets' ranges into data files cuda-gpu-N.img in dir_fd (N < threads) and returns their
-// index (not yet written). On failure the data files written so far are removed.
+// index (not yet written). With a parent image, a chunk whose bytes equal one of the parent's stored
+// chunks (same CRC-32C, then compared byte for byte) is referenced in the parent's file, not written.
+// On failure the data files written so far are removed.
 Result<GpuImageIndex> save_gpu_state(Host &host, int dir_fd, const std::vector<GpuSaveTarget> &targets,
-				     const std::string &id, unsigned threads, uint32_t chunk_bytes = kGpuChunkBytes);
+				     const std::string &id, unsigned threads, uint32_t chunk_bytes = kGpuChunkBytes,
+				     const GpuParentImage *parent = nullptr);
 
 // The same without data files, for a GPU state CRIU's pages images hold: every chunk (zero ones too) read
 // out of its process and its CRC-32C kept, in an index with criu_pages set.

@@ -47,9 +47,14 @@ Status check_index(const GpuImageIndex &idx)
 		return make_error(EINVAL, "corrupt GPU image index: chunk size %u", idx.chunk_bytes);
 	if (idx.files.size() > kGpuMaxFiles)
 		return make_error(EINVAL, "corrupt GPU image index: %zu data files", idx.files.size());
-	for (const GpuDataFile &f : idx.files)
+	for (const GpuDataFile &f : idx.files) {
 		if (!plain_name(f.name))
 			return make_error(EINVAL, "corrupt GPU image index: data file name '%s'", printable(f.name).c_str());
+		if (f.parent_depth > kGpuMaxParentDepth || (f.parent_depth > 0) != (f.id.size() == kIdBytes) ||
+		    (f.parent_depth == 0 && !f.id.empty()))
+			return make_error(EINVAL, "corrupt GPU image index: data file %s of a parent image (depth %u, id '%s')",
+					  f.name.c_str(), f.parent_depth, printable(f.id).c_str());
+	}
 	if (idx.criu_pages && !idx.files.empty())
 		return make_error(EINVAL, "corrupt GPU image index: checksums only, yet %zu data files", idx.files.size());
 	for (const GpuProcessChunks &p : idx.processes) {
@@ -88,6 +93,23 @@ Status check_index(const GpuImageIndex &idx)
 
 std::string gpu_data_file_name(unsigned n) { return format("cuda-gpu-%u.img", n); }
 
+std::string GpuDataFile::path() const
+{
+	std::string p;
+	for (uint32_t i = 0; i < parent_depth; i++)
+		p += "parent/";
+	return p + name;
+}
+
+uint64_t GpuImageIndex::parent_bytes() const
+{
+	uint64_t n = 0;
+	for (const GpuProcessChunks &p : processes)
+		for (const GpuChunk &c : p.chunks)
+			n += !criu_pages && c.file < files.size() && files[c.file].parent_depth ? c.len : 0;
+	return n;
+}
+
 uint64_t GpuProcessChunks::stored_bytes() const
 {
 	uint64_t n = 0;
@@ -124,6 +146,11 @@ std::vector<uint8_t> encode_gpu_index(const GpuImageIndex &index)
 		files[i].size = index.files[i].size;
 		files[i].has_data_bytes = true;
 		files[i].data_bytes = index.files[i].data_bytes;
+		if (index.files[i].parent_depth) {
+			files[i].has_parent_depth = true;
+			files[i].parent_depth = index.files[i].parent_depth;
+			files[i].id = keep.keep(index.files[i].id);
+		}
 		file_ptrs.push_back(&files[i]);
 	}
 	struct Columns {
@@ -160,7 +187,9 @@ std::vector<uint8_t> encode_gpu_index(const GpuImageIndex &index)
 	}
 	CudaGpuImage img;
 	cuda_gpu_image__init(&img);
-	img.version = kGpuImageVersion;
+	bool has_parent = std::any_of(index.files.begin(), index.files.end(),
+				      [](const GpuDataFile &f) { return f.parent_depth > 0; });
+	img.version = has_parent ? kGpuImageVersion : 1;
 	img.id = keep.keep(index.id);
 	img.has_chunk_bytes = true;
 	img.chunk_bytes = index.chunk_bytes;
@@ -199,7 +228,8 @@ Result<GpuImageIndex> decode_gpu_index(const uint8_t *data, size_t size)
 	idx.write_us = img->write_us;
 	idx.criu_pages = img->criu_pages;
 	for (size_t i = 0; i < img->n_files; i++)
-		idx.files.push_back({str_or_empty(img->files[i]->name), img->files[i]->size, img->files[i]->data_bytes});
+		idx.files.push_back({str_or_empty(img->files[i]->name), img->files[i]->size, img->files[i]->data_bytes,
+				     img->files[i]->parent_depth, str_or_empty(img->files[i]->id)});
 	for (size_t i = 0; i < img->n_processes; i++) {
 		const CudaGpuChunks *m = img->processes[i];
 		size_t n = m->n_addr;
@@ -238,10 +268,24 @@ Result<std::optional<GpuImageIndex>> read_gpu_index(int dir_fd)
 	return std::optional<GpuImageIndex>(std::move(*idx));
 }
 
+Result<std::optional<GpuParentImage>> read_parent_gpu_image(int dir_fd)
+{
+	UniqueFd fd(openat(dir_fd, "parent", O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+	if (!fd.valid())
+		return std::optional<GpuParentImage>();
+	auto idx = read_gpu_index(fd.get());
+	if (!idx)
+		return std::move(idx).error().context("%s", "the parent image (criu dump --prev-images-dir)");
+	if (!*idx || (*idx)->criu_pages)
+		return std::optional<GpuParentImage>();
+	return std::optional<GpuParentImage>(GpuParentImage{std::move(fd), std::move(**idx)});
+}
+
 void remove_gpu_image(int dir_fd, const std::vector<GpuDataFile> &files)
 {
 	for (const GpuDataFile &f : files)
-		unlinkat(dir_fd, f.name.c_str(), 0);
+		if (!f.parent_depth) // a parent's file is the parent's
+			unlinkat(dir_fd, f.name.c_str(), 0);
 	unlinkat(dir_fd, kGpuIndexFileName, 0);
 }
 
@@ -286,31 +330,57 @@ Status GpuDataWriter::finish(uint64_t size)
 
 Result<GpuDataReader> GpuDataReader::open(int dir_fd, const GpuDataFile &file, const std::string &id)
 {
-	UniqueFd fd(openat(dir_fd, file.name.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
+	// A parent's file is found through CRIU's parent links (the path has them); the file itself is
+	// never a link.
+	std::string path = file.path();
+	std::string what = file.parent_depth ? format("%s (a file of the parent image this one references: criu dump "
+						      "--prev-images-dir; the parent images must stay in place)",
+						      path.c_str())
+					     : path;
+	UniqueFd fd(openat(dir_fd, path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
 	if (!fd.valid())
-		return errno_error("open %s (a file of the GPU image) in the image directory", file.name.c_str());
+		return errno_error("open %s (a file of the GPU image) in the image directory", what.c_str());
 	struct stat st {};
 	if (fstat(fd.get(), &st) != 0)
-		return errno_error("stat %s", file.name.c_str());
+		return errno_error("stat %s", path.c_str());
 	if (!S_ISREG(st.st_mode))
-		return make_error(EINVAL, "%s is not a regular file", file.name.c_str());
+		return make_error(EINVAL, "%s is not a regular file", path.c_str());
 	if (static_cast<uint64_t>(st.st_size) < file.size)
 		return make_error(EIO,
 				  "%s is cut short: %" PRIu64 " bytes, the index records %" PRIu64
 				  " (the image was copied incompletely: copy it again)",
-				  file.name.c_str(), static_cast<uint64_t>(st.st_size), file.size);
-	GpuDataReader r(std::move(fd), file.name);
+				  what.c_str(), static_cast<uint64_t>(st.st_size), file.size);
+	GpuDataReader r(std::move(fd), path);
 	std::vector<uint8_t> h(kGpuDataHeaderBytes);
 	if (auto s = r.read(0, h.data(), h.size()); !s)
 		return std::move(s).error();
 	if (std::memcmp(h.data(), kDataMagic, sizeof(kDataMagic)) != 0)
-		return make_error(EINVAL, "%s is not a data file of a GPU image (bad magic)", file.name.c_str());
-	if (std::memcmp(h.data() + sizeof(kDataMagic), id.data(), std::min(id.size(), kIdBytes)) != 0)
-		return make_error(EINVAL,
-				  "%s belongs to another dump (its GPU image id differs from cuda-gpu.img's): the image "
-				  "directory mixes files of two dumps",
-				  file.name.c_str());
+		return make_error(EINVAL, "%s is not a data file of a GPU image (bad magic)", path.c_str());
+	const std::string &want = file.parent_depth ? file.id : id;
+	if (std::memcmp(h.data() + sizeof(kDataMagic), want.data(), std::min(want.size(), kIdBytes)) != 0)
+		return file.parent_depth
+			       ? make_error(EINVAL,
+					    "%s is not the parent image's file this image references (its GPU image id differs): "
+					    "the parent image was replaced by another dump; restore with the parent it was "
+					    "dumped against",
+					    path.c_str())
+			       : make_error(EINVAL,
+					    "%s belongs to another dump (its GPU image id differs from cuda-gpu.img's): the image "
+					    "directory mixes files of two dumps",
+					    path.c_str());
 	return r;
+}
+
+Result<std::vector<GpuDataReader>> GpuDataReader::open_all(int dir_fd, const GpuImageIndex &index)
+{
+	std::vector<GpuDataReader> readers;
+	for (const GpuDataFile &f : index.files) {
+		auto r = open(dir_fd, f, index.id);
+		if (!r)
+			return std::move(r).error();
+		readers.push_back(std::move(*r));
+	}
+	return readers;
 }
 
 Status GpuDataReader::read(uint64_t offset, void *data, size_t len) const

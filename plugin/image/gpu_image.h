@@ -16,7 +16,8 @@
 namespace cuda_criu {
 
 inline constexpr const char *kGpuIndexFileName = "cuda-gpu.img";
-inline constexpr uint32_t kGpuImageVersion = 1;
+inline constexpr uint32_t kGpuImageVersion = 2; // 2: data files of a parent image referenced; else 1
+inline constexpr uint32_t kGpuMaxParentDepth = 64;
 inline constexpr uint32_t kGpuChunkBytes = 2 << 20;    // a chunk: the unit of zero-skipping and of checksums
 inline constexpr uint64_t kGpuDataHeaderBytes = 4096;  // at the head of each data file; data is page aligned
 inline constexpr size_t kGpuIndexMaxBytes = 256 << 20; // 8 TiB of GPU state in 2 MiB chunks, with room
@@ -52,6 +53,13 @@ struct GpuDataFile {
 	std::string name;
 	uint64_t size = 0;       // header and holes included
 	uint64_t data_bytes = 0; // bytes written
+	// A file of a parent image (criu dump --prev-images-dir) whose chunks this image references: it lies
+	// in "parent/" depth times over, and its header carries id, the parent's GPU image id.
+	uint32_t parent_depth = 0;
+	std::string id;
+	// The path from the image directory: "cuda-gpu-0.img", "parent/parent/cuda-gpu-3.img".
+	std::string path() const;
+	bool operator==(const GpuDataFile &) const = default;
 };
 
 struct GpuImageIndex {
@@ -62,6 +70,8 @@ struct GpuImageIndex {
 	uint64_t write_us = 0;
 	// Only checksums: CRIU's pages images hold the GPU state (every chunk listed, no data file).
 	bool criu_pages = false;
+	// Bytes of stored chunks that lie in a parent image's files (referenced, not written by this dump).
+	uint64_t parent_bytes() const;
 	const GpuProcessChunks *find(int ns_pid) const;
 };
 
@@ -75,6 +85,14 @@ Result<GpuImageIndex> decode_gpu_index(const uint8_t *data, size_t size);
 Status write_gpu_index(int dir_fd, const GpuImageIndex &index);
 // nullopt when the directory has no cuda-gpu.img.
 Result<std::optional<GpuImageIndex>> read_gpu_index(int dir_fd);
+
+// The GPU image of the parent image (CRIU's "parent" link, made by criu dump --prev-images-dir), when it
+// has one with data files: its chunks may be referenced by this dump instead of written again.
+struct GpuParentImage {
+	UniqueFd dir;
+	GpuImageIndex index;
+};
+Result<std::optional<GpuParentImage>> read_parent_gpu_image(int dir_fd);
 
 // Removes a GPU image's data files and its index from dir_fd (a failed dump's: they could never restore,
 // and can be large). Missing files are no error.
@@ -95,11 +113,14 @@ private:
 	std::string name_;
 };
 
-// One data file being read: open() checks its header against the index's id and its size against the
-// index (a file cut short, or one of another dump, is refused by name before any chunk is read).
+// One data file being read: open() checks its header against the index's id (a parent's file: against
+// the id recorded for it) and its size against the index (a file cut short, or one of another dump, is
+// refused by name before any chunk is read; a parent's file that is missing or changed says so).
 class GpuDataReader {
 public:
 	static Result<GpuDataReader> open(int dir_fd, const GpuDataFile &file, const std::string &id);
+	// Every data file of the index, in its order.
+	static Result<std::vector<GpuDataReader>> open_all(int dir_fd, const GpuImageIndex &index);
 	// Exactly len bytes at offset, or an error naming the file and offset.
 	Status read(uint64_t offset, void *data, size_t len) const;
 	const std::string &name() const { return name_; }

@@ -387,7 +387,7 @@ TEST(GpuImageRestore, ADamagedImageIsRefusedBeforeAnyDriverCall)
 TEST(GpuImageRestore, RunsOfChunksAreMappedFromThePluginsFiles)
 {
 	GpuImageIndex idx;
-	idx.files = {{"cuda-gpu-0.img", 1 << 20, 0}, {"cuda-gpu-1.img", 1 << 20, 0}};
+	idx.files = {{"cuda-gpu-0.img", 1 << 20, 0, 0, ""}, {"cuda-gpu-1.img", 1 << 20, 0, 0, ""}};
 	// Process 1: two adjacent chunks in file 0 (one run), then one in file 1; process 2: one chunk.
 	idx.processes.push_back({1, 10, {{0x10000, 0x2000, 0, 4096, 0}, {0x12000, 0x2000, 0, 4096 + 0x2000, 0},
 					  {0x14000, 0x2000, 1, 4096, 0}}, 0});
