@@ -98,7 +98,7 @@ private:
 	// limit); context: what the error says failed, in an action of several steps; copy: the phase
 	// whose progress shows ("checkpoint", "restore"), or nullptr.
 	void step(const std::function<bool(const ActionResult &)> &pick, unsigned wait_ms, const char *context,
-		  const char *copy, Call call);
+		  const char *copy, const Call &call);
 	PhaseProgress progress(const char *copy, const std::vector<pid_t> &pids);
 
 	Driver *driver_;
@@ -154,7 +154,7 @@ PhaseProgress ActionRun::progress(const char *copy, const std::vector<pid_t> &pi
 }
 
 void ActionRun::step(const std::function<bool(const ActionResult &)> &pick, unsigned wait_ms, const char *context,
-		     const char *copy, Call call)
+		     const char *copy, const Call &call)
 {
 	std::vector<ProcJob> jobs;
 	std::vector<size_t> index;

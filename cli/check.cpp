@@ -41,15 +41,6 @@ struct Facts {
 	std::optional<ThpSettings> thp;
 };
 
-struct CheckOptions {
-	bool require_gpu = false;
-	std::string criu;
-	std::string libdir;
-	std::string libcuda;
-	bool runtimes = true;
-	std::vector<std::string> only_runtimes; // empty: every runtime found
-};
-
 std::string read_first_line(const std::string &path)
 {
 	std::ifstream f(path);
@@ -98,9 +89,9 @@ void check_gpus(Checks &c, Facts &facts, const std::string &libcuda, Level missi
 	facts.gpus = std::move(*gpus);
 }
 
-void check_driver(Checks &c, Facts &facts, const CheckOptions &o, const std::string &libcuda)
+void check_driver(Checks &c, Facts &facts, bool require_gpu, const std::string &libcuda)
 {
-	const bool gpu_expected = o.require_gpu || nvidia_driver_present(libcuda);
+	const bool gpu_expected = require_gpu || nvidia_driver_present(libcuda);
 	const Level missing = gpu_expected ? Level::Fail : Level::Warn;
 	// Opened (not initialised) first: the library may lack the checkpoint API, which is reported below.
 	auto lib = open_libcuda(libcuda);
@@ -201,14 +192,15 @@ void check_persistence(Checks &c, const std::vector<GpuInfo> &gpus)
 
 // ---- CRIU and the plugin ----
 
-void check_criu_and_plugin(Checks &c, Facts &facts, const CheckOptions &o)
+// criu: --criu, libdir: --libdir ("" when not given).
+void check_criu_and_plugin(Checks &c, Facts &facts, const std::string &criu, const std::string &libdir)
 {
-	facts.criu = check_criu(c, find_criu(o.criu));
-	if (o.libdir.empty())
+	facts.criu = check_criu(c, find_criu(criu));
+	if (libdir.empty())
 		c.add(check_plugin(criu_libdir(caller_criu_env(), ""),
 				   "set libdir in " + criu_config_dir() + "/default.conf to its directory"));
 	else
-		c.add(check_plugin({o.libdir, "criu -L"}, "give its directory with --libdir"));
+		c.add(check_plugin({libdir, "criu -L"}, "give its directory with --libdir"));
 
 	auto options = load_options_from_environment();
 	if (!options)
@@ -223,9 +215,10 @@ void check_criu_and_plugin(Checks &c, Facts &facts, const CheckOptions &o)
 }
 
 // A runtime that cannot make CRIU load our plugin only warns: this machine may not use it.
-void check_runtime_lines(Checks &c, Facts &facts, const CheckOptions &o)
+// only: the runtimes of --runtimes (empty: every one found); criu: --criu.
+void check_runtime_lines(Checks &c, Facts &facts, const std::vector<std::string> &only, const std::string &criu)
 {
-	facts.runtimes = check_runtimes(o.only_runtimes, o.criu);
+	facts.runtimes = check_runtimes(only, criu);
 	for (const RuntimeReport &r : facts.runtimes)
 		c.add("runtime-" + r.name, r.loads ? Level::Ok : Level::Warn, r.detail, r.fix);
 }
@@ -424,19 +417,20 @@ void print_json(const Checks &c, const Facts &f)
 int cmd_check(const Invocation &in)
 {
 	const ParsedArgs &a = in.args;
-	CheckOptions o;
-	o.require_gpu = a.has("--require-gpu");
-	a.get("--criu", o.criu);
-	a.get("--libdir", o.libdir);
-	a.get("--libcuda", o.libcuda);
+	std::string criu, libdir, libcuda;
+	a.get("--criu", criu);
+	a.get("--libdir", libdir);
+	a.get("--libcuda", libcuda);
+	bool runtimes = true;
+	std::vector<std::string> only_runtimes;
 	if (const std::string *v = a.value("--runtimes")) {
 		std::stringstream names(*v);
 		std::string name;
 		while (std::getline(names, name, ',')) {
 			if (name == "none")
-				o.runtimes = false;
+				runtimes = false;
 			else if (name == "runc" || name == "crun" || name == "podman" || name == "containerd")
-				o.only_runtimes.push_back(name);
+				only_runtimes.push_back(name);
 			else
 				return usage_error("check", "--runtimes: unknown runtime '" + name +
 								    "' (runc, crun, podman, containerd or none)");
@@ -445,16 +439,15 @@ int cmd_check(const Invocation &in)
 
 	Checks c;
 	Facts facts;
-	std::string libcuda = o.libcuda;
 	if (libcuda.empty())
 		if (auto options = load_options_from_environment())
 			libcuda = options->libcuda; // a broken option file is reported by plugin-options
-	check_driver(c, facts, o, libcuda);
+	check_driver(c, facts, a.has("--require-gpu"), libcuda);
 	check_nvml(c);
 	check_persistence(c, facts.gpus);
-	check_criu_and_plugin(c, facts, o);
-	if (o.runtimes)
-		check_runtime_lines(c, facts, o);
+	check_criu_and_plugin(c, facts, criu, libdir);
+	if (runtimes)
+		check_runtime_lines(c, facts, only_runtimes, criu);
 	check_privileges(c);
 	check_kernel(c);
 	check_thp(c, facts);

@@ -36,9 +36,11 @@ std::string other_cuda_plugins(const std::string &dir)
 		std::string name = e;
 		if (name == kPluginFileName || name.size() < 4 || name.compare(name.size() - 3, 3, ".so") != 0)
 			continue;
-		auto has = file_contains(dir + "/" + name, "cuda_plugin");
-		if (has && *has)
-			others += (others.empty() ? "" : ", ") + name;
+		auto has = file_contains(format("%s/%s", dir.c_str(), e), "cuda_plugin");
+		if (has && *has) {
+			others += others.empty() ? "" : ", ";
+			others += name;
+		}
 	}
 	return others;
 }

@@ -15,18 +15,7 @@
 namespace cuda_criu::cli::roundtrip {
 namespace {
 
-const char *status_word(StepStatus s)
-{
-	switch (s) {
-	case StepStatus::Ok:
-		return "ok";
-	case StepStatus::Failed:
-		return "FAIL";
-	case StepStatus::Skipped:
-		break;
-	}
-	return "skip";
-}
+const char *status_word(StepStatus s) { return s == StepStatus::Ok ? "ok" : s == StepStatus::Failed ? "FAIL" : "skip"; }
 
 std::string step_label(const Step &s) { return s.cycle ? format("cycle %u: %s", s.cycle, s.name.c_str()) : s.name; }
 
