@@ -18,6 +18,8 @@
 #   MEMCHECK_MB, TORCH_GB, TREE_MB, LEAVE_MB   workload sizes (4096, 4, 1024, 1024); the test names stay
 #   LOAD_PROCS, LOAD_ROUNDS, LOAD_MB   the load test (16 processes, 20 rounds, 64 MiB each)
 #   FORK_STEPS       training steps of torch-dataloader and torch-forkpool (400)
+#   SERVER_MB, LLM_KV_MB  server-tcp's device memory (1024 MiB) and llm-server-tcp's KV-cache arena (2048 MiB)
+#   GPU_TESTS_ANSWER_S  seconds a server test waits for one answer (120)
 #   GPU_TESTS_RUNC_REMAP  how runc-remap pairs the GPUs: map (CUDA_CRIU_DEVICE_MAP, default) or auto (no map)
 #   GPU_TESTS_JAX_GPUS  CUDA_VISIBLE_DEVICES of the jax test's workload (default 0; all: every GPU)
 #   GPU_TESTS_RUNC_REMAP_KEEP0  if set, runc-remap's restored container keeps /dev/nvidia0 beside nvidia1
