@@ -55,7 +55,7 @@ import time
 import bench_common as C
 from bench_common import (DESCRIPTIONS, KNOWN_VARIANTS, SCENARIOS, UTILITY, VARIANT_ROUNDS, VARIANTS, footprint, log)
 from bench_report import report
-from bench_run import become_subreaper, cold_start, gpu_count, round_trip
+from bench_run import become_subreaper, cold_start, gpu_count, incremental_trip, round_trip
 
 
 # --- the plan and its expected duration ----------------------------------------------------------------
@@ -208,6 +208,9 @@ def main():
     ap.add_argument("--time-limit", type=float, default=0, metavar="SECONDS",
                     help="start no round trip that is not expected to end within this many seconds of the start "
                     "(the cold restore is left out first); the report comes within it")
+    ap.add_argument("--incremental", default="", metavar="SCENARIOS",
+                    help="after the round trips, for each of these scenarios and variants: a full dump left "
+                    "running, then a dump against it (--track-mem --prev-images-dir), its restore verified")
     ap.add_argument("--plan", action="store_true", help="print the round trips and the expected duration, then stop")
     ap.add_argument("--from-json", nargs="+", metavar="FILE",
                     help="no runs: report and plot the results.json files of earlier runs together")
@@ -233,7 +236,7 @@ def main():
     choose_variants(args)
     C.COLD_CACHE = args.cold_cache
     wanted = [s for s in args.scenarios.split(",") if s]
-    unknown = [s for s in wanted if s not in SCENARIOS and s != "coldstart"]
+    unknown = [s for s in wanted + args.incremental.split(",") if s and s not in SCENARIOS and s != "coldstart"]
     if unknown:
         sys.exit(f"bench.py: unknown scenario(s) {', '.join(unknown)} (known: {', '.join(SCENARIOS)}, coldstart)")
     cold_rounds = min(max(0, args.cold_rounds), args.rounds)
@@ -309,6 +312,14 @@ def main():
             d[1] += r["trip_s"]
         if "coldstart" in wanted:
             cold_start(args.rounds, cold)
+        for s in [x for x in args.incremental.split(",") if x]:
+            for rnd in range(args.rounds):
+                for v in VARIANTS:
+                    try:
+                        results.append(incremental_trip(v, s, rnd))
+                    except Exception as e:  # noqa: BLE001
+                        log(f"{s} {v} incremental round {rnd}: FAILED: {e}")
+                        failures.append({"scenario": s + " (incremental)", "variant": v, "round": rnd, "error": str(e)})
     except KeyboardInterrupt as e:
         log(f"stopped early ({e}): reporting what was measured")
     finally:

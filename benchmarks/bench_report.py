@@ -56,8 +56,28 @@ def rates(t, gpu_gib):
     }
 
 
+def incremental_lines(runs):
+    """Section 6: the second of two periodic dumps (--track-mem --prev-images-dir) against the first."""
+    if not runs:
+        return []
+    lines = ["", "6. incremental: a full dump (left running), then a dump against it (--track-mem --prev-images-dir), "
+             "medians: seconds, GiB on disk, GiB of GPU state written by our plugin and referenced in the first "
+             "image; the restore is of the second image"]
+    cols = [("full dump s", "full_dump_s"), ("2nd dump s", "incr_dump_s"), ("full GiB", "full_image_alloc_gib"),
+            ("2nd GiB", "incr_image_alloc_gib"), ("full wrote", "full_written_gib"), ("2nd wrote", "incr_written_gib"),
+            ("referenced", "incr_parent_gib"), ("restore s", "restore_s")]
+    lines.append(f"{'scenario / variant':<20}" + "".join(f"{c:>12}" for c, _ in cols))
+    for s in dict.fromkeys(r["scenario"] for r in runs):
+        for v in dict.fromkeys(r["variant"] for r in runs):
+            rows = [r for r in runs if r["scenario"] == s and r["variant"] == v]
+            if rows:
+                lines.append(f"{s + ' ' + v:<20}" + "".join(cell(med(rows, k), 12) for _, k in cols))
+    return lines
+
+
 def report(results, cold, out_dir, failures=(), meta=None):
-    results = [normalize(r) for r in results]
+    incremental = [r for r in results if r.get("incremental")]
+    results = [normalize(r) for r in results if not r.get("incremental")]
     keys = [k for k, _ in FIGURES]
     scenarios = [s for s in list(SCENARIOS) + sorted({r["scenario"] for r in results} - set(SCENARIOS))
                  if any(r["scenario"] == s for r in results)]
@@ -136,6 +156,7 @@ def report(results, cold, out_dir, failures=(), meta=None):
     lines.append(LIMITS_TEXT)
 
     lines += growth_lines(table, rate_table, gpu_of, scenarios, variants, results)
+    lines += incremental_lines(incremental)
 
     if cold:
         lines.append("")
@@ -151,7 +172,7 @@ def report(results, cold, out_dir, failures=(), meta=None):
     with open(os.path.join(out_dir, "results.txt"), "w") as f:
         f.write(text + "\n")
     with open(os.path.join(out_dir, "results.json"), "w") as f:
-        json.dump(clean({"runs": results, "cold_start": cold, "failures": list(failures), "utilities": UTILITY,
+        json.dump(clean({"runs": results + incremental, "cold_start": cold, "failures": list(failures), "utilities": UTILITY,
                          "baseline": C.BASELINE, "limits_gbps": dict(LIMITS),
                          "medians": {f"{s}/{v}": m for (s, v), m in table.items()},
                          "rates_gbps": {f"{s}/{v}": m for (s, v), m in rate_table.items()},

@@ -128,6 +128,7 @@ RESTORE_SUMMARY = re.compile(r"cuda_plugin: restore: (\d+) CUDA process\(es\), (
 GPU_CHECKED = re.compile(r"GPU image checked in ([\d.]+) s")
 PREFLIGHT = re.compile(r"memory preflight: the checkpoint adds " + _SIZE)
 OWN_DUMP = re.compile(r"plugin's own time beyond the driver: lock ([\d.]+) ms/process, checkpoint ([\d.]+) ms/process")
+IN_PARENT = re.compile(r"; " + _SIZE + r" unchanged since the parent image")
 OWN_RESTORE = re.compile(r"plugin's own time beyond the driver: ([\d.]+) ms/process")
 
 
@@ -155,6 +156,9 @@ def parse_dump_log(logfile):
             m = OWN_DUMP.search(line)
             if m:
                 r.update(own_lock_ms=float(m.group(1)), own_ckpt_ms=float(m.group(2)))
+            m = IN_PARENT.search(line)
+            if m:
+                r["parent_gib"] = _gib(m.group(1), m.group(2))
             m = GPU_IN_CRIU.search(line)
             if m and "gpu_image" not in r:
                 r["gpu_image"] = "criu: " + m.group(1)
@@ -451,3 +455,54 @@ def gpu_count():
     except FileNotFoundError:
         return 0
     return sum(1 for line in out.splitlines() if line.startswith("GPU "))
+
+
+def incremental_trip(variant, scenario, rnd):
+    """Periodic checkpoints: a full dump that leaves the workload running, then, a few seconds on, a dump
+    against it (--track-mem --prev-images-dir: CRIU's incremental dump, in which our plugin references the
+    GPU chunks unchanged since the first); then the second image is restored and the data verified."""
+    kind, size, procs, *extra = SCENARIOS[scenario]
+    name = f"{scenario}-incr-{variant}-{rnd}"
+    t0 = time.monotonic()
+    w = Workload(kind, size, procs, name, extra[0] if extra else ())
+    root, where = image_root(scenario)
+    imgs = [os.path.join(root, f"img-{name}-{i}") for i in (1, 2)]
+    libdir = VARIANTS[variant]["libdir"]
+    r = {"variant": variant, "scenario": scenario, "round": rnd, "incremental": True, "image_fs": where}
+    try:
+        for i, img in enumerate(imgs):
+            shutil.rmtree(img, ignore_errors=True)
+            os.makedirs(img)
+            more = ["-R", "--track-mem"] if i == 0 else ["--track-mem", "--prev-images-dir", "../" + os.path.basename(imgs[0])]
+            rc, secs, _ = run_criu(variant, ["dump", "-t", str(w.pid), "-D", img, "-L", libdir, "-v4", "-o", "dump.log"] + more)
+            shutil.copy(os.path.join(img, "dump.log"), os.path.join(C.WORK, "logs", f"{name}-dump{i + 1}.log"))
+            if rc != 0:
+                raise RuntimeError(f"criu dump {i + 1} failed (exit {rc}); see {name}-dump{i + 1}.log")
+            figures = parse_dump_log(os.path.join(img, "dump.log"))
+            sizes = image_sizes(img)
+            tag = "full" if i == 0 else "incr"
+            r.update({f"{tag}_dump_s": secs, f"{tag}_image_alloc_gib": sizes["image_alloc_gib"],
+                      f"{tag}_written_gib": figures.get("written_gib"), f"{tag}_write_s": figures.get("write_s"),
+                      f"{tag}_parent_gib": figures.get("parent_gib", 0.0), "gpu_state_gib": figures.get("gpu_state_gib")})
+            if i == 0:
+                time.sleep(3.0)  # the workload runs on between the two checkpoints
+        before = w.iterations()
+        wait_for("the dumped processes to exit", lambda: all(gone(p) for p in w.pids), 60)
+        restore_s, device_s, _, ready = restore(variant, w, imgs[1], "restore.log", before)
+        r.update(restore_s=restore_s, restore_to_ready_s=ready)
+    finally:
+        try:
+            w.kill()
+        except RuntimeError as e:
+            log(f"{name}: {e}")
+        if os.path.exists(os.path.join(imgs[1], "restore.log")):
+            shutil.copy(os.path.join(imgs[1], "restore.log"), os.path.join(C.WORK, "logs", f"{name}-restore.log"))
+        for img in reversed(imgs):
+            shutil.rmtree(img, ignore_errors=True)
+    r["trip_s"] = time.monotonic() - t0
+    log(f"{name}: full dump {r['full_dump_s']:.2f} s, image {r['full_image_alloc_gib']:.2f} GiB; second dump "
+        f"{r['incr_dump_s']:.2f} s, image {r['incr_image_alloc_gib']:.2f} GiB"
+        + (f" ({r['incr_parent_gib']:.2f} GiB of GPU state referenced in the first)" if r.get("incr_parent_gib") else "")
+        + f"; restore of the second {r['restore_s']:.2f} s, data verified")
+    return r
+
