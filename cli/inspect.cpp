@@ -174,8 +174,9 @@ struct GpuImageView {
 	std::vector<GpuFileView> files;
 	std::vector<GpuProcessView> processes;
 	GpuProcessView total;
-	uint64_t data_bytes = 0; // written into the files
-	uint64_t disk_bytes = 0;
+	uint64_t data_bytes = 0;   // written into the image's own files
+	uint64_t disk_bytes = 0;   // of the image's own files
+	uint64_t parent_bytes = 0; // referenced in a parent image's files (criu dump --prev-images-dir)
 };
 
 GpuImageView gpu_image_view(int dir_fd, const ImageRecord &r, const GpuImageIndex &idx)
@@ -185,14 +186,17 @@ GpuImageView gpu_image_view(int dir_fd, const ImageRecord &r, const GpuImageInde
 	for (const GpuDataFile &f : idx.files) {
 		GpuFileView fv{f};
 		struct stat st;
-		if (fstatat(dir_fd, f.name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode)) {
+		if (fstatat(dir_fd, f.path().c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode)) {
 			fv.present = true;
 			fv.disk_bytes = static_cast<uint64_t>(st.st_blocks) * 512;
 		}
-		v.data_bytes += f.data_bytes;
-		v.disk_bytes += fv.disk_bytes;
+		if (!f.parent_depth) {
+			v.data_bytes += f.data_bytes;
+			v.disk_bytes += fv.disk_bytes;
+		}
 		v.files.push_back(fv);
 	}
+	v.parent_bytes = idx.parent_bytes();
 	for (const GpuProcessChunks &p : idx.processes) {
 		GpuProcessView pv{p.pid, p.ns_pid, 0, p.stored_bytes(), p.zero_bytes, p.chunks.size()};
 		pv.state_bytes = pv.stored_bytes + pv.zero_bytes;
@@ -218,7 +222,7 @@ void print_gpu_image_text(const GpuImageView &v)
 		    gb_per_s(v.total.state_bytes, idx.write_us));
 	std::printf("%-20s %12s %12s %12s\n", "FILE", "SIZE", "WRITTEN", "ON-DISK");
 	for (const GpuFileView &f : v.files)
-		std::printf("%-20s %12s %12s %12s\n", printable(f.file.name).c_str(), mib(f.file.size).c_str(),
+		std::printf("%-20s %12s %12s %12s\n", printable(f.file.path()).c_str(), mib(f.file.size).c_str(),
 			    mib(f.file.data_bytes).c_str(), f.present ? mib(f.disk_bytes).c_str() : "missing");
 	std::printf("%-8s %-8s %12s %12s %7s %7s\n", "PID", "NS-PID", "GPU-STATE", "STORED", "ZERO", "CHUNKS");
 	auto row = [](const std::string &pid, const std::string &ns_pid, const GpuProcessView &p) {
@@ -234,11 +238,15 @@ void print_gpu_image_text(const GpuImageView &v)
 		    mib(v.data_bytes).c_str(),
 		    100 * share(v.total.state_bytes - std::min(v.data_bytes, v.total.state_bytes), v.total.state_bytes),
 		    mib(v.disk_bytes).c_str());
+	if (v.parent_bytes)
+		std::printf("%s of it unchanged since the parent image (criu dump --prev-images-dir), referenced in its "
+			    "files (parent/...), not written again\n",
+			    mib(v.parent_bytes).c_str());
 	for (const GpuFileView &f : v.files)
 		if (!f.present) {
 			std::printf("%s is missing: the image cannot be restored (cuda-criu inspect --verify checks every "
 				    "file)\n",
-				    printable(f.file.name).c_str());
+				    printable(f.file.path()).c_str());
 			break;
 		}
 }
@@ -265,7 +273,8 @@ void gpu_image_json(JsonWriter &j, const GpuImageView &v)
 	j.key("files").begin_array();
 	for (const GpuFileView &f : v.files) {
 		j.begin_object()
-			.field("name", f.file.name)
+			.field("name", f.file.path())
+			.field("parent_depth", f.file.parent_depth)
 			.field("size", f.file.size)
 			.field("data_bytes", f.file.data_bytes)
 			.field("present", f.present);
@@ -279,7 +288,11 @@ void gpu_image_json(JsonWriter &j, const GpuImageView &v)
 	for (const GpuProcessView &p : v.processes)
 		gpu_process_json(j.begin_object().field("pid", p.pid).field("ns_pid", p.ns_pid), p).end_object();
 	j.end_array().key("total").begin_object();
-	gpu_process_json(j, v.total).field("data_bytes", v.data_bytes).field("disk_bytes", v.disk_bytes).end_object();
+	gpu_process_json(j, v.total)
+		.field("data_bytes", v.data_bytes)
+		.field("disk_bytes", v.disk_bytes)
+		.field("parent_bytes", v.parent_bytes)
+		.end_object();
 	j.end_object();
 }
 
