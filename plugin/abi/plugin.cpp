@@ -1,19 +1,16 @@
 // The C ABI shim: CRIU's plugin descriptor and one short extern "C" function per hook, each running
 // its C++ body through hook_barrier(). This is the only file that includes CRIU's header.
 #include <dlfcn.h>
-#include <fcntl.h>
 #include <link.h>
 #include <sys/time.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
-#include <cstdio>
 #include <cstring>
 #include <memory>
 #include <new>
 #include <optional>
-#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -24,18 +21,15 @@ extern "C" {
 
 #include "abi/criu_symbols.h"
 #include "base/log.h"
-#include "base/text.h"
 #include "core/criu_errno.h"
 #include "core/driver_warmup.h"
 #include "core/dump_session.h"
-#include "core/gpu_plan.h"
-#include "core/mapped_restore.h"
 #include "core/inherited_devices.h"
 #include "core/options.h"
 #include "core/restore_session.h"
+#include "core/restore_setup.h"
 #include "driver/libcuda.h"
 #include "driver/nvml.h"
-#include "image/criu_pages.h"
 #include "image/gpu_image.h"
 #include "image/image.h"
 #include "os/fs_context.h"
@@ -156,8 +150,8 @@ unsigned seize_alarm_left_ms()
 int init_dump(State &s)
 {
 	// Independent of the driver's presence: a child keeps its inherited device files whatever happens.
-	s.inherited_dump = std::make_unique<InheritedDevicesDump>(s.criu.get_image_dir());
-	if (!nvidia_driver_present(s.options.libcuda)) {
+	s.inherited_dump = std::make_unique<InheritedDevicesDump>(s.host, s.criu.get_image_dir());
+	if (!s.host.nvidia_driver_present(s.options.libcuda)) {
 		LOG_INFO("no NVIDIA driver on this machine; CUDA plugin inactive");
 		return 0;
 	}
@@ -176,149 +170,58 @@ int init_dump(State &s)
 	return 0;
 }
 
-// The driver unmaps its copy of the GPU state once restored; a mapping of the image it kept is harmless
-// but ties the process to the image's pages file.
-void warn_if_image_still_mapped(pid_t pid)
+// The restore's CRIU calls; core/restore_setup.h decides with them.
+CriuRestoreCalls restore_calls(const CriuSymbols &criu)
 {
-	char link[64], dir[4096];
-	std::snprintf(link, sizeof(link), "/proc/self/fd/%d", g_state->criu.get_image_dir());
-	ssize_t n = readlink(link, dir, sizeof(dir) - 1);
-	auto maps = read_maps(pid);
-	if (n <= 0 || !maps)
-		return;
-	dir[n] = '\0';
-	std::string left = image_still_mapped(*maps, dir);
-	if (!left.empty())
-		LOG_WARN("pid %d still maps the image after its GPU state was restored (%s): keep the image's pages "
-			 "files in place while it runs (a later dump of it refers to them, or needs --ghost-limit once "
-			 "they are deleted), or restore with CUDA_CRIU_MAP_IMAGE=off",
-			 pid, left.c_str());
-}
-
-// For an image whose GPU state the plugin stored itself: checks its files now, before CRIU restores
-// anything, asks CRIU to map what it can from them, and returns what the restore runs before the
-// driver's restore (check every chunk, write what is not mapped).
-Result<GpuImageLoad> prepare_gpu_image(State &s, const ImageRecord &image)
-{
-	bool data = !image.gpu_image_id.empty(); // else: checksums of the GPU state CRIU's pages images hold
-	const std::string &id = data ? image.gpu_image_id : image.gpu_checksums_id;
-	if (data && s.criu.check_and_remove_inventory_plugin)
-		s.criu.check_and_remove_inventory_plugin(kGpuImageInventoryName, std::strlen(kGpuImageInventoryName));
-	int dir = s.criu.get_image_dir();
-	auto index = read_gpu_index(dir);
-	if (!index)
-		return std::move(index).error().context("%s", "cannot restore: the GPU image is unusable");
-	if (!*index)
-		return make_error(ENOENT, "cannot restore: %s is missing from the image directory, which %s names (%s): copy "
-					  "the whole directory, cuda-gpu*.img included",
-				  kGpuIndexFileName, kImageFileName,
-				  data ? "the GPU state is in the plugin's files" : "it holds the checksums of the GPU state");
-	auto idx = std::make_shared<GpuImageIndex>(std::move(**index));
-	if (idx->id != id || idx->criu_pages == data)
-		return make_error(EINVAL, "cannot restore: %s belongs to another dump (GPU image id %s, %s names %s): the "
-					  "image directory mixes files of two dumps",
-				  kGpuIndexFileName, idx->id.c_str(), kImageFileName, id.c_str());
-	std::set<int> mapped;
-	if (data) {
-		if (auto st = check_gpu_files(dir, *idx); !st)
-			return std::move(st).error().context("%s", "cannot restore: the GPU image is incomplete");
-		MapFile map;
-		if (s.criu.restore_map_file)
-			map = [f = s.criu.restore_map_file](int pid, uint64_t start, uint64_t end, const char *name,
-							    uint64_t off) { return f(pid, start, end, name, off); };
-		mapped = request_mapped_gpu_image(*idx, s.options.map_image, map);
-		s.maps_image = !mapped.empty();
-	}
-	uint64_t bytes = 0;
-	for (const GpuProcessChunks &p : idx->processes)
-		bytes += p.stored_bytes();
-	unsigned threads = gpu_io_threads(s.options.io_threads, bytes);
-	Host *host = &s.host; // State outlives the restore session
-	return GpuImageLoad([idx, dir, host, threads, mapped](const std::vector<GpuLoadTarget> &targets) {
-		std::vector<GpuLoadTarget> t = targets;
-		for (GpuLoadTarget &x : t)
-			x.write = !mapped.count(x.ns_pid);
-		return load_gpu_state(*host, dir, *idx, t, threads);
-	});
-}
-
-// A pages file cut short hangs a stock CRIU's restore (its restorer retries the read at the end of the
-// file forever) or fails it deep inside: refused here, before CRIU reads any page.
-Status check_pages_before_restore(int dir_fd)
-{
-	auto check = check_pages_files(dir_fd, static_cast<uint64_t>(sysconf(_SC_PAGESIZE)));
-	if (!check)
-		return std::move(check).error().context("%s", "cannot restore");
-	for (const std::string &why : check->unchecked)
-		LOG_WARN("pages file not checked (CRIU reads it itself): %s", why.c_str());
-	LOG_INFO("pages files: %zu pagemap(s), each pages file holds the %s they declare", check->pagemaps,
-		 human_bytes(check->bytes).c_str());
-	return {};
+	CriuRestoreCalls calls;
+	calls.image_dir = criu.get_image_dir();
+	if (criu.check_and_remove_inventory_plugin)
+		calls.take_from_inventory = [f = criu.check_and_remove_inventory_plugin](const char *name) {
+			return f(name, std::strlen(name));
+		};
+	if (criu.restore_map_from_image)
+		calls.map_from_image = criu.restore_map_from_image;
+	if (criu.restore_map_file)
+		calls.map_file = [f = criu.restore_map_file](int pid, uint64_t start, uint64_t end, const char *name,
+							     uint64_t off) { return f(pid, start, end, name, off); };
+	return calls;
 }
 
 int init_restore(State &s)
 {
-	bool listed = true; // the inventory names a CUDA plugin (or predates the list)
-	if (s.criu.check_and_remove_inventory_plugin)
-		listed = s.criu.check_and_remove_inventory_plugin(CR_PLUGIN_DESC.name, std::strlen(CR_PLUGIN_DESC.name));
-	if (!listed) {
-		LOG_INFO("the image holds no CUDA process; CUDA plugin inactive");
+	auto setup = set_up_restore(s.options, s.host, restore_calls(s.criu));
+	if (!setup)
+		return fail(setup.error());
+	s.inherited_restore = std::move(setup->inherited);
+	if (!setup->active)
 		return 0;
-	}
-	if (auto st = check_pages_before_restore(s.criu.get_image_dir()); !st)
-		return fail(st.error());
-	// Read now: the restored tasks answer from this copy, forked before their fds are rearranged.
-	s.inherited_restore = std::make_unique<InheritedDevicesRestore>(s.criu.get_image_dir());
-	if (auto st = s.inherited_restore->load(); !st)
-		return fail(st.error());
-	auto image = read_image(s.criu.get_image_dir());
-	if (!image)
-		return fail(std::move(image).error().context("%s", "cannot restore: the CUDA plugin's image is unusable"));
-	bool driver = nvidia_driver_present(s.options.libcuda);
-	if (image->has_value() && !driver)
-		return fail(make_error(ENODEV,
-				       "the image holds %zu CUDA process(es) (dumped with NVIDIA driver %s) but this "
-				       "machine has no NVIDIA driver: restore on a machine with the driver and GPUs",
-				       (*image)->processes.size(), (*image)->driver_version.c_str()));
-	if (!driver) {
-		LOG_INFO("no NVIDIA driver on this machine; CUDA plugin inactive");
-		return 0;
-	}
-	if (image->has_value())
-		if (auto st = check_driver_version(**image, kernel_driver_version()); !st)
-			return fail(std::move(st).error().context("%s", "cannot restore"));
-	GpuImageLoad load_gpu;
-	if (!image->has_value() && faccessat(s.criu.get_image_dir(), kGpuIndexFileName, F_OK, AT_SYMLINK_NOFOLLOW) == 0) {
-		auto index = read_gpu_index(s.criu.get_image_dir());
-		if (!index || !*index || !(*index)->criu_pages)
-			return fail(make_error(ENOENT, "cannot restore: the image directory holds a GPU image (%s) but no %s: "
-						       "copy the whole image directory",
-					       kGpuIndexFileName, kImageFileName));
-		LOG_WARN("%s holds checksums of the GPU state, but there is no %s to name it: the GPU state is restored "
-			 "unchecked", kGpuIndexFileName, kImageFileName);
-	}
-	// CRIU's pages images hold the GPU state unless the plugin's GPU image does: mapped from there.
-	if (image->has_value() && (*image)->gpu_image_id.empty())
-		s.maps_image = request_mapped_restore(**image, s.options.map_image,
-						      s.criu.restore_map_from_image ? MapFromImage(s.criu.restore_map_from_image)
-										    : MapFromImage()) > 0;
-	if (image->has_value() && (!(*image)->gpu_image_id.empty() || !(*image)->gpu_checksums_id.empty())) {
-		auto load = prepare_gpu_image(s, **image);
-		if (!load)
-			return fail(load.error());
-		load_gpu = std::move(*load);
-	}
+	s.maps_image = setup->maps_image;
 	// Forked now, while CRIU has no threads and has not forked the tasks yet (nor set its SIGCHLD handler).
-	auto guard = RestoreGuard::start();
-	if (!guard)
-		LOG_WARN("no guard for this restore (%s): if CRIU dies mid-restore, a restored CUDA process may run on "
-			 "without its GPU state; check with cuda-criu status",
-			 guard.error().message().c_str());
-	s.restore = std::make_unique<RestoreSession>(s.options, s.host, driver_source(s.options), std::move(*image),
-						     s.criu.resume_late_errors_fatal,
-						     guard ? std::move(*guard) : RestoreGuard(), std::move(load_gpu));
-	LOG_INFO("ready to restore CUDA processes%s", image->has_value() ? "" : " (image without cuda-plugin.img)");
+	s.restore = start_restore(s.options, s.host, driver_source(s.options), std::move(*setup),
+				  s.criu.resume_late_errors_fatal);
 	return 0;
+}
+
+// A hook's answer to a claim: 0 for ours, -ENOTSUP for what is not, the failure otherwise.
+int answer(const Result<bool> &claim)
+{
+	if (!claim)
+		return fail(claim.error());
+	return *claim ? 0 : -ENOTSUP;
+}
+
+// A dump hook that claims what is ours through one part of the state: -ENOTSUP without it, else the
+// claim's answer, the plugin listed in CRIU's inventory once it claimed something.
+template <typename Part, typename F>
+int claim_hook(const char *hook, std::unique_ptr<Part> State::*part, F claim)
+{
+	return hook_barrier(hook, [&] {
+		if (!g_state || !(g_state->*part))
+			return -ENOTSUP;
+		if (int rc = answer(claim(*(g_state->*part))))
+			return rc;
+		return add_to_inventory(*g_state);
+	});
 }
 
 } // namespace
@@ -383,17 +286,7 @@ static void cuda_plugin_fini(int stage, int ret)
 
 static int cuda_plugin_pause_devices(int pid)
 {
-	return hook_barrier("PAUSE_DEVICES", [&] {
-		if (!g_state || !g_state->dump)
-			return -ENOTSUP;
-		State &s = *g_state;
-		auto r = s.dump->pause(pid);
-		if (!r)
-			return fail(r.error());
-		if (!*r)
-			return -ENOTSUP;
-		return add_to_inventory(s);
-	});
+	return claim_hook("PAUSE_DEVICES", &State::dump, [pid](DumpSession &d) { return d.pause(pid); });
 }
 
 static int cuda_plugin_checkpoint_devices(int pid)
@@ -402,12 +295,9 @@ static int cuda_plugin_checkpoint_devices(int pid)
 		if (!g_state || !g_state->dump)
 			return -ENOTSUP;
 		State &s = *g_state;
-		auto r = s.dump->checkpoint(pid);
-		if (!r)
-			return fail(r.error());
-		if (!*r)
-			return -ENOTSUP;
-		if (auto st = check_no_device_mappings(pid); !st)
+		if (int rc = answer(s.dump->checkpoint(pid)))
+			return rc;
+		if (auto st = check_no_device_mappings(s.host, pid); !st)
 			return fail(st.error());
 		if (!s.image_written) {
 			s.image_written = true;
@@ -464,7 +354,7 @@ static int cuda_plugin_resume_devices_late(int pid)
 		if (!r) // logged by the session, with every other process that failed
 			return fail(make_error(r.error().errno_value(), "restore of pid %d failed (see above)", pid));
 		if (*r && g_state->maps_image)
-			warn_if_image_still_mapped(pid);
+			warn_if_image_still_mapped(g_state->host, g_state->criu.get_image_dir(), pid);
 		return *r ? 0 : -ENOTSUP;
 	});
 }
@@ -473,14 +363,8 @@ static int cuda_plugin_resume_devices_late(int pid)
 // answers -ENOTSUP for anything not an NVIDIA device file, so other plugins (amdgpu) still get theirs.
 static int cuda_plugin_dump_ext_file(int fd, int id)
 {
-	return hook_barrier("DUMP_EXT_FILE", [&] {
-		if (!g_state || !g_state->inherited_dump)
-			return -ENOTSUP;
-		auto r = g_state->inherited_dump->claim_file(fd, static_cast<uint32_t>(id));
-		if (!r)
-			return fail(r.error());
-		return *r ? add_to_inventory(*g_state) : -ENOTSUP;
-	});
+	return claim_hook("DUMP_EXT_FILE", &State::inherited_dump,
+			  [fd, id](InheritedDevicesDump &d) { return d.claim_file(fd, static_cast<uint32_t>(id)); });
 }
 
 static int cuda_plugin_restore_ext_file(int id)
@@ -500,13 +384,9 @@ static int cuda_plugin_restore_ext_file(int id)
 static int cuda_plugin_handle_device_vma(int fd, const struct stat *st)
 {
 	return hook_barrier("HANDLE_DEVICE_VMA", [&] {
-		Result<bool> r = g_state && g_state->inherited_dump
-					 ? g_state->inherited_dump->claim_mapping(fd, *st)
-					 : Result<bool>(is_nvidia_device_file(fd, *st));
-		if (!r)
-			return fail(r.error());
-		if (!*r)
-			return -ENOTSUP;
+		if (int rc = answer(g_state && g_state->inherited_dump ? g_state->inherited_dump->claim_mapping(fd, *st)
+								       : Result<bool>(is_nvidia_device_file(fd, *st))))
+			return rc;
 		return g_state ? add_to_inventory(*g_state) : 0;
 	});
 }
@@ -532,7 +412,7 @@ static int cuda_plugin_update_vma_map(const char *path, const uint64_t addr, con
 
 // Owned by this library; CRIU reads it after dlopen and never writes it.
 __attribute__((visibility("default"))) cr_plugin_desc_t CR_PLUGIN_DESC = {
-	"cuda_plugin",
+	kPluginName,
 	cuda_plugin_init,
 	cuda_plugin_fini,
 	CRIU_PLUGIN_VERSION,

@@ -9,16 +9,14 @@
 #include <string>
 
 #include "base/log.h"
-#include "os/nvidia_files.h"
-#include "os/proc.h"
 
 namespace cuda_criu {
 
 Result<bool> InheritedDevicesDump::claim_mapping(int fd, const struct stat &st)
 {
-	if (!is_nvidia_device_file(fd, st))
+	if (!host_.is_nvidia_device_file(fd, st))
 		return false;
-	std::string path = fd_path(fd);
+	std::string path = host_.fd_path(fd);
 	if (path.empty())
 		return make_error(EIO, "a mapped NVIDIA device file (rdev %u:%u) has no path: cannot record it",
 				  major(st.st_rdev), minor(st.st_rdev));
@@ -38,12 +36,12 @@ Result<bool> InheritedDevicesDump::claim_file(int lfd, uint32_t id)
 	struct stat st;
 	if (fstat(lfd, &st) != 0)
 		return errno_error("stat file id %#x", id);
-	if (!is_nvidia_device_file(lfd, st))
+	if (!host_.is_nvidia_device_file(lfd, st))
 		return false;
 	int fl = fcntl(lfd, F_GETFL);
 	if (fl < 0)
 		return errno_error("read the flags of file id %#x", id);
-	std::string path = fd_path(lfd);
+	std::string path = host_.fd_path(lfd);
 	record_.files.push_back({id, static_cast<uint32_t>(fl & (O_ACCMODE | O_NONBLOCK | O_APPEND)), path});
 	describe_processes();
 	if (auto s = save(); !s)
@@ -57,14 +55,14 @@ void InheritedDevicesDump::describe_processes()
 	if (described_)
 		return;
 	described_ = true;
-	for (pid_t pid : processes_traced_by(getpid())) {
+	for (pid_t pid : host_.traced_processes()) {
+		HeldDeviceFiles held = host_.nvidia_device_files(pid);
 		InheritedProcessRecord p;
 		p.pid = pid;
-		if (auto st = read_task_status(pid))
-			p.ns_pid = st->innermost_pid;
-		for (const DeviceMapping &m : nvidia_device_mapping_list(pid))
+		p.ns_pid = held.ns_pid;
+		for (const DeviceMapping &m : held.mappings)
 			p.mappings.push_back({m.start, m.end, m.offset, m.perms, m.path});
-		for (const DeviceFd &f : nvidia_device_fds(pid))
+		for (const DeviceFd &f : held.fds)
 			p.fds.push_back({f.fd, f.flags, f.path});
 		if (!p.mappings.empty() || !p.fds.empty())
 			record_.processes.push_back(std::move(p));
@@ -80,9 +78,9 @@ Status InheritedDevicesDump::save()
 	return {};
 }
 
-Status check_no_device_mappings(pid_t pid)
+Status check_no_device_mappings(Host &host, pid_t pid)
 {
-	auto maps = nvidia_device_mappings(pid);
+	auto maps = host.nvidia_device_mappings(pid);
 	if (maps.empty())
 		return {};
 	return make_error(EBUSY,

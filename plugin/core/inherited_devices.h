@@ -17,14 +17,15 @@
 
 #include "base/result.h"
 #include "image/devices_image.h"
+#include "os/host.h"
 
 namespace cuda_criu {
 
 // Dump side; lives in CRIU's process for one dump.
 class InheritedDevicesDump {
 public:
-	// image_dir_fd: CRIU's image directory (CRIU owns it; it outlives this object).
-	explicit InheritedDevicesDump(int image_dir_fd) : dir_fd_(image_dir_fd) {}
+	// image_dir_fd: CRIU's image directory (CRIU owns it; it outlives this object), as host does.
+	InheritedDevicesDump(Host &host, int image_dir_fd) : host_(host), dir_fd_(image_dir_fd) {}
 
 	// HANDLE_DEVICE_VMA: whether the mapped file fd (stat st) is an NVIDIA device file, recording it.
 	Result<bool> claim_mapping(int fd, const struct stat &st);
@@ -39,6 +40,7 @@ private:
 	// has seized (ptrace) every task of the tree before it dumps the first one.
 	void describe_processes();
 
+	Host &host_;
 	int dir_fd_;
 	bool described_ = false;
 	InheritedDevicesRecord record_;
@@ -46,7 +48,7 @@ private:
 
 // A CUDA process must hold no device file after its checkpoint: the driver closes them. One that still
 // maps one is refused (its placeholder would replace memory the restored driver state refers to).
-Status check_no_device_mappings(pid_t pid);
+Status check_no_device_mappings(Host &host, pid_t pid);
 
 // Restore side: answers in CRIU and in each task it forks, from the image read by load() in CRIU
 // before it forks (in a task, the image directory's fd number may already be taken by a restored fd).
@@ -63,7 +65,6 @@ public:
 	Status load();
 
 private:
-
 	int dir_fd_;
 	bool loaded_ = false;
 	InheritedDevicesRecord record_;

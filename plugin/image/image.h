@@ -11,6 +11,9 @@
 namespace cuda_criu {
 
 inline constexpr const char *kImageFileName = "cuda-plugin.img";
+// The plugin's name (CR_PLUGIN_DESC), which the dump lists in CRIU's inventory: a restore of an image
+// without it has nothing of ours.
+inline constexpr const char *kPluginName = "cuda_plugin";
 // 2: the GPU state is in the plugin's own files (ImageRecord::gpu_image_id); 1 otherwise.
 inline constexpr uint32_t kImageVersion = 2;
 inline constexpr size_t kImageMaxBytes = 4 << 20; // far above any real image; bounds what a hostile one costs

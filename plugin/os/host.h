@@ -15,6 +15,7 @@
 #include "base/gpu.h"
 #include "os/maps.h"
 #include "os/memory.h"
+#include "os/nvidia_files.h"
 
 namespace cuda_criu {
 
@@ -37,6 +38,13 @@ struct TaskInfo {
 	uint64_t rss_bytes = 0;               // resident memory
 	uint64_t anon_bytes = 0;              // resident private anonymous memory (RssAnon): CRIU writes it
 	std::vector<unsigned> nvidia_minors;  // minors of the NVIDIA GPU device nodes it holds open
+};
+
+// What a process holds of NVIDIA device files, as /proc shows it (root only; os/nvidia_files.h).
+struct HeldDeviceFiles {
+	pid_t ns_pid = 0; // the pid inside its own pid namespace; 0 when unknown
+	std::vector<DeviceMapping> mappings;
+	std::vector<DeviceFd> fds;
 };
 
 class Host {
@@ -76,6 +84,19 @@ public:
 	virtual Result<FreeSpace> free_space_at(int dir_fd) = 0;
 	// This process's command line (CRIU's own: its options); empty when unknown.
 	virtual std::vector<std::string> command_line() = 0;
+	// Whether this machine has an NVIDIA driver (or libcuda_path names a library file), and the kernel
+	// driver's version ("" when unknown); no dlopen (os/nvidia.h).
+	virtual bool nvidia_driver_present(const std::string &libcuda_path) = 0;
+	virtual std::string driver_version() = 0;
+	// Whether the file open as fd (stat st) is an NVIDIA device file, and the path it was opened with
+	// ("" when unknown): os/nvidia_files.h.
+	virtual bool is_nvidia_device_file(int fd, const struct stat &st) = 0;
+	virtual std::string fd_path(int fd) = 0;
+	// The processes this process holds ptrace-attached (CRIU's seized tree), in pid order.
+	virtual std::vector<pid_t> traced_processes() = 0;
+	virtual HeldDeviceFiles nvidia_device_files(pid_t pid) = 0;
+	// The start addresses of pid's mappings of NVIDIA device files (root only).
+	virtual std::vector<unsigned long> nvidia_device_mappings(pid_t pid) = 0;
 };
 
 class SystemHost final : public Host {
@@ -97,6 +118,13 @@ public:
 	Status write_memory(pid_t pid, uint64_t addr, const void *buf, size_t len) override;
 	Result<FreeSpace> free_space_at(int dir_fd) override;
 	std::vector<std::string> command_line() override;
+	bool nvidia_driver_present(const std::string &libcuda_path) override;
+	std::string driver_version() override;
+	bool is_nvidia_device_file(int fd, const struct stat &st) override;
+	std::string fd_path(int fd) override;
+	std::vector<pid_t> traced_processes() override;
+	HeldDeviceFiles nvidia_device_files(pid_t pid) override;
+	std::vector<unsigned long> nvidia_device_mappings(pid_t pid) override;
 };
 
 } // namespace cuda_criu

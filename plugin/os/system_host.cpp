@@ -172,4 +172,29 @@ std::vector<std::string> SystemHost::command_line()
 	return args;
 }
 
+bool SystemHost::nvidia_driver_present(const std::string &libcuda_path)
+{
+	return cuda_criu::nvidia_driver_present(libcuda_path);
+}
+
+std::string SystemHost::driver_version() { return kernel_driver_version(); }
+
+bool SystemHost::is_nvidia_device_file(int fd, const struct stat &st) { return cuda_criu::is_nvidia_device_file(fd, st); }
+
+std::string SystemHost::fd_path(int fd) { return cuda_criu::fd_path(fd); }
+
+std::vector<pid_t> SystemHost::traced_processes() { return processes_traced_by(getpid()); }
+
+HeldDeviceFiles SystemHost::nvidia_device_files(pid_t pid)
+{
+	HeldDeviceFiles held;
+	if (auto st = read_task_status(pid))
+		held.ns_pid = st->innermost_pid;
+	held.mappings = nvidia_device_mapping_list(pid);
+	held.fds = nvidia_device_fds(pid);
+	return held;
+}
+
+std::vector<unsigned long> SystemHost::nvidia_device_mappings(pid_t pid) { return cuda_criu::nvidia_device_mappings(pid); }
+
 } // namespace cuda_criu

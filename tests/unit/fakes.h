@@ -116,6 +116,23 @@ public:
 	Result<FreeSpace> free_space_at(int dir_fd) override;
 	std::vector<std::string> args; // command_line()
 	std::vector<std::string> command_line() override { return args; }
+	bool driver = true;         // nvidia_driver_present()
+	std::string kernel_version; // driver_version() (default: unknown)
+	bool nvidia_driver_present(const std::string &) override { return driver; }
+	std::string driver_version() override { return kernel_version; }
+	std::set<int> device_fds;             // fds is_nvidia_device_file() takes for NVIDIA device files
+	std::map<int, std::string> fd_paths;  // fd_path() (default: unknown)
+	std::vector<pid_t> traced;            // traced_processes()
+	std::map<pid_t, HeldDeviceFiles> held; // nvidia_device_files() (default: none)
+	std::map<pid_t, std::vector<unsigned long>> device_mappings; // nvidia_device_mappings() (default: none)
+	bool is_nvidia_device_file(int fd, const struct stat &) override { return device_fds.count(fd) > 0; }
+	std::string fd_path(int fd) override { return fd_paths.count(fd) ? fd_paths[fd] : std::string(); }
+	std::vector<pid_t> traced_processes() override { return traced; }
+	HeldDeviceFiles nvidia_device_files(pid_t pid) override { return held.count(pid) ? held[pid] : HeldDeviceFiles{}; }
+	std::vector<unsigned long> nvidia_device_mappings(pid_t pid) override
+	{
+		return device_mappings.count(pid) ? device_mappings[pid] : std::vector<unsigned long>{};
+	}
 };
 
 } // namespace cuda_criu::testing

@@ -10,6 +10,7 @@
 
 #include "core/inherited_devices.h"
 #include "expect_result.h"
+#include "fakes.h"
 #include "image/devices_image.h"
 #include "os/nvidia_files.h"
 #include "os/unique_fd.h"
@@ -93,6 +94,7 @@ TEST(NvidiaFiles, OrdinaryFilesAreNotClaimed)
 {
 	unsetenv("FAKEGPU_DIR");
 	TempDir dir;
+	SystemHost host;
 	for (const char *path : {"/dev/null", "/dev/zero", "/proc/self/status"}) {
 		UniqueFd fd(open(path, O_RDONLY | O_CLOEXEC));
 		ASSERT_TRUE(fd.valid()) << path;
@@ -106,7 +108,7 @@ TEST(NvidiaFiles, OrdinaryFilesAreNotClaimed)
 	struct stat st;
 	ASSERT_EQ(fstat(fd.get(), &st), 0);
 	EXPECT_FALSE(is_nvidia_device_file(fd.get(), st));
-	InheritedDevicesDump dump(dir.fd.get());
+	InheritedDevicesDump dump(host, dir.fd.get());
 	auto r = dump.claim_file(fd.get(), 7);
 	ASSERT_TRUE(r);
 	EXPECT_TRUE(is_false(r));
@@ -118,6 +120,7 @@ TEST(NvidiaFiles, OrdinaryFilesAreNotClaimed)
 TEST(NvidiaFiles, FakeDeviceNodeIsClaimedAndRestoredAsPlaceholders)
 {
 	TempDir dir;
+	SystemHost host;
 	std::string devdir = dir.path + "/dev", node = devdir + "/nvidia-mappable";
 	ASSERT_EQ(mkdir(devdir.c_str(), 0755), 0);
 	if (mknod(node.c_str(), S_IFCHR | 0600, makedev(1, 3)) != 0) // the rdev of /dev/null
@@ -138,7 +141,7 @@ TEST(NvidiaFiles, FakeDeviceNodeIsClaimedAndRestoredAsPlaceholders)
 	EXPECT_EQ(held[0].path, node);
 	EXPECT_EQ(held[0].flags & (O_ACCMODE | O_NONBLOCK | O_CLOEXEC), unsigned(O_WRONLY | O_NONBLOCK | O_CLOEXEC));
 
-	InheritedDevicesDump dump(dir.fd.get());
+	InheritedDevicesDump dump(host, dir.fd.get());
 	auto m = dump.claim_mapping(fd.get(), st);
 	ASSERT_TRUE(m) << m.error().message();
 	EXPECT_TRUE(is_true(m));
@@ -174,6 +177,41 @@ TEST(NvidiaFiles, FakeDeviceNodeIsClaimedAndRestoredAsPlaceholders)
 	auto other = restore.file_fd(0x34);
 	ASSERT_TRUE(other);
 	EXPECT_FALSE(other->has_value());
+}
+
+// Through the host: a claim records what each process CRIU seized holds; a checkpointed process that
+// still maps a device file is refused.
+TEST(InheritedDevicesDump, RecordsWhatTheHostSaysEachSeizedProcessHolds)
+{
+	TempDir dir;
+	testing::FakeHost host;
+	UniqueFd fd(open("/dev/null", O_RDWR | O_CLOEXEC));
+	host.device_fds.insert(fd.get());
+	host.fd_paths[fd.get()] = "/dev/nvidiactl";
+	host.traced = {40, 41};
+	host.held[40] = {4, {{0x1000, 0x2000, 0, "rw-s", "/dev/nvidia0"}}, {{5, O_RDWR, "/dev/nvidiactl"}}};
+	InheritedDevicesDump dump(host, dir.fd.get());
+	auto r = dump.claim_file(fd.get(), 9);
+	ASSERT_TRUE(r) << r.error().message();
+	EXPECT_TRUE(is_true(r));
+	auto back = read_devices_image(dir.fd.get());
+	ASSERT_TRUE(back && *back);
+	const InheritedDevicesRecord &rec = **back;
+	ASSERT_EQ(rec.files.size(), 1u);
+	EXPECT_EQ(rec.files[0].path, "/dev/nvidiactl");
+	EXPECT_EQ(rec.files[0].flags & O_ACCMODE, unsigned(O_RDWR));
+	ASSERT_EQ(rec.processes.size(), 1u); // 41 holds nothing
+	EXPECT_EQ(rec.processes[0].pid, 40);
+	EXPECT_EQ(rec.processes[0].ns_pid, 4);
+	ASSERT_EQ(rec.processes[0].mappings.size(), 1u);
+	EXPECT_EQ(rec.processes[0].mappings[0].path, "/dev/nvidia0");
+	ASSERT_EQ(rec.processes[0].fds.size(), 1u);
+
+	EXPECT_TRUE(check_no_device_mappings(host, 40).ok());
+	host.device_mappings[40] = {0x7000};
+	auto st = check_no_device_mappings(host, 40);
+	ASSERT_FALSE(st.ok());
+	EXPECT_EQ(st.error().errno_value(), EBUSY);
 }
 
 TEST(InheritedDevicesRestore, NoImageMeansNothingIsOurs)

@@ -1,0 +1,185 @@
+#include "core/restore_setup.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <memory>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "base/log.h"
+#include "base/text.h"
+#include "core/gpu_plan.h"
+#include "core/gpu_store.h"
+#include "image/criu_pages.h"
+#include "image/gpu_image.h"
+#include "image/image.h"
+
+namespace cuda_criu {
+namespace {
+
+// A pages file cut short hangs a stock CRIU's restore (its restorer retries the read at the end of the
+// file forever) or fails it deep inside: refused here, before CRIU reads any page.
+Status check_pages_before_restore(int dir_fd)
+{
+	auto check = check_pages_files(dir_fd, static_cast<uint64_t>(sysconf(_SC_PAGESIZE)));
+	if (!check)
+		return std::move(check).error().context("%s", "cannot restore");
+	for (const std::string &why : check->unchecked)
+		LOG_WARN("pages file not checked (CRIU reads it itself): %s", why.c_str());
+	LOG_INFO("pages files: %zu pagemap(s), each pages file holds the %s they declare", check->pagemaps,
+		 human_bytes(check->bytes).c_str());
+	return {};
+}
+
+bool listed(const CriuRestoreCalls &criu, const char *name)
+{
+	return !criu.take_from_inventory || criu.take_from_inventory(name);
+}
+
+// For an image whose GPU state the plugin stored itself: checks its files now, before CRIU restores
+// anything, asks CRIU to map what it can from them, and returns what the restore runs before the
+// driver's restore (check every chunk, write what is not mapped).
+Result<GpuImageLoad> prepare_gpu_image(const Options &options, Host &host, const CriuRestoreCalls &criu,
+				       const ImageRecord &image, bool &maps_image)
+{
+	bool data = !image.gpu_image_id.empty(); // else: checksums of the GPU state CRIU's pages images hold
+	const std::string &id = data ? image.gpu_image_id : image.gpu_checksums_id;
+	if (data)
+		(void)listed(criu, kGpuImageInventoryName); // off the list: CRIU would refuse the restore for it
+	int dir = criu.image_dir;
+	auto index = read_gpu_index(dir);
+	if (!index)
+		return std::move(index).error().context("%s", "cannot restore: the GPU image is unusable");
+	if (!*index)
+		return make_error(ENOENT, "cannot restore: %s is missing from the image directory, which %s names (%s): copy "
+					  "the whole directory, cuda-gpu*.img included",
+				  kGpuIndexFileName, kImageFileName,
+				  data ? "the GPU state is in the plugin's files" : "it holds the checksums of the GPU state");
+	auto idx = std::make_shared<GpuImageIndex>(std::move(**index));
+	if (idx->id != id || idx->criu_pages == data)
+		return make_error(EINVAL, "cannot restore: %s belongs to another dump (GPU image id %s, %s names %s): the "
+					  "image directory mixes files of two dumps",
+				  kGpuIndexFileName, idx->id.c_str(), kImageFileName, id.c_str());
+	std::set<int> mapped;
+	if (data) {
+		if (auto st = check_gpu_files(dir, *idx); !st)
+			return std::move(st).error().context("%s", "cannot restore: the GPU image is incomplete");
+		mapped = request_mapped_gpu_image(*idx, options.map_image, criu.map_file);
+		maps_image = !mapped.empty();
+	}
+	uint64_t bytes = 0;
+	for (const GpuProcessChunks &p : idx->processes)
+		bytes += p.stored_bytes();
+	unsigned threads = gpu_io_threads(options.io_threads, bytes);
+	Host *h = &host; // outlives the restore session
+	return GpuImageLoad([idx, dir, h, threads, mapped](const std::vector<GpuLoadTarget> &targets) {
+		std::vector<GpuLoadTarget> t = targets;
+		for (GpuLoadTarget &x : t)
+			x.write = !mapped.count(x.ns_pid);
+		return load_gpu_state(*h, dir, *idx, t, threads);
+	});
+}
+
+// An image without cuda-plugin.img may still hold a GPU index: checksums of a GPU state CRIU's pages
+// hold restore unchecked; the plugin's own GPU image cannot restore without the record that names it.
+Status check_index_without_image(int dir)
+{
+	if (faccessat(dir, kGpuIndexFileName, F_OK, AT_SYMLINK_NOFOLLOW) != 0)
+		return {};
+	auto index = read_gpu_index(dir);
+	if (!index || !*index || !(*index)->criu_pages)
+		return make_error(ENOENT, "cannot restore: the image directory holds a GPU image (%s) but no %s: copy the "
+					  "whole image directory",
+				  kGpuIndexFileName, kImageFileName);
+	LOG_WARN("%s holds checksums of the GPU state, but there is no %s to name it: the GPU state is restored "
+		 "unchecked",
+		 kGpuIndexFileName, kImageFileName);
+	return {};
+}
+
+} // namespace
+
+Result<RestoreSetup> set_up_restore(const Options &options, Host &host, const CriuRestoreCalls &criu)
+{
+	RestoreSetup setup;
+	if (!listed(criu, kPluginName)) {
+		LOG_INFO("the image holds no CUDA process; CUDA plugin inactive");
+		return setup;
+	}
+	if (auto st = check_pages_before_restore(criu.image_dir); !st)
+		return std::move(st).error();
+	// Read now: the restored tasks answer from this copy, forked before their fds are rearranged.
+	setup.inherited = std::make_unique<InheritedDevicesRestore>(criu.image_dir);
+	if (auto st = setup.inherited->load(); !st)
+		return std::move(st).error();
+	auto image = read_image(criu.image_dir);
+	if (!image)
+		return std::move(image).error().context("%s", "cannot restore: the CUDA plugin's image is unusable");
+	bool driver = host.nvidia_driver_present(options.libcuda);
+	if (image->has_value() && !driver)
+		return make_error(ENODEV,
+				  "the image holds %zu CUDA process(es) (dumped with NVIDIA driver %s) but this machine has "
+				  "no NVIDIA driver: restore on a machine with the driver and GPUs",
+				  (*image)->processes.size(), (*image)->driver_version.c_str());
+	if (!driver) {
+		LOG_INFO("no NVIDIA driver on this machine; CUDA plugin inactive");
+		return setup;
+	}
+	if (!image->has_value()) {
+		if (auto st = check_index_without_image(criu.image_dir); !st)
+			return std::move(st).error();
+		setup.active = true;
+		return setup;
+	}
+	const ImageRecord &record = **image;
+	if (auto st = check_driver_version(record, host.driver_version()); !st)
+		return std::move(st).error().context("%s", "cannot restore");
+	// CRIU's pages images hold the GPU state unless the plugin's GPU image does: mapped from there.
+	if (record.gpu_image_id.empty())
+		setup.maps_image = request_mapped_restore(record, options.map_image, criu.map_from_image) > 0;
+	if (!record.gpu_image_id.empty() || !record.gpu_checksums_id.empty()) {
+		auto load = prepare_gpu_image(options, host, criu, record, setup.maps_image);
+		if (!load)
+			return std::move(load).error();
+		setup.load_gpu = std::move(*load);
+	}
+	setup.image = std::move(*image);
+	setup.active = true;
+	return setup;
+}
+
+std::unique_ptr<RestoreSession> start_restore(const Options &options, Host &host, DriverSource driver,
+					      RestoreSetup setup, bool criu_fails_on_error)
+{
+	auto guard = RestoreGuard::start();
+	if (!guard)
+		LOG_WARN("no guard for this restore (%s): if CRIU dies mid-restore, a restored CUDA process may run on "
+			 "without its GPU state; check with cuda-criu status",
+			 guard.error().message().c_str());
+	bool with_image = setup.image.has_value();
+	auto session = std::make_unique<RestoreSession>(options, host, std::move(driver), std::move(setup.image),
+							criu_fails_on_error, guard ? std::move(*guard) : RestoreGuard(),
+							std::move(setup.load_gpu));
+	LOG_INFO("ready to restore CUDA processes%s", with_image ? "" : " (image without cuda-plugin.img)");
+	return session;
+}
+
+// The driver unmaps its copy of the GPU state once restored; a mapping of the image it kept is harmless
+// but ties the process to the image's pages file.
+void warn_if_image_still_mapped(Host &host, int image_dir, pid_t pid)
+{
+	std::string dir = host.fd_path(image_dir);
+	if (dir.empty())
+		return;
+	std::string left = image_still_mapped(host.memory_map(pid), dir);
+	if (!left.empty())
+		LOG_WARN("pid %d still maps the image after its GPU state was restored (%s): keep the image's pages "
+			 "files in place while it runs (a later dump of it refers to them, or needs --ghost-limit once "
+			 "they are deleted), or restore with CUDA_CRIU_MAP_IMAGE=off",
+			 pid, left.c_str());
+}
+
+} // namespace cuda_criu
