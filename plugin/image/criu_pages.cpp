@@ -139,6 +139,17 @@ Status for_each_criu_message(const uint8_t *data, size_t size, size_t offset, F 
 	return {};
 }
 
+// What a parse of a CRIU image gives: its error, "cut short" when the file held no `expected`, or value.
+template <typename T>
+Result<T> parsed_value(Status parsed, bool found, const char *expected, T value)
+{
+	if (!parsed)
+		return std::move(parsed).error();
+	if (!found)
+		return make_error(EINVAL, "cut short: no %s", expected);
+	return value;
+}
+
 } // namespace
 
 Result<CriuPagemap> decode_criu_pagemap(const uint8_t *data, size_t size, uint64_t page_size)
@@ -218,11 +229,7 @@ Result<CriuPagemap> decode_criu_pagemap(const uint8_t *data, size_t size, uint64
 		}
 		return {};
 	});
-	if (!parsed)
-		return std::move(parsed).error();
-	if (!head)
-		return make_error(EINVAL, "cut short: no PagemapHead after the magic words");
-	return pm;
+	return parsed_value(std::move(parsed), head, "PagemapHead after the magic words", std::move(pm));
 }
 
 Result<CriuInventory> decode_criu_inventory(const uint8_t *data, size_t size)
@@ -251,11 +258,7 @@ Result<CriuInventory> decode_criu_inventory(const uint8_t *data, size_t size)
 			return {};
 		});
 	});
-	if (!parsed)
-		return std::move(parsed).error();
-	if (!messages)
-		return make_error(EINVAL, "cut short: no InventoryEntry after the magic word");
-	return inv;
+	return parsed_value(std::move(parsed), messages > 0, "InventoryEntry after the magic word", std::move(inv));
 }
 
 bool is_pagemap_name(const std::string &name)

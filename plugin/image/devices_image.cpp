@@ -12,9 +12,29 @@ namespace cuda_criu {
 namespace {
 
 constexpr char kMagic[8] = {'C', 'U', 'D', 'A', 'D', 'E', 'V', 'S'};
-constexpr size_t kMaxBytes = 4 << 20;
+constexpr RecordFile<InheritedDevicesRecord> kFile{kDevicesImageFileName, 4 << 20, encode_devices_image,
+						   decode_devices_image};
+
+// Points the message's array (n, array) at items' messages: each filled into the next slot of store
+// (sized up front, so that the pointers stay valid) and listed in ptrs.
+template <typename Msg, typename Item, typename Fill>
+void add_messages(const std::vector<Item> &items, std::vector<Msg> &store, std::vector<Msg *> &ptrs, size_t &n,
+		  Msg **&array, Fill fill)
+{
+	n = items.size();
+	array = ptrs.data() + ptrs.size();
+	for (const Item &item : items) {
+		Msg &e = store[ptrs.size()];
+		fill(e, item);
+		ptrs.push_back(&e);
+	}
+}
 
 } // namespace
+
+Status write_devices_image(int dir_fd, const InheritedDevicesRecord &record) { return kFile.write(dir_fd, record); }
+
+Result<std::optional<InheritedDevicesRecord>> read_devices_image(int dir_fd) { return kFile.read(dir_fd); }
 
 std::vector<uint8_t> encode_devices_image(const InheritedDevicesRecord &record)
 {
@@ -53,30 +73,23 @@ std::vector<uint8_t> encode_devices_image(const InheritedDevicesRecord &record)
 		m.pid = p.pid;
 		m.has_ns_pid = p.ns_pid != 0;
 		m.ns_pid = p.ns_pid;
-		m.n_mappings = p.mappings.size();
-		m.mappings = map_ptrs.data() + map_ptrs.size();
-		for (const auto &v : p.mappings) {
-			CudaInheritedMapping &e = maps[map_ptrs.size()];
-			cuda_inherited_mapping__init(&e);
-			e.start = v.start;
-			e.end = v.end;
-			e.has_offset = true;
-			e.offset = v.offset;
-			e.perms = const_cast<char *>(v.perms.c_str());
-			e.path = const_cast<char *>(v.path.c_str());
-			map_ptrs.push_back(&e);
-		}
-		m.n_fds = p.fds.size();
-		m.fds = fd_ptrs.data() + fd_ptrs.size();
-		for (const auto &f : p.fds) {
-			CudaInheritedFd &e = fds[fd_ptrs.size()];
+		add_messages(p.mappings, maps, map_ptrs, m.n_mappings, m.mappings,
+			     [](CudaInheritedMapping &e, const InheritedMappingRecord &v) {
+				     cuda_inherited_mapping__init(&e);
+				     e.start = v.start;
+				     e.end = v.end;
+				     e.has_offset = true;
+				     e.offset = v.offset;
+				     e.perms = const_cast<char *>(v.perms.c_str());
+				     e.path = const_cast<char *>(v.path.c_str());
+			     });
+		add_messages(p.fds, fds, fd_ptrs, m.n_fds, m.fds, [](CudaInheritedFd &e, const InheritedFdRecord &f) {
 			cuda_inherited_fd__init(&e);
 			e.fd = f.fd;
 			e.has_flags = true;
 			e.flags = f.flags;
 			e.path = const_cast<char *>(f.path.c_str());
-			fd_ptrs.push_back(&e);
-		}
+		});
 		proc_ptrs.push_back(&m);
 	}
 	CudaInheritedDevices msg;
@@ -88,20 +101,16 @@ std::vector<uint8_t> encode_devices_image(const InheritedDevicesRecord &record)
 	msg.mapped_paths = paths.data();
 	msg.n_files = file_ptrs.size();
 	msg.files = file_ptrs.data();
-	size_t len = cuda_inherited_devices__get_packed_size(&msg);
-	std::vector<uint8_t> out = framed_buffer(kMagic, len);
-	cuda_inherited_devices__pack(&msg, out.data() + kImageHeaderBytes);
-	return out;
+	return pack_framed(kMagic, msg, cuda_inherited_devices__get_packed_size, cuda_inherited_devices__pack);
 }
 
 Result<InheritedDevicesRecord> decode_devices_image(const uint8_t *data, size_t size)
 {
-	auto len = unframe(data, size, kMagic, "devices image");
-	if (!len)
-		return std::move(len).error();
-	std::unique_ptr<CudaInheritedDevices, void (*)(CudaInheritedDevices *)> msg(
-		cuda_inherited_devices__unpack(nullptr, *len, data + kImageHeaderBytes),
-		[](CudaInheritedDevices *p) { cuda_inherited_devices__free_unpacked(p, nullptr); });
+	auto unpacked = unpack_framed(data, size, kMagic, "devices image", cuda_inherited_devices__unpack,
+				      cuda_inherited_devices__free_unpacked);
+	if (!unpacked)
+		return std::move(unpacked).error();
+	const Unpacked<CudaInheritedDevices> &msg = *unpacked;
 	if (!msg)
 		return make_error(EINVAL, "corrupt devices image: its data does not parse");
 	if (msg->version == 0 || msg->version > kDevicesImageVersion)
@@ -131,24 +140,6 @@ Result<InheritedDevicesRecord> decode_devices_image(const uint8_t *data, size_t 
 		r.processes.push_back(std::move(pr));
 	}
 	return r;
-}
-
-Status write_devices_image(int dir_fd, const InheritedDevicesRecord &record)
-{
-	return write_image_file(dir_fd, kDevicesImageFileName, encode_devices_image(record));
-}
-
-Result<std::optional<InheritedDevicesRecord>> read_devices_image(int dir_fd)
-{
-	auto data = read_image_file(dir_fd, kDevicesImageFileName, kMaxBytes);
-	if (!data)
-		return std::move(data).error();
-	if (!*data)
-		return std::optional<InheritedDevicesRecord>();
-	auto rec = decode_devices_image((*data)->data(), (*data)->size());
-	if (!rec)
-		return std::move(rec).error().context("%s", kDevicesImageFileName);
-	return std::optional<InheritedDevicesRecord>(std::move(*rec));
 }
 
 } // namespace cuda_criu

@@ -15,6 +15,8 @@ namespace {
 
 constexpr char kMagic[8] = {'C', 'U', 'D', 'A', 'C', 'R', 'I', 'U'};
 
+constexpr RecordFile<ImageRecord> kFile{kImageFileName, kImageMaxBytes, encode_image, decode_image};
+
 std::string str_or_empty(const char *s) { return s ? s : ""; }
 
 // What a machine can have: counts and lengths over these are corruption, refused before they cost.
@@ -90,6 +92,10 @@ Result<std::vector<GpuRecord>> decode_gpus(CudaGpu *const *gpus, size_t n)
 
 } // namespace
 
+Status write_image(int dir_fd, const ImageRecord &record) { return kFile.write(dir_fd, record); }
+
+Result<std::optional<ImageRecord>> read_image(int dir_fd) { return kFile.read(dir_fd); }
+
 std::vector<uint8_t> encode_image(const ImageRecord &record)
 {
 	PackedStrings keep;
@@ -150,22 +156,18 @@ std::vector<uint8_t> encode_image(const ImageRecord &record)
 	img.created_unix = record.created_unix;
 	img.hostname = keep.keep(record.hostname);
 
-	size_t len = cuda_plugin_image__get_packed_size(&img);
-	std::vector<uint8_t> out = framed_buffer(kMagic, len);
-	cuda_plugin_image__pack(&img, out.data() + kImageHeaderBytes);
-	return out;
+	return pack_framed(kMagic, img, cuda_plugin_image__get_packed_size, cuda_plugin_image__pack);
 }
 
 Result<ImageRecord> decode_image(const uint8_t *data, size_t size)
 {
-	auto len = unframe(data, size, kMagic, "image");
-	if (!len)
-		return std::move(len).error();
 	DecodeBudget budget{kImageDecodeBudget};
 	ProtobufCAllocator allocator = {DecodeBudget::alloc, DecodeBudget::release, &budget};
-	auto free_image = [&allocator](CudaPluginImage *p) { cuda_plugin_image__free_unpacked(p, &allocator); };
-	std::unique_ptr<CudaPluginImage, decltype(free_image)> img(cuda_plugin_image__unpack(&allocator, *len, data + kImageHeaderBytes),
-								  free_image);
+	auto unpacked = unpack_framed(data, size, kMagic, "image", cuda_plugin_image__unpack,
+				      cuda_plugin_image__free_unpacked, &allocator);
+	if (!unpacked)
+		return std::move(unpacked).error();
+	const Unpacked<CudaPluginImage> &img = *unpacked;
 	if (!img)
 		return make_error(EINVAL, "corrupt image: its data does not parse%s",
 				  budget.exhausted ? " within the memory any real image needs" : "");
@@ -230,24 +232,6 @@ Result<ImageRecord> decode_image(const uint8_t *data, size_t size)
 	if (r.version >= 2 && r.gpu_image_id.empty())
 		return make_error(EINVAL, "corrupt image: version %u without the id of its GPU image", r.version);
 	return r;
-}
-
-Status write_image(int dir_fd, const ImageRecord &record)
-{
-	return write_image_file(dir_fd, kImageFileName, encode_image(record));
-}
-
-Result<std::optional<ImageRecord>> read_image(int dir_fd)
-{
-	auto data = read_image_file(dir_fd, kImageFileName, kImageMaxBytes);
-	if (!data)
-		return std::move(data).error();
-	if (!*data)
-		return std::optional<ImageRecord>();
-	auto rec = decode_image((*data)->data(), (*data)->size());
-	if (!rec)
-		return std::move(rec).error().context("%s", kImageFileName);
-	return std::optional<ImageRecord>(std::move(*rec));
 }
 
 } // namespace cuda_criu

@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "base/text.h"
+#include "os/proc.h"
 
 namespace cuda_criu {
 namespace {
@@ -29,14 +30,8 @@ struct Mounts {
 Mounts cgroup_mounts()
 {
 	Mounts m;
-	auto info = read_small_file("/proc/self/mountinfo");
-	if (!info)
-		return m;
-	std::istringstream lines(*info);
-	std::string line;
-	while (std::getline(lines, line)) {
+	for_each_line("/proc/self/mountinfo", [&m](std::istringstream &f) {
 		// ... mount-point ... - fstype source super-options
-		std::istringstream f(line);
 		std::string id, parent, dev, root, point, field;
 		f >> id >> parent >> dev >> root >> point;
 		while (f >> field && field != "-")
@@ -47,7 +42,7 @@ Mounts cgroup_mounts()
 			m.v2 = point;
 		if (fstype == "cgroup" && m.v1_memory.empty() && ("," + options + ",").find(",memory,") != std::string::npos)
 			m.v1_memory = point;
-	}
+	});
 	return m;
 }
 

@@ -11,6 +11,7 @@
 
 #include "base/text.h"
 #include "os/dir.h"
+#include "os/proc.h"
 #include "os/unique_fd.h"
 
 namespace cuda_criu {
@@ -122,30 +123,27 @@ std::vector<DeviceMapping> nvidia_device_mapping_list(pid_t pid)
 	std::string dir = "/proc/" + std::to_string(pid);
 	std::string map_files = dir + "/map_files/";
 	// A large process (PyTorch) has thousands of mappings: more than the default 1 MiB of text.
-	auto maps = read_small_file(dir + "/maps", 64 << 20);
-	if (!maps)
-		return out;
-	std::istringstream in(*maps);
-	std::string line;
-	while (std::getline(in, line)) {
-		// "START-END PERMS OFFSET DEV INODE PATH"; only file mappings can be of a device.
-		std::istringstream f(line);
-		std::string range, perms, offset, dev, inode;
-		if (!(f >> range >> perms >> offset >> dev >> inode) || inode == "0")
-			continue;
-		// O_PATH: no driver open() call; the stat and the link are all that is needed.
-		UniqueFd fd(open((map_files + range).c_str(), O_PATH | O_CLOEXEC));
-		struct stat st;
-		if (!fd.valid() || fstat(fd.get(), &st) != 0 || !is_nvidia_device_file(fd.get(), st))
-			continue;
-		DeviceMapping m;
-		m.start = std::strtoul(range.c_str(), nullptr, 16);
-		m.end = std::strtoul(range.c_str() + range.find('-') + 1, nullptr, 16);
-		m.offset = std::strtoul(offset.c_str(), nullptr, 16);
-		m.perms = perms;
-		m.path = fd_path(fd.get());
-		out.push_back(std::move(m));
-	}
+	for_each_line(
+		dir + "/maps",
+		[&](std::istringstream &f) {
+			// "START-END PERMS OFFSET DEV INODE PATH"; only file mappings can be of a device.
+			std::string range, perms, offset, dev, inode;
+			if (!(f >> range >> perms >> offset >> dev >> inode) || inode == "0")
+				return;
+			// O_PATH: no driver open() call; the stat and the link are all that is needed.
+			UniqueFd fd(open((map_files + range).c_str(), O_PATH | O_CLOEXEC));
+			struct stat st;
+			if (!fd.valid() || fstat(fd.get(), &st) != 0 || !is_nvidia_device_file(fd.get(), st))
+				return;
+			DeviceMapping m;
+			m.start = std::strtoul(range.c_str(), nullptr, 16);
+			m.end = std::strtoul(range.c_str() + range.find('-') + 1, nullptr, 16);
+			m.offset = std::strtoul(offset.c_str(), nullptr, 16);
+			m.perms = perms;
+			m.path = fd_path(fd.get());
+			out.push_back(std::move(m));
+		},
+		64 << 20);
 	return out;
 }
 

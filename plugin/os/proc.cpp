@@ -97,6 +97,21 @@ pid_t parent_of(pid_t pid)
 	return 0;
 }
 
+bool for_each_line(const std::string &path, const std::function<void(std::istringstream &fields)> &on_line,
+		   size_t max_bytes)
+{
+	auto text = read_small_file(path, max_bytes);
+	if (!text)
+		return false;
+	std::istringstream lines(*text);
+	std::string line;
+	while (std::getline(lines, line)) {
+		std::istringstream fields(line);
+		on_line(fields);
+	}
+	return true;
+}
+
 uint64_t start_time_of(pid_t pid)
 {
 	char path[64];

@@ -4,12 +4,19 @@
 #include <sys/types.h>
 
 #include <cstdint>
+#include <functional>
+#include <sstream>
 #include <string>
 #include <vector>
 
 #include "base/result.h"
 
 namespace cuda_criu {
+
+// Calls on_line with each line of the file at path (up to max_bytes of it) as a stream of its
+// whitespace-separated fields; false when the file cannot be read.
+bool for_each_line(const std::string &path, const std::function<void(std::istringstream &fields)> &on_line,
+		   size_t max_bytes = 1 << 20);
 
 // Whether pid has a library whose file name starts with "libcuda.so" mapped (the real driver's or a
 // fake's). A process without it cannot be a CUDA process.

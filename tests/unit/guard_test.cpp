@@ -164,22 +164,27 @@ TEST(ProcStartTime, TellsAReusedPidFromTheFirstProcess)
 }
 
 // The dump guard's policy for a process CRIU left behind: put it back in the state it was found in.
+// returned(): return_to_found for pid 30, now in state `now`, found in `found`; the state it says it
+// was left in.
+CudaState returned(testing::FakeDriver &d, CudaState now, CudaState found, bool gone = false)
+{
+	d.add(30, now);
+	auto left = return_to_found(d, 30, found, [gone] { return gone; }, 1000, 1);
+	EXPECT_TRUE(left.ok()) << left.error().message();
+	return left.ok() ? *left : now;
+}
+
 TEST(DumpGuard, ReturnsACheckpointedProcessToRunning)
 {
 	testing::FakeDriver d;
-	d.add(30, CudaState::Checkpointed);
-	auto left = return_to_found(d, 30, CudaState::Running, [] { return false; }, 1000, 1);
-	ASSERT_TRUE(left.ok()) << left.error().message();
-	EXPECT_EQ(*left, CudaState::Checkpointed);
+	EXPECT_EQ(returned(d, CudaState::Checkpointed, CudaState::Running), CudaState::Checkpointed);
 	EXPECT_EQ(d.state_of(30), CudaState::Running);
 }
 
 TEST(DumpGuard, ReturnsACheckpointedProcessFoundLockedToLocked)
 {
 	testing::FakeDriver d;
-	d.add(30, CudaState::Checkpointed);
-	auto left = return_to_found(d, 30, CudaState::Locked, [] { return false; }, 1000, 1);
-	ASSERT_TRUE(left.ok()) << left.error().message();
+	returned(d, CudaState::Checkpointed, CudaState::Locked);
 	EXPECT_EQ(d.state_of(30), CudaState::Locked);
 	EXPECT_EQ(d.calls, (std::vector<std::string>{"restore 30"})); // state queries are not listed
 }
@@ -187,19 +192,14 @@ TEST(DumpGuard, ReturnsACheckpointedProcessFoundLockedToLocked)
 TEST(DumpGuard, LeavesAProcessInItsStateAlone)
 {
 	testing::FakeDriver d;
-	d.add(30, CudaState::Running);
-	auto left = return_to_found(d, 30, CudaState::Running, [] { return false; }, 1000, 1);
-	ASSERT_TRUE(left.ok()) << left.error().message();
-	EXPECT_EQ(*left, CudaState::Running);
+	EXPECT_EQ(returned(d, CudaState::Running, CudaState::Running), CudaState::Running);
 	EXPECT_TRUE(d.calls.empty()); // no restore, no unlock
 }
 
 TEST(DumpGuard, TouchesNothingOfAProcessThatIsGone)
 {
 	testing::FakeDriver d;
-	d.add(30, CudaState::Locked);
-	auto left = return_to_found(d, 30, CudaState::Running, [] { return true; }, 1000, 1);
-	ASSERT_TRUE(left.ok()) << left.error().message();
+	returned(d, CudaState::Locked, CudaState::Running, true);
 	EXPECT_TRUE(d.calls.empty());
 }
 
