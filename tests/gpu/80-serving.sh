@@ -88,7 +88,8 @@ serve_roundtrip_on() {
 	read -r -t 1 answer <&"$c1" || rc=$?
 	[ $rc -gt 128 ] || { why="while the server is dumped its connection read exit status $rc ('$answer'), not a timeout"; return 1; }
 	t1=$(now)
-	criu_restore "$dir" --tcp-established "${serve_lock[@]}" {c1}>&- {c2}>&- || { show_log "$dir/restore.log"; return 1; }
+	# No --network-lock here: the restore takes the dump's method (and warns that the option is ignored).
+	criu_restore "$dir" --tcp-established {c1}>&- {c2}>&- || { show_log "$dir/restore.log"; return 1; }
 	read -r -t "${GPU_TESTS_ANSWER_S:-120}" answer <&"$c1" || { why="the request in flight: no answer (read exit status $?)"; return 1; }
 	first_s=$(since "$t1")
 	served=$answer
