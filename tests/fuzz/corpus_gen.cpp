@@ -119,7 +119,9 @@ int main(int argc, char **argv)
 	// The GPU image's index (cuda-gpu.img): one process with three chunks in two data files.
 	cuda_criu::GpuImageIndex idx;
 	idx.id = std::string(32, 'a');
-	idx.files = {{"cuda-gpu-0.img", 4096 + (4 << 20), 4 << 20}, {"cuda-gpu-1.img", 4096 + (2 << 20), 1 << 20}};
+	// The second data file is a parent image's (an incremental dump's reference).
+	idx.files = {{"cuda-gpu-0.img", 4096 + (4 << 20), 4 << 20, 0, ""},
+		     {"cuda-gpu-1.img", 4096 + (2 << 20), 1 << 20, 1, std::string(32, 'b')}};
 	idx.processes.push_back({7, 4242, {{0x7f0000000000, 2 << 20, 0, 4096, 0x1234}, {0x7f0000200000, 2 << 20, 0, 4096 + (2 << 20), 1},
 					 {0x7f0000600000, 2 << 20, 1, 4096, 2}}, 2 << 20});
 	files.emplace_back("gpu-index", cuda_criu::encode_gpu_index(idx));
