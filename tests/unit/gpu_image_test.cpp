@@ -19,6 +19,7 @@
 #include "core/mapped_restore.h"
 #include "core/restore_session.h"
 #include "fakes.h"
+#include "gpu_memory.h"
 #include "temp_dir.h"
 #include "image/gpu_image.h"
 
@@ -27,22 +28,6 @@ namespace {
 
 constexpr uint64_t kPage = 4096;
 constexpr uint32_t kChunk = 2 * kPage; // small chunks keep the fake memory small
-
-// Fills [addr, addr + len) of pid with a pattern that depends on the address and a seed.
-void fill(FakeHost &host, pid_t pid, uint64_t addr, size_t len, uint8_t seed)
-{
-	std::vector<uint8_t> b(len);
-	for (size_t i = 0; i < len; i++)
-		b[i] = static_cast<uint8_t>((addr + i) * 7 + seed) | 1;
-	ASSERT_TRUE(host.write_memory(pid, addr, b.data(), b.size()).ok());
-}
-
-std::vector<uint8_t> bytes_of(FakeHost &host, pid_t pid, uint64_t addr, size_t len)
-{
-	std::vector<uint8_t> b(len);
-	EXPECT_TRUE(host.read_memory(pid, addr, b.data(), len).ok());
-	return b;
-}
 
 void flip_byte(const std::string &path, off_t at)
 {

@@ -12,6 +12,7 @@
 #include "core/gpu_store.h"
 #include "core/mapped_restore.h"
 #include "fakes.h"
+#include "gpu_memory.h"
 #include "image/gpu_image.h"
 #include "temp_dir.h"
 
@@ -20,21 +21,6 @@ namespace {
 
 constexpr uint64_t kPage = 4096;
 constexpr uint32_t kChunk = 2 * kPage;
-
-void fill(FakeHost &host, pid_t pid, uint64_t addr, size_t len, uint8_t seed)
-{
-	std::vector<uint8_t> b(len);
-	for (size_t i = 0; i < len; i++)
-		b[i] = static_cast<uint8_t>((addr + i) * 7 + seed) | 1;
-	ASSERT_TRUE(host.write_memory(pid, addr, b.data(), b.size()).ok());
-}
-
-std::vector<uint8_t> bytes_of(FakeHost &host, pid_t pid, uint64_t addr, size_t len)
-{
-	std::vector<uint8_t> b(len);
-	EXPECT_TRUE(host.read_memory(pid, addr, b.data(), len).ok());
-	return b;
-}
 
 // Image directories d0, d1, d2 in one folder, each later one with CRIU's "parent" link to the one before;
 // pid 10 has 4 chunks of data at 0x100000, pid 11 one chunk at 0x300000.
