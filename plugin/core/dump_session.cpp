@@ -224,10 +224,12 @@ Status DumpSession::check_space()
 	ImageSpaceNeed need;
 	for (const std::string &a : host_.command_line()) {
 		for (const char *elsewhere : {"--page-server", "--lazy-pages", "--stream"})
-			if (a == elsewhere) {
+			if (a == elsewhere && (a != "--page-server" || options_.gpu_image != GpuImage::Plugin)) {
 				LOG_INFO("no space preflight: the pages do not go into the image directory (%s)", elsewhere);
 				return {};
 			}
+		// The pages go to the page server; the plugin's GPU image still comes here.
+		need.pages_elsewhere |= a == "--page-server";
 		if (a.rfind("--prev-images-dir", 0) == 0)
 			need.ordinary_is_floor = false;
 	}
@@ -244,7 +246,7 @@ Status DumpSession::check_space()
 		for (pid_t c : host_.children(tree[i]))
 			tree.push_back(c);
 		need.processes++;
-		need.ordinary_bytes += host_.task_info(tree[i]).anon_bytes;
+		need.ordinary_bytes += need.pages_elsewhere ? 0 : host_.task_info(tree[i]).anon_bytes;
 		if (host_.uses_libcuda(tree[i])) {
 			need.cuda_processes++;
 			if (auto it = gpu_bytes_.find(tree[i]); it != gpu_bytes_.end())
@@ -481,8 +483,8 @@ Status DumpSession::store_gpu_image(int dir_fd, const SkipPages &skip)
 		for (const MemoryRange &r : t.ranges) {
 			int rc = skip(t.pid, r.start, r.end);
 			if (rc == -EOPNOTSUPP && first)
-				return keep_in_criu("this dump cannot leave pages out (lazy pages, a page server or the image "
-						    "streamer: CRIU's log says which)");
+				return keep_in_criu("this dump cannot leave pages out (lazy pages or the image streamer; a "
+						    "page server with an older criu-patches/0004: CRIU's log says which)");
 			if (rc != 0)
 				return make_error(rc < 0 ? -rc : EIO,
 						  "pid %d: CRIU refused to leave the GPU state at %#" PRIx64 "-%#" PRIx64

@@ -22,8 +22,10 @@ namespace {
 
 std::string what_is_counted(const ImageSpaceNeed &need)
 {
-	std::string s = format("private memory %s of %zu process(es)", human_bytes(need.ordinary_bytes).c_str(),
-			       need.processes);
+	std::string s = need.pages_elsewhere
+				? format("private memory of %zu process(es) sent to the page server", need.processes)
+				: format("private memory %s of %zu process(es)", human_bytes(need.ordinary_bytes).c_str(),
+					 need.processes);
 	if (!need.ordinary_is_floor)
 		s += " (an incremental dump writes only what changed)";
 	if (!need.gpu_known)

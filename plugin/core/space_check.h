@@ -21,6 +21,8 @@ struct ImageSpaceNeed {
 	uint64_t gpu_bytes = 0;       // GPU memory of the CUDA processes (NVML): what their checkpoints copy
 	bool gpu_known = false;       // false: no NVML figure
 	bool gpu_sparse = true;       // gpu-image=plugin: all-zero chunks and pages of it are not written
+	bool pages_elsewhere = false; // the private memory goes to a page server (ordinary_bytes 0): only the
+	                              // GPU image is written here
 };
 
 struct ImageSpaceEstimate {

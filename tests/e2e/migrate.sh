@@ -53,6 +53,7 @@ migrate_tree() {
 migrate_tree paged
 on_target ls "$target_dir/img" >"$T/paged.files"
 grep -q '^pages-.*\.img$' "$T/paged.files" || fail "the page server wrote no pages on the target: $(xargs <"$T/paged.files")"
+grep -q '^cuda-gpu-[0-9]*\.img$' "$T/paged.files" || fail "the GPU image's files did not reach the target: $(xargs <"$T/paged.files")"
 expect_log "$T/paged-restore.log" "restore: 2 CUDA process" "page-server image: no restore summary"
 paged=$downtime
 log "page server: moved, downtime $paged s"

@@ -224,6 +224,31 @@ TEST_F(SpaceCheckSession, UnknownRoomIsSkippedAndLogged)
 TEST_F(SpaceCheckSession, PagesSentElsewhereAreNotCounted)
 {
 	host.space = room(1);
+	host.args = {"criu", "dump", "-t", "1", "--lazy-pages"};
+	DumpSession s(options, host, source(), {}, {}, kDirFd);
+	ASSERT_TRUE(s.pause(kPid));
+	EXPECT_TRUE(logged("no space preflight: the pages do not go into the image directory (--lazy-pages)"));
+	EXPECT_TRUE(host.space_asked.empty());
+	EXPECT_TRUE(s.finish(true, false));
+}
+
+TEST_F(SpaceCheckSession, WithAPageServerOnlyTheGpuImageCounts)
+{
+	host.space = room(1); // the private memory (32 MiB) would not fit; it goes to the page server
+	host.args = {"criu", "dump", "-t", "1", "--page-server", "--address", "10.0.0.2"};
+	DumpSession s(options, host, source(), {}, {}, kDirFd);
+	auto r = s.pause(kPid);
+	ASSERT_TRUE(r) << r.error().message();
+	EXPECT_TRUE(logged("sent to the page server")) << (g_lines.empty() ? "" : g_lines.back());
+	EXPECT_TRUE(logged("the image may not fit in /images")); // the GPU image's estimate (64 MiB)
+	EXPECT_EQ(host.space_asked, std::vector<int>{kDirFd});
+	EXPECT_TRUE(s.finish(true, false));
+}
+
+TEST_F(SpaceCheckSession, WithAPageServerAndGpuImageCriuNothingIsChecked)
+{
+	options.gpu_image = GpuImage::Criu; // the GPU state goes to the page server too
+	host.space = room(1);
 	host.args = {"criu", "dump", "-t", "1", "--page-server", "--address", "10.0.0.2"};
 	DumpSession s(options, host, source(), {}, {}, kDirFd);
 	ASSERT_TRUE(s.pause(kPid));
