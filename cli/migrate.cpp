@@ -75,7 +75,16 @@ public:
 		return {};
 	}
 
-	const std::string &criu() const { return criu_; }
+	// CRIU there with args, with env ("NAME=value") in its environment.
+	std::vector<std::string> criu_command(std::vector<std::string> args, const std::vector<std::string> &env) const
+	{
+		args.insert(args.begin(), criu_);
+		if (!env.empty()) {
+			args.insert(args.begin(), env.begin(), env.end());
+			args.insert(args.begin(), "env");
+		}
+		return args;
+	}
 
 	static std::string join(const std::vector<std::string> &words)
 	{
@@ -147,8 +156,10 @@ int migrate(const MigrateOptions &o)
 	}
 	std::vector<std::string> dump_more = o.criu_args;
 	if (!o.copy) {
-		if (auto st = target.run({target.criu(), "page-server", "-D", o.to, "--address", o.address, "--port", o.port,
-					  "-d", "--pidfile", o.to + "/page-server.pid", "-o", "page-server.log", "-v4"},
+		if (auto st = target.run(target.criu_command({"page-server", "-D", o.to, "--address", o.address, "--port",
+							      o.port, "-d", "--pidfile", o.to + "/page-server.pid", "-o",
+							      "page-server.log", "-v4"},
+							     o.criu_env),
 					 30000);
 		    !st) {
 			say(format("the page server did not start on the target (%s): %s", where.c_str(),
@@ -191,14 +202,9 @@ int migrate(const MigrateOptions &o)
 	double copy_s = since(t1);
 	say(format("copied %s of image files to the target in %.2f s", human_bytes(bytes).c_str(), copy_s));
 	uint64_t t2 = now_us();
-	std::vector<std::string> restore = {target.criu(), "restore", "-D", o.to, "-d", "-L", o.libdir, "-v4", "-o",
-					    "restore.log"};
+	std::vector<std::string> restore = {"restore", "-D", o.to, "-d", "-L", o.libdir, "-v4", "-o", "restore.log"};
 	restore.insert(restore.end(), o.criu_args.begin(), o.criu_args.end());
-	if (!o.criu_env.empty()) {
-		restore.insert(restore.begin(), o.criu_env.begin(), o.criu_env.end());
-		restore.insert(restore.begin(), "env");
-	}
-	if (auto st = target.run(restore, o.timeout_ms); !st) {
+	if (auto st = target.run(target.criu_command(restore, o.criu_env), o.timeout_ms); !st) {
 		say(format("the restore on the target failed: %s; the image stays in %s there (its log: restore.log) "
 			   "for another try with `criu restore -D %s -d`",
 			   st.error().message().c_str(), o.to.c_str(), o.to.c_str()));
