@@ -115,7 +115,6 @@ struct SliceOut {
 	std::vector<std::pair<size_t, GpuChunk>> chunks; // target, chunk
 	std::vector<uint64_t> zero_bytes;                // per target
 	GpuDataFile file;
-	uint64_t parent_bytes = 0; // referenced in the parent image
 };
 
 // One writer's slice: each chunk read out of its process and, with a data file (dir_fd >= 0), stored there
@@ -148,14 +147,16 @@ Status save_slice(Host &host, int dir_fd, const std::vector<GpuSaveTarget> &targ
 			done.fetch_add(p.len, std::memory_order_relaxed);
 			continue;
 		}
-		uint32_t crc = crc32c(bytes, p.len);
+		// With a parent image, a chunk it holds already is referenced there, not written. Without one the
+		// checksum waits until the chunk is known to be stored (all-zero chunks need none).
+		std::optional<uint32_t> crc;
 		if (parent) {
-			auto ref = parent->find(bytes, p.len, crc, scratch.data());
+			crc = crc32c(bytes, p.len);
+			auto ref = parent->find(bytes, p.len, *crc, scratch.data());
 			if (!ref)
 				return std::move(ref).error().context("save the GPU state of pid %d", pid);
 			if (*ref) {
-				out.chunks.push_back({p.target, {p.addr, p.len, (*ref)->first, (*ref)->second, crc}});
-				out.parent_bytes += p.len;
+				out.chunks.push_back({p.target, {p.addr, p.len, (*ref)->first, (*ref)->second, *crc}});
 				done.fetch_add(p.len, std::memory_order_relaxed);
 				continue;
 			}
@@ -181,7 +182,7 @@ Status save_slice(Host &host, int dir_fd, const std::vector<GpuSaveTarget> &targ
 			out.zero_bytes[p.target] += p.len;
 			continue;
 		}
-		out.chunks.push_back({p.target, {p.addr, p.len, index, offset, crc}});
+		out.chunks.push_back({p.target, {p.addr, p.len, index, offset, crc ? *crc : crc32c(bytes, p.len)}});
 		out.file.data_bytes += stored * kPage;
 		offset += p.len;
 	}
