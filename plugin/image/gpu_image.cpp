@@ -250,23 +250,13 @@ Result<GpuImageIndex> decode_gpu_index(const uint8_t *data, size_t size)
 	return idx;
 }
 
-Status write_gpu_index(int dir_fd, const GpuImageIndex &index)
-{
-	return write_image_file(dir_fd, kGpuIndexFileName, encode_gpu_index(index));
-}
+namespace {
+const RecordFile<GpuImageIndex> kGpuIndexFile{kGpuIndexFileName, kGpuIndexMaxBytes, encode_gpu_index, decode_gpu_index};
+} // namespace
 
-Result<std::optional<GpuImageIndex>> read_gpu_index(int dir_fd)
-{
-	auto data = read_image_file(dir_fd, kGpuIndexFileName, kGpuIndexMaxBytes);
-	if (!data)
-		return std::move(data).error();
-	if (!*data)
-		return std::optional<GpuImageIndex>();
-	auto idx = decode_gpu_index((*data)->data(), (*data)->size());
-	if (!idx)
-		return std::move(idx).error().context("%s", kGpuIndexFileName);
-	return std::optional<GpuImageIndex>(std::move(*idx));
-}
+Status write_gpu_index(int dir_fd, const GpuImageIndex &index) { return kGpuIndexFile.write(dir_fd, index); }
+
+Result<std::optional<GpuImageIndex>> read_gpu_index(int dir_fd) { return kGpuIndexFile.read(dir_fd); }
 
 Result<std::optional<GpuParentImage>> read_parent_gpu_image(int dir_fd)
 {
