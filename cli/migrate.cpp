@@ -40,6 +40,16 @@ void say(const std::string &line) { std::fprintf(stderr, "cuda-criu migrate: %s\
 
 double since(uint64_t t0_us) { return static_cast<double>(now_us() - t0_us) / 1e6; }
 
+// A program the user names or relies on (ssh, nsenter, tar), found in $PATH here.
+Result<std::string> find_program(const std::string &name)
+{
+	const char *path = std::getenv("PATH");
+	std::string found = search_path(name, path ? path : "/usr/sbin:/usr/bin:/sbin:/bin");
+	if (found.empty())
+		return make_error(ENOENT, "%s: not found in $PATH", name.c_str());
+	return found;
+}
+
 class Target {
 public:
 	Target(std::vector<std::string> prefix, std::string criu) : prefix_(std::move(prefix)), criu_(std::move(criu)) {}
@@ -50,11 +60,10 @@ public:
 	{
 		args.insert(args.begin(), prefix_.begin(), prefix_.end());
 		if (args[0].find('/') == std::string::npos) {
-			const char *path = std::getenv("PATH");
-			std::string found = search_path(args[0], path ? path : "/usr/sbin:/usr/bin:/sbin:/bin");
-			if (found.empty())
-				return make_error(ENOENT, "%s: not found in $PATH", args[0].c_str());
-			args[0] = found;
+			auto found = find_program(args[0]);
+			if (!found)
+				return std::move(found).error();
+			args[0] = *found;
 		}
 		return args;
 	}
@@ -102,10 +111,9 @@ private:
 // The files of the local image directory into the target's: tar here, piped into tar there.
 Status copy_tree(const std::string &from, const Target &target, const std::string &to, unsigned timeout_ms)
 {
-	const char *path = std::getenv("PATH");
-	std::string tar = search_path("tar", path ? path : "/usr/bin:/bin");
-	if (tar.empty())
-		return make_error(ENOENT, "%s", "tar: not found in $PATH");
+	auto tar = find_program("tar");
+	if (!tar)
+		return std::move(tar).error();
 	auto there = target.argv({"tar", "-C", to, "-xf", "-"});
 	if (!there)
 		return there.error();
@@ -113,7 +121,7 @@ Status copy_tree(const std::string &from, const Target &target, const std::strin
 	if (::pipe2(fds, O_CLOEXEC) != 0)
 		return make_error(errno, "%s", "pipe");
 	SpawnOptions pack;
-	pack.argv = {tar, "-C", from, "-cf", "-", "."};
+	pack.argv = {*tar, "-C", from, "-cf", "-", "."};
 	pack.stdout_fd = fds[1];
 	SpawnOptions unpack;
 	unpack.argv = *there;
