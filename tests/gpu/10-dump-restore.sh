@@ -97,7 +97,7 @@ test_progress_16g() {
 # A workload in a memory cgroup whose limit is below its GPU state: the dump is refused before any lock,
 # naming the cgroup; once the limit is raised the same process dumps and restores.
 test_cgroup_limit() {
-	local name=cgroup-limit dir=$work/cgroup-limit cg pid base line usage limit_file usage_file procs
+	local name=cgroup-limit dir=$work/cgroup-limit cg pid line usage limit_file usage_file procs
 	if [ -f /sys/fs/cgroup/cgroup.controllers ]; then
 		cg=/sys/fs/cgroup/cuda-criu-gpu-test limit_file=memory.max usage_file=memory.current
 		grep -qw memory /sys/fs/cgroup/cgroup.subtree_control || echo +memory >/sys/fs/cgroup/cgroup.subtree_control 2>/dev/null
@@ -115,15 +115,8 @@ test_cgroup_limit() {
 	started+=("$pid")
 	usage=$(cat "$cg/$usage_file")
 	echo $((usage + 512 * 1024 * 1024)) >"$cg/$limit_file"
-	if criu_dump "$dir" "$pid"; then
-		failed $name "criu dump succeeded with the cgroup limit below the GPU state"; kill_pids "$pid"; rmdir "$cg" 2>/dev/null; return
-	fi
-	line=$(grep -o 'Error (cuda_plugin):.*not enough memory.*' "$dir/dump.log" | head -n1)
-	[ -n "$line" ] || { failed $name "no plugin error about memory"; show_log "$dir/dump.log"; kill_pids "$pid"; return; }
-	grep -q 'cuda_plugin: .*lock' "$dir/dump.log" && grep -qE 'pid [0-9]+: running, restore thread' "$dir/dump.log" &&
-		{ failed $name "the process was locked before the refusal"; kill_pids "$pid"; return; }
-	base=$(state_value "$dir/state" iterations)
-	advance 30 "$dir/state" "$base" || { failed $name "after the refused dump: $why"; kill_pids "$pid"; return; }
+	dump_refused_for_memory "$dir" "$pid" 30 ||
+		{ failed $name "with the cgroup limit below the GPU state: $why"; kill_pids "$pid"; rmdir "$cg" 2>/dev/null; return; }
 	echo "  refused: ${line#*): }"
 	if [ "$limit_file" = memory.max ]; then echo max >"$cg/$limit_file"; else echo -1 >"$cg/$limit_file"; fi
 	rm -rf "$dir/img"

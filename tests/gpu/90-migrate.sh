@@ -52,7 +52,7 @@ test_migrate() {
 # A GPU state larger than the host's available memory: the dump is refused in words before any lock, and
 # the process runs on, its data verified.
 test_memory_refusal() {
-	local name=memory-refusal dir=$work/memory-refusal pid avail_mb zero_mb line base
+	local name=memory-refusal dir=$work/memory-refusal pid avail_mb zero_mb line
 	avail_mb=$(awk '/^MemAvailable:/ { printf "%d", $2 / 1024 }' /proc/meminfo)
 	zero_mb=$((avail_mb + 4096))
 	local free_mb
@@ -63,15 +63,8 @@ test_memory_refusal() {
 	wait_state "$dir/state" 300 1 || { failed $name "before the dump: $why"; show_workload "$dir"; return; }
 	pid=$(state_value "$dir/state" pid)
 	started+=("$pid")
-	if criu_dump "$dir" "$pid"; then
-		failed $name "a dump of $((zero_mb + 512)) MiB of GPU state with $avail_mb MiB available succeeded"; kill_pids "$pid"; return
-	fi
-	line=$(grep -o 'Error (cuda_plugin):.*not enough memory.*' "$dir/dump.log" | head -n1)
-	[ -n "$line" ] || { failed $name "no plugin error about memory"; show_log "$dir/dump.log"; kill_pids "$pid"; return; }
-	grep -qE 'pid [0-9]+: running, restore thread' "$dir/dump.log" && grep -q 'cuda_plugin: lock' "$dir/dump.log" &&
-		{ failed $name "the process was locked before the refusal"; kill_pids "$pid"; return; }
-	base=$(state_value "$dir/state" iterations)
-	advance 120 "$dir/state" "$base" || { failed $name "after the refused dump: $why"; kill_pids "$pid"; return; }
+	dump_refused_for_memory "$dir" "$pid" 120 ||
+		{ failed $name "$((zero_mb + 512)) MiB of GPU state, $avail_mb MiB available: $why"; kill_pids "$pid"; return; }
 	passed $name "$((zero_mb + 512)) MiB on the GPU, $avail_mb MiB available: refused in ${dump_s} s, the process runs on verified"
 	echo "  ${line#*): }"
 	kill_pids "$pid"

@@ -272,3 +272,17 @@ kill_workloads() {
 	[ ${#left[@]} -eq 0 ] || kill -9 "${left[@]}" 2>/dev/null
 	rm -rf "$work"/*/img
 }
+
+# dump_refused_for_memory DIR PID ADVANCE_S: criu dump of PID must fail with the plugin's memory
+# preflight error before any lock, and the process must run on verified (ADVANCE_S to do an iteration);
+# the error in line. Sets why and returns 1 otherwise (PID left to the caller).
+dump_refused_for_memory() {
+	local dir=$1 pid=$2 base
+	if criu_dump "$dir" "$pid"; then why="criu dump succeeded"; return 1; fi
+	line=$(grep -o 'Error (cuda_plugin):.*not enough memory.*' "$dir/dump.log" | head -n1)
+	[ -n "$line" ] || { why="no plugin error about memory"; show_log "$dir/dump.log"; return 1; }
+	grep -q 'cuda_plugin: .*lock' "$dir/dump.log" && grep -qE 'pid [0-9]+: running, restore thread' "$dir/dump.log" &&
+		{ why="the process was locked before the refusal"; return 1; }
+	base=$(state_value "$dir/state" iterations)
+	advance "$3" "$dir/state" "$base" || { why="after the refused dump: $why"; return 1; }
+}
