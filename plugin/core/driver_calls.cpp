@@ -1,5 +1,6 @@
 #include "core/driver_calls.h"
 
+#include <algorithm>
 #include <atomic>
 #include <mutex>
 
@@ -67,7 +68,7 @@ std::vector<ProcResult> run_proc_jobs(Host &host, const SharedDriver &driver, st
 	auto collected = std::make_shared<Collected>();
 	for (size_t i = 0; i < n; i++) {
 		if (jobs[i].stopped) {
-			auto run = host.let_run(jobs[i].restore_tid);
+			auto run = host.let_run(jobs[i].restore_tid, jobs[i].buffer);
 			if (!run) {
 				out[i].status = std::move(run).error().context("%s", jobs[i].what.c_str());
 				continue;
@@ -96,8 +97,17 @@ std::vector<ProcResult> run_proc_jobs(Host &host, const SharedDriver &driver, st
 				    }});
 		index.push_back(i);
 	}
-	std::vector<Status> done =
-		run_jobs(std::move(runnable), parallel, timeout_ms, progress ? watch_progress(host, *progress, jobs, index) : JobWatch());
+	JobTend tend;
+	if (std::any_of(jobs.begin(), jobs.end(), [](const ProcJob &j) { return j.buffer.has_value(); }))
+		tend = [&runs] {
+			bool any = false;
+			for (auto &run : runs)
+				if (run && run->tend())
+					any = true;
+			return any;
+		};
+	std::vector<Status> done = run_jobs(std::move(runnable), parallel, timeout_ms,
+					    progress ? watch_progress(host, *progress, jobs, index) : JobWatch(), 500, tend);
 	{
 		std::lock_guard<std::mutex> g(collected->mu);
 		collected->done = true;
@@ -110,7 +120,9 @@ std::vector<ProcResult> run_proc_jobs(Host &host, const SharedDriver &driver, st
 			out[i].state_after_failure = *after[i];
 		if (!runs[i])
 			continue;
-		if (auto st = runs[i]->stop(); !st) {
+		Status stopped = runs[i]->stop();
+		out[i].buffer = runs[i]->buffer_report();
+		if (auto st = std::move(stopped); !st) {
 			if (out[i].status)
 				out[i].status = std::move(st).error().context("%s", "stop the restore thread again");
 			else

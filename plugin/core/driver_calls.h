@@ -67,6 +67,8 @@ struct ProcJob {
 	// The restore thread is ptrace-stopped by this process (CRIU's tasks) and is let run for the call; a
 	// process that runs on its own (cuda-criu's) has nothing to let run.
 	bool stopped = true;
+	// For a checkpoint: the restore thread traced and the driver's buffer prepared (os/checkpoint_buffer.h).
+	std::optional<BufferPolicy> buffer = std::nullopt;
 };
 
 struct ProcResult {
@@ -75,6 +77,7 @@ struct ProcResult {
 	// After a failed call: the process's CUDA state, asked while its restore thread still ran (the driver
 	// answers a state query through that thread; once it is stopped again the query would block).
 	std::optional<CudaState> state_after_failure;
+	BufferReport buffer; // what was done with the driver's buffer (ProcJob::buffer)
 };
 
 // Progress of the jobs' phase: expected bytes per job, sampled while they run (see core/progress.h).

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <ctime>
 #include <set>
+#include <thread>
 
 #include "base/format.h"
 #include "base/log.h"
@@ -375,6 +376,10 @@ Status DumpSession::checkpoint_all()
 	if (targets.empty())
 		return {};
 	LOG_INFO("checkpointing %zu CUDA process(es)%s", targets.size(), targets.size() > 1 ? " in parallel" : "");
+	auto policy = buffer_policy();
+	buffer_traced_ = policy.has_value();
+	for (ProcJob &j : jobs)
+		j.buffer = policy;
 	// The driver copies the GPU memory into the process: its growth is the copy's progress.
 	PhaseProgress progress{"checkpoint", {}, {}, options_.stall_timeout_ms};
 	std::vector<std::pair<pid_t, uint64_t>> before;
@@ -403,9 +408,47 @@ Status DumpSession::checkpoint_all()
 	return first_failure;
 }
 
+// What the checkpoint's jobs do with the driver's buffer (os/checkpoint_buffer.h), said once per dump.
+std::optional<BufferPolicy> DumpSession::buffer_policy()
+{
+	if (!options_.huge_pages) {
+		LOG_INFO("huge-pages off: the driver's checkpoint buffer is left to the driver");
+		return std::nullopt;
+	}
+	BufferPolicy policy;
+	policy.threads = std::clamp(std::thread::hardware_concurrency(), 1U, 16U);
+	auto mode = host_.thp_mode();
+	if (!mode || *mode == "never") {
+		policy.huge_pages = false;
+		LOG_INFO("the driver's checkpoint buffer stays on 4 KiB pages (%s), populated by %u threads",
+			 mode ? "transparent huge pages are never on this host" : mode.error().message().c_str(),
+			 policy.threads);
+	}
+	return policy;
+}
+
+void DumpSession::log_buffer(pid_t pid, const BufferReport &r, uint64_t call_us)
+{
+	if (!r.mappings) {
+		LOG_INFO("pid %d: the driver mapped no populated checkpoint buffer the plugin knows; its checkpoint "
+			 "ran as the driver does it",
+			 pid);
+		return;
+	}
+	double s = static_cast<double>(r.populate_us) / 1e6;
+	LOG_INFO("pid %d: the driver's checkpoint buffer (%s) on %s, populated in %.2f s (%.1f GB/s); the call "
+		 "took %.2f s",
+		 pid, human_bytes(r.bytes).c_str(), r.huge_pages ? "huge pages" : "4 KiB pages", s,
+		 s > 0 ? static_cast<double>(r.bytes) / 1e9 / s : 0.0, static_cast<double>(call_us) / 1e6);
+	if (!r.problem.empty())
+		LOG_WARN("pid %d: %s; the driver touched the rest of its buffer itself", pid, r.problem.c_str());
+}
+
 void DumpSession::record_checkpoint(Proc &p, ProcResult result, Status &first_failure)
 {
 	p.checkpoint_us = result.us;
+	if (result.status && buffer_traced_)
+		log_buffer(p.pid, result.buffer, result.us);
 	if (result.status) {
 		p.checkpointed_by_us = true;
 		uint64_t rss = host_.task_info(p.pid).rss_bytes;

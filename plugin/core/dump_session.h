@@ -82,6 +82,8 @@ private:
 	Status check_space();
 	Status checkpoint_all();
 	void record_checkpoint(Proc &p, ProcResult result, Status &first_failure);
+	std::optional<BufferPolicy> buffer_policy();
+	static void log_buffer(pid_t pid, const BufferReport &r, uint64_t call_us);
 	std::string state_now(pid_t pid, unsigned timeout_ms = kDriverGraceMs);
 	std::vector<GpuRecord> machine_gpu_records(bool used) const;
 
@@ -100,6 +102,7 @@ private:
 	bool gpu_bytes_known_ = false;        // NVML answered
 	int image_dir_fd_ = -1;
 	bool checkpointed_ = false;
+	bool buffer_traced_ = false; // the checkpoint traced the restore threads for the driver's buffer
 	uint64_t device_phase_us_ = 0;
 	uint64_t rollback_us_ = 0;
 	std::vector<GpuInfo> machine_gpus_; // the driver's list

@@ -90,6 +90,13 @@ const Key kKeys[] = {
 	 [](Options &o, const std::string &v) {
 		 return set_count(o.io_threads, v, 256, "a count of threads (0 = as many as useful, up to 16)");
 	 }},
+	{"huge-pages",
+	 [](Options &o, const std::string &v) -> Status {
+		 if (v != "auto" && v != "off")
+			 return make_error(EINVAL, "'%s' is neither auto nor off", v.c_str());
+		 o.huge_pages = v == "auto";
+		 return {};
+	 }},
 	{"map-image",
 	 [](Options &o, const std::string &v) -> Status {
 		 if (v != "auto" && v != "off")

@@ -33,6 +33,9 @@ struct Options {
 	GpuImage gpu_image = GpuImage::Plugin;   // gpu-image: plugin or criu
 	unsigned io_threads = 0;                 // io-threads: writers/readers of the GPU image, 0 = auto
 	bool map_image = true;                   // map-image: auto (true) or off; see core/mapped_restore.h
+	// huge-pages: auto (true): the driver's checkpoint buffer put on huge pages and populated by the
+	// plugin's threads (os/checkpoint_buffer.h); off: left to the driver.
+	bool huge_pages = true;
 	std::string config_file;                 // the file that was read, if any
 };
 

@@ -116,8 +116,13 @@ private:
 } // namespace
 
 std::vector<Status> run_jobs(std::vector<Job> jobs, unsigned max_parallel, unsigned timeout_ms,
-			     const JobWatch &watch, unsigned watch_every_ms)
+			     const JobWatch &watch, unsigned watch_every_ms, const JobTend &tend)
 {
+	// After a traced thread's stop more follow at once (a system call's exit after its entry): the
+	// waiting thread looks again without sleeping for a while, then every 200 us.
+	constexpr auto kTendSpin = std::chrono::milliseconds(2);
+	constexpr auto kTendEvery = std::chrono::microseconds(200);
+	auto last_tended = Clock::now();
 	if (max_parallel == 0 || max_parallel > jobs.size())
 		max_parallel = static_cast<unsigned>(jobs.size());
 	auto shared = std::make_shared<Shared>();
@@ -142,6 +147,20 @@ std::vector<Status> run_jobs(std::vector<Job> jobs, unsigned max_parallel, unsig
 		}
 		if (watch && (!earliest || next_watch < *earliest))
 			earliest = next_watch;
+		if (tend) {
+			// Unlocked, as the watch: handling a stop may take a while (the buffer populated).
+			lock.unlock();
+			bool busy = tend();
+			lock.lock();
+			auto now = Clock::now();
+			if (busy)
+				last_tended = now;
+			if (t.any_result())
+				continue;
+			auto soon = now - last_tended < kTendSpin ? now : now + kTendEvery;
+			if (!earliest || soon < *earliest)
+				earliest = soon;
+		}
 		if (earliest)
 			shared->cv.wait_until(lock, *earliest, [&] { return t.any_result(); });
 		else

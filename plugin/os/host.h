@@ -13,6 +13,7 @@
 
 #include "base/result.h"
 #include "base/gpu.h"
+#include "os/checkpoint_buffer.h"
 #include "os/maps.h"
 #include "os/memory.h"
 #include "os/nvidia_files.h"
@@ -24,6 +25,9 @@ class RunningThread {
 public:
 	virtual ~RunningThread() = default;
 	virtual Status stop() = 0;
+	// A thread let run with a BufferPolicy: handles its stops (see os/thread_run.h); whether it made any.
+	virtual bool tend() { return false; }
+	virtual BufferReport buffer_report() const { return {}; }
 };
 
 // The file system under a directory (fstatvfs), for the dump's room preflight (core/space_check.h).
@@ -54,7 +58,7 @@ public:
 	virtual bool uses_libcuda(pid_t pid) = 0;
 	virtual TaskInfo task_info(pid_t pid) = 0;
 	// Lets the (ptrace-stopped) thread tid run; see os/thread_run.h.
-	virtual Result<std::unique_ptr<RunningThread>> let_run(pid_t tid) = 0;
+	virtual Result<std::unique_ptr<RunningThread>> let_run(pid_t tid, std::optional<BufferPolicy> buffer) = 0;
 	// The processes this CRIU process holds ptrace-stopped among the descendants of itself and of its
 	// parent (a tree restored as CRIU's child, or as its sibling with --restore-sibling as runc does).
 	virtual std::vector<pid_t> stopped_tasks() = 0;
@@ -67,6 +71,9 @@ public:
 	virtual uint64_t thread_cpu_ticks(pid_t pid, pid_t tid) = 0;
 	// MemAvailable of the machine, and the memory cgroup that leaves pid the least room (os/memory.h).
 	virtual std::optional<uint64_t> available_memory() = 0;
+	// The transparent huge page mode for PMD-sized anonymous pages (always, madvise, never; os/thp.h),
+	// or an error saying why it is unknown.
+	virtual Result<std::string> thp_mode() = 0;
 	virtual std::optional<CgroupRoom> memory_cgroup(pid_t pid) = 0;
 	// Every GPU the kernel driver has, whatever CUDA_VISIBLE_DEVICES says: see kernel_gpus() in os/nvidia.h.
 	virtual std::vector<GpuInfo> machine_gpus() = 0;
@@ -103,13 +110,14 @@ class SystemHost final : public Host {
 public:
 	bool uses_libcuda(pid_t pid) override;
 	TaskInfo task_info(pid_t pid) override;
-	Result<std::unique_ptr<RunningThread>> let_run(pid_t tid) override;
+	Result<std::unique_ptr<RunningThread>> let_run(pid_t tid, std::optional<BufferPolicy> buffer) override;
 	std::vector<pid_t> stopped_tasks() override;
 	void kill(pid_t pid) override;
 	bool alive(pid_t pid) override;
 	std::vector<pid_t> children(pid_t pid) override;
 	uint64_t thread_cpu_ticks(pid_t pid, pid_t tid) override;
 	std::optional<uint64_t> available_memory() override;
+	Result<std::string> thp_mode() override;
 	std::optional<CgroupRoom> memory_cgroup(pid_t pid) override;
 	std::vector<GpuInfo> machine_gpus() override;
 	std::vector<unsigned> dev_gpu_minors(pid_t pid) override;

@@ -17,6 +17,7 @@
 #include "os/nvidia_files.h"
 #include "os/proc.h"
 #include "os/process_memory.h"
+#include "os/thp.h"
 #include "os/thread_run.h"
 
 namespace cuda_criu {
@@ -26,6 +27,8 @@ class ThreadRunHandle final : public RunningThread {
 public:
 	explicit ThreadRunHandle(ThreadRun run) : run_(std::move(run)) {}
 	Status stop() override { return run_.stop(); }
+	bool tend() override { return run_.tend(); }
+	BufferReport buffer_report() const override { return run_.buffer_report(); }
 
 private:
 	ThreadRun run_;
@@ -40,6 +43,14 @@ std::vector<pid_t> SystemHost::children(pid_t pid) { return children_of(pid); }
 uint64_t SystemHost::thread_cpu_ticks(pid_t pid, pid_t tid) { return cuda_criu::thread_cpu_ticks(pid, tid); }
 
 std::optional<uint64_t> SystemHost::available_memory() { return host_available_bytes(); }
+
+Result<std::string> SystemHost::thp_mode()
+{
+	auto thp = read_thp_settings();
+	if (!thp)
+		return std::move(thp).error();
+	return thp->pmd_mode;
+}
 
 std::optional<CgroupRoom> SystemHost::memory_cgroup(pid_t pid) { return tightest_memory_cgroup(pid); }
 
@@ -79,9 +90,9 @@ std::vector<unsigned> SystemHost::dev_gpu_minors(pid_t pid)
 	return gpu_minors_in("/proc/" + std::to_string(pid) + "/root/dev", AT_SYMLINK_NOFOLLOW);
 }
 
-Result<std::unique_ptr<RunningThread>> SystemHost::let_run(pid_t tid)
+Result<std::unique_ptr<RunningThread>> SystemHost::let_run(pid_t tid, std::optional<BufferPolicy> buffer)
 {
-	auto run = ThreadRun::start(tid);
+	auto run = ThreadRun::start(tid, buffer);
 	if (!run)
 		return std::move(run).error();
 	return std::unique_ptr<RunningThread>(new ThreadRunHandle(std::move(*run)));

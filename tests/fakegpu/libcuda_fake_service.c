@@ -147,7 +147,9 @@ static CUresult svc_checkpoint(int sfd)
 	g_ncopies = 0;
 	CUresult r = CUDA_SUCCESS;
 	for (size_t i = 0; i < n && r == CUDA_SUCCESS; i++) {
-		void *data = mmap(NULL, bufs[i].size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+		/* MAP_POPULATE, as the real driver maps its buffer (os/checkpoint_buffer.h). */
+		void *data = mmap(NULL, bufs[i].size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE,
+				  -1, 0);
 		if (data == MAP_FAILED) {
 			r = CUDA_ERROR_OUT_OF_MEMORY;
 			break;

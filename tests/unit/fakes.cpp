@@ -132,9 +132,10 @@ private:
 };
 } // namespace
 
-Result<std::unique_ptr<RunningThread>> FakeHost::let_run(pid_t tid)
+Result<std::unique_ptr<RunningThread>> FakeHost::let_run(pid_t tid, std::optional<BufferPolicy> buffer)
 {
 	let_runs++;
+	buffer_policies[tid] = buffer;
 	if (fail_let_run.count(tid))
 		return make_error(ESRCH, "restore thread %d: read /proc/%d/status: No such file or directory", tid, tid);
 	return std::unique_ptr<RunningThread>(new FakeRun(running_threads, tid));

@@ -73,10 +73,13 @@ public:
 	std::map<pid_t, std::vector<unsigned>> minors; // /dev/nvidiaN a process holds (default: none)
 	std::map<pid_t, std::vector<unsigned>> reachable; // /dev/nvidiaN in its /dev (default: none)
 	int let_runs = 0;
+	std::map<pid_t, std::optional<BufferPolicy>> buffer_policies; // the last let_run's, per restore thread
 
 	bool uses_libcuda(pid_t pid) override { return cuda_pids.count(pid) > 0; }
 	TaskInfo task_info(pid_t pid) override;
-	Result<std::unique_ptr<RunningThread>> let_run(pid_t tid) override;
+	Result<std::unique_ptr<RunningThread>> let_run(pid_t tid, std::optional<BufferPolicy> buffer) override;
+	Result<std::string> thp_mode() override { return thp; }
+	Result<std::string> thp = std::string("madvise");
 	std::vector<pid_t> stopped_tasks() override { return stopped; }
 	void kill(pid_t pid) override { killed.insert(pid); }
 	bool alive(pid_t pid) override { return !dead.count(pid); }

@@ -1,0 +1,51 @@
+// The driver's checkpoint buffer. cuCheckpointProcessCheckpoint has the process's restore thread map one
+// private anonymous region about as large as the GPU state with MAP_POPULATE, so the kernel first-touches
+// all of it in that one mmap call, on that one thread, on 4 KiB pages unless THP is `always` (seen on the
+// H200, driver 580: 1.2-1.7 s of a 2.0-2.6 s checkpoint of 4.6 GB; the copy into it afterwards 0.75 s).
+// While the plugin lets the thread run it can trace its system calls (os/thread_run.h): it takes
+// MAP_POPULATE out of that one request, gives the new mapping MADV_HUGEPAGE and populates it from its own
+// threads before the thread goes on, so the driver writes into memory that is already there.
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <string>
+
+#include "base/result.h"
+
+namespace cuda_criu {
+
+// What the plugin does with the buffer (option huge-pages, core/options.h).
+struct BufferPolicy {
+	bool huge_pages = true; // MADV_HUGEPAGE on the buffer (false where THP is `never`)
+	unsigned threads = 16;  // populating threads
+	uint64_t min_bytes = 64ULL << 20; // smaller populated mappings are left to the driver
+};
+
+// One mmap request as the thread made it (the system call's six arguments).
+struct MmapRequest {
+	uint64_t addr = 0, len = 0, prot = 0, flags = 0;
+	int64_t fd = -1;
+	uint64_t offset = 0;
+};
+
+// Whether a request is the driver's buffer: fresh (no address asked for, no MAP_FIXED), private,
+// anonymous, writable, populated and at least min_bytes. Only such a mapping may be written before the
+// thread returns from mmap: nothing can hold data there yet.
+bool is_checkpoint_buffer(const MmapRequest &r, uint64_t min_bytes);
+
+// What preparing the buffers of one checkpoint did, for its log line.
+struct BufferReport {
+	unsigned mappings = 0;    // buffers seen
+	uint64_t bytes = 0;       // their size
+	uint64_t populate_us = 0; // time the plugin's threads took to populate them
+	bool huge_pages = false;  // MADV_HUGEPAGE took on every one
+	std::string problem;      // where something did not work: what the driver was left to do itself
+};
+
+// Writes zeros over [addr, addr + len) of pid's memory from threads threads: the kernel populates the
+// pages as they are written, in parallel. Only for memory that holds nothing yet.
+Status populate_process_memory(pid_t pid, uint64_t addr, uint64_t len, unsigned threads);
+
+} // namespace cuda_criu
