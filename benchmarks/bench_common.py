@@ -41,6 +41,7 @@ SCENARIOS = {
     "4x2g": ("memcheck", 2048, 4),
     "torch": ("torch", 4, 1),
     "llm": ("llm", 8192, 1),
+    "llm24": ("llm", 24576, 1),  # the same server with a 24 GiB KV-cache arena
 }
 # Scaling: one 4 GiB process per GPU, on 1, 2, 4 and 8 GPUs (those the machine has).
 GPU_COUNTS = (1, 2, 4, 8)
