@@ -174,6 +174,56 @@ TEST_F(DumpTest, AGpuWhoseNodeIsOpenWithoutAContextIsNotHeld)
 	EXPECT_EQ(rec.processes[1].gpu_uuids, (std::vector<GpuUuid>{g[0].uuid, g[1].uuid})) << "unknown to NVML: its nodes";
 }
 
+// The checkpoint lets each restore thread run traced, for the driver's buffer (os/checkpoint_buffer.h):
+// on huge pages where THP is not never; not at all with huge-pages=off; never for a rollback.
+TEST_F(DumpTest, CheckpointTracesTheRestoreThreadsForTheDriversBuffer)
+{
+	add_cuda({10, 11});
+	DumpSession s(options, host, source());
+	for (pid_t p : {10, 11})
+		ASSERT_TRUE(is_true(s.pause(p)));
+	ASSERT_TRUE(is_true(s.checkpoint(10)));
+	for (pid_t tid : {1010, 1011}) {
+		ASSERT_TRUE(host.buffer_policies.count(tid)) << tid;
+		ASSERT_TRUE(host.buffer_policies[tid].has_value()) << tid;
+		EXPECT_TRUE(host.buffer_policies[tid]->huge_pages);
+		EXPECT_GE(host.buffer_policies[tid]->threads, 1u);
+		EXPECT_LE(host.buffer_policies[tid]->threads, 16u);
+	}
+	ASSERT_TRUE(s.finish(false, true).ok()); // --leave-running: the rollback lets the threads run untraced
+	EXPECT_FALSE(host.buffer_policies[1010].has_value());
+	expect_running({10, 11});
+}
+
+TEST_F(DumpTest, WithThpNeverTheBufferIsPopulatedOnSmallPages)
+{
+	host.thp = std::string("never");
+	add_cuda(10);
+	DumpSession s(options, host, source());
+	ASSERT_TRUE(is_true(s.pause(10)));
+	ASSERT_TRUE(is_true(s.checkpoint(10)));
+	ASSERT_TRUE(host.buffer_policies[1010].has_value());
+	EXPECT_FALSE(host.buffer_policies[1010]->huge_pages);
+	host.thp = make_error(ENOENT, "open /sys/kernel/mm/transparent_hugepage/enabled: No such file or directory");
+	add_cuda(20);
+	DumpSession s2(options, host, source());
+	ASSERT_TRUE(is_true(s2.pause(20)));
+	ASSERT_TRUE(is_true(s2.checkpoint(20)));
+	ASSERT_TRUE(host.buffer_policies[1020].has_value());
+	EXPECT_FALSE(host.buffer_policies[1020]->huge_pages) << "no THP in the kernel: small pages";
+}
+
+TEST_F(DumpTest, HugePagesOffLeavesTheBufferToTheDriver)
+{
+	options.huge_pages = false;
+	add_cuda(10);
+	DumpSession s(options, host, source());
+	ASSERT_TRUE(is_true(s.pause(10)));
+	ASSERT_TRUE(is_true(s.checkpoint(10)));
+	ASSERT_TRUE(host.buffer_policies.count(1010));
+	EXPECT_FALSE(host.buffer_policies[1010].has_value());
+}
+
 TEST_F(DumpTest, LeaveRunningReturnsEveryProcessToItsState)
 {
 	add_cuda(10, CudaState::Running);
