@@ -129,9 +129,14 @@ ThreadRun::ThreadRun(ThreadRun &&other) noexcept
 
 ThreadRun::~ThreadRun()
 {
-	if (running_)
+	if (!running_)
+		return;
+	try {
 		if (auto st = stop(); !st)
 			LOG_ERROR("%s", st.error().message().c_str());
+	} catch (...) { // only an allocation of a message can fail: the thread is stopped by then
+		LOG_ERROR("restore thread %d: stopping it again failed", tid_);
+	}
 }
 
 bool ThreadRun::tend()
