@@ -69,10 +69,13 @@ TEST(CheckpointBuffer, PopulatingWritesZerosOverExactlyTheRange)
 
 TEST(CheckpointBuffer, PopulatingMemoryThatIsNotThereFailsNamingIt)
 {
-	void *m = mmap(nullptr, 4 * kMiB, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	// A 4 MiB hole between two reserved ranges: nothing the populating maps itself can land there.
+	void *m = mmap(nullptr, 12 * kMiB, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 	ASSERT_NE(m, MAP_FAILED);
-	munmap(m, 4 * kMiB); // a hole
-	auto st = populate_process_memory(getpid(), reinterpret_cast<uint64_t>(m), 4 * kMiB, 2);
+	auto hole = reinterpret_cast<uint64_t>(m) + 4 * kMiB;
+	ASSERT_EQ(munmap(reinterpret_cast<void *>(hole), 4 * kMiB), 0);
+	auto st = populate_process_memory(getpid(), hole, 4 * kMiB, 2);
+	munmap(m, 12 * kMiB);
 	ASSERT_FALSE(st.ok());
 	EXPECT_NE(st.error().message().find(std::to_string(getpid())), std::string::npos) << st.error().message();
 }
