@@ -41,6 +41,15 @@ Status set_level(CheckLevel &slot, const std::string &value)
 }
 
 // what: names the value in the error ("'x' is not WHAT").
+// auto (true) or off (false).
+Status set_auto_off(bool &slot, const std::string &v)
+{
+	if (v != "auto" && v != "off")
+		return make_error(EINVAL, "'%s' is neither auto nor off", v.c_str());
+	slot = v == "auto";
+	return {};
+}
+
 Status set_count(unsigned &slot, const std::string &value, long max, const char *what)
 {
 	char *end = nullptr;
@@ -90,20 +99,8 @@ const Key kKeys[] = {
 	 [](Options &o, const std::string &v) {
 		 return set_count(o.io_threads, v, 256, "a count of threads (0 = as many as useful, up to 16)");
 	 }},
-	{"huge-pages",
-	 [](Options &o, const std::string &v) -> Status {
-		 if (v != "auto" && v != "off")
-			 return make_error(EINVAL, "'%s' is neither auto nor off", v.c_str());
-		 o.huge_pages = v == "auto";
-		 return {};
-	 }},
-	{"map-image",
-	 [](Options &o, const std::string &v) -> Status {
-		 if (v != "auto" && v != "off")
-			 return make_error(EINVAL, "'%s' is neither auto nor off", v.c_str());
-		 o.map_image = v == "auto";
-		 return {};
-	 }},
+	{"huge-pages", [](Options &o, const std::string &v) { return set_auto_off(o.huge_pages, v); }},
+	{"map-image", [](Options &o, const std::string &v) { return set_auto_off(o.map_image, v); }},
 };
 
 std::string env_name(const char *key)
