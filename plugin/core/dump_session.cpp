@@ -411,8 +411,9 @@ Status DumpSession::checkpoint_all()
 // What the checkpoint's jobs do with the driver's buffer (os/checkpoint_buffer.h), said once per dump.
 std::optional<BufferPolicy> DumpSession::buffer_policy()
 {
-	if (!options_.huge_pages) {
-		LOG_INFO("huge-pages off: the driver's checkpoint buffer is left to the driver");
+	if (!options_.huge_pages || !kCanPrepareBuffer) {
+		LOG_INFO("%s: the driver's checkpoint buffer is left to the driver",
+			 options_.huge_pages ? "not on this architecture" : "huge-pages off");
 		return std::nullopt;
 	}
 	BufferPolicy policy;

@@ -16,6 +16,14 @@
 
 namespace cuda_criu {
 
+// Whether this build can prepare the buffer: the system call tracing and injection (os/thread_run.cpp)
+// are written for x86-64's registers; elsewhere the buffer is left to the driver.
+#if defined(__x86_64__)
+inline constexpr bool kCanPrepareBuffer = true;
+#else
+inline constexpr bool kCanPrepareBuffer = false;
+#endif
+
 // What the plugin does with the buffer (option huge-pages, core/options.h).
 struct BufferPolicy {
 	bool huge_pages = true; // MADV_HUGEPAGE on the buffer (false where THP is `never`)

@@ -36,6 +36,7 @@ Result<int> wait_stop(pid_t tid)
 	}
 }
 
+#if defined(__x86_64__)
 // Runs one system call in tid, which is at a syscall-exit stop (so its instruction pointer follows a
 // `syscall` instruction), and puts its registers back: the thread then returns from its own call as if
 // nothing had happened. The result, or the error the call returned.
@@ -86,6 +87,8 @@ Result<long> inject_syscall(pid_t tid, long nr, uint64_t a0, uint64_t a1, uint64
 	return out;
 }
 
+#endif
+
 } // namespace
 
 Result<ThreadRun> ThreadRun::start(pid_t tid, std::optional<BufferPolicy> buffer)
@@ -107,10 +110,11 @@ Result<ThreadRun> ThreadRun::start(pid_t tid, std::optional<BufferPolicy> buffer
 	if (ptrace(PTRACE_SETSIGMASK, tid, sizeof(block), &block) != 0)
 		return errno_error("PTRACE_SETSIGMASK on restore thread %d", tid);
 	ThreadRun run(tid, mask, options, true); // from here on, the destructor puts things back
-	run.policy_ = buffer;
-	long run_options = buffer ? PTRACE_O_TRACESYSGOOD : 0;
+	if (kCanPrepareBuffer)
+		run.policy_ = buffer;
+	long run_options = run.policy_ ? PTRACE_O_TRACESYSGOOD : 0;
 	if (ptrace(PTRACE_SETOPTIONS, tid, nullptr, run_options) != 0 ||
-	    ptrace(buffer ? PTRACE_SYSCALL : PTRACE_CONT, tid, nullptr, 0) != 0) {
+	    ptrace(run.policy_ ? PTRACE_SYSCALL : PTRACE_CONT, tid, nullptr, 0) != 0) {
 		Error err = errno_error("resume restore thread %d", tid);
 		run.running_ = false; // not resumed: only the mask and options need putting back
 		ptrace(PTRACE_SETSIGMASK, tid, sizeof(mask), &mask);
@@ -169,6 +173,7 @@ bool ThreadRun::tend()
 
 void ThreadRun::on_syscall_stop()
 {
+#if defined(__x86_64__)
 	__ptrace_syscall_info info{};
 	if (ptrace(PTRACE_GET_SYSCALL_INFO, tid_, sizeof(info), &info) <= 0)
 		return;
@@ -200,12 +205,14 @@ void ThreadRun::on_syscall_stop()
 	if (info.exit.is_error || info.exit.rval == 0)
 		return; // the driver's mmap failed: it says so itself
 	prepare_buffer(static_cast<uint64_t>(info.exit.rval), len);
+#endif
 }
 
 // The thread is at the exit of the buffer's mmap: nothing has touched the mapping yet, and no other thread
 // of the process runs.
 void ThreadRun::prepare_buffer(uint64_t addr, uint64_t len)
 {
+#if defined(__x86_64__)
 	report_.mappings++;
 	report_.bytes += len;
 	bool huge = false;
@@ -223,6 +230,10 @@ void ThreadRun::prepare_buffer(uint64_t addr, uint64_t len)
 	report_.populate_us += now_us() - t0;
 	if (!st)
 		report_.problem = std::move(st).error().context("populate the driver's buffer").message();
+#else
+	(void)addr;
+	(void)len;
+#endif
 }
 
 Status ThreadRun::stop()
