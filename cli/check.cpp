@@ -5,13 +5,11 @@
 #include <sys/utsname.h>
 #include <unistd.h>
 
-#include <algorithm>
 #include <climits>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
-#include <thread>
 
 #include "cli.h"
 #include "commands.h"
@@ -23,6 +21,7 @@
 #include "driver/nvml.h"
 #include "elf_file.h"
 #include "json.h"
+#include "os/checkpoint_buffer.h"
 #include "os/thp.h"
 #include "criu_check.h"
 #include "runtimes.h"
@@ -286,7 +285,7 @@ void check_thp(Checks &c, Facts &facts)
 {
 	const char *measured = "on an H200 (driver 580) the driver's checkpoint of 4.5 GiB took 1.1-1.2 s this way "
 			       "against 2.0-2.9 s as the driver does it alone";
-	const unsigned threads = std::clamp(std::thread::hardware_concurrency(), 1U, 16U);
+	const unsigned threads = default_buffer_threads();
 	auto options = load_options_from_environment();
 	if (options && !options->huge_pages) {
 		c.add("thp", Level::Warn,

@@ -7,7 +7,6 @@
 #include <cstring>
 #include <ctime>
 #include <set>
-#include <thread>
 
 #include "base/format.h"
 #include "base/log.h"
@@ -417,7 +416,6 @@ std::optional<BufferPolicy> DumpSession::buffer_policy()
 		return std::nullopt;
 	}
 	BufferPolicy policy;
-	policy.threads = std::clamp(std::thread::hardware_concurrency(), 1U, 16U);
 	auto mode = host_.thp_mode();
 	if (!mode || *mode == "never") {
 		policy.huge_pages = false;

@@ -40,7 +40,6 @@ Status set_level(CheckLevel &slot, const std::string &value)
 	return {};
 }
 
-// what: names the value in the error ("'x' is not WHAT").
 // auto (true) or off (false).
 Status set_auto_off(bool &slot, const std::string &v)
 {
@@ -50,6 +49,7 @@ Status set_auto_off(bool &slot, const std::string &v)
 	return {};
 }
 
+// what: names the value in the error ("'x' is not WHAT").
 Status set_count(unsigned &slot, const std::string &value, long max, const char *what)
 {
 	char *end = nullptr;

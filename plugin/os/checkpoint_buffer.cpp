@@ -34,6 +34,8 @@ private:
 
 } // namespace
 
+unsigned default_buffer_threads() { return std::clamp(std::thread::hardware_concurrency(), 1U, 16U); }
+
 bool is_checkpoint_buffer(const MmapRequest &r, uint64_t min_bytes)
 {
 	const uint64_t must = MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE;

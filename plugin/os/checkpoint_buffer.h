@@ -24,10 +24,14 @@ inline constexpr bool kCanPrepareBuffer = true;
 inline constexpr bool kCanPrepareBuffer = false;
 #endif
 
+// The threads that populate the buffer: one per core, up to 16 (the machine's first-touch rate stops
+// growing there: design notes, section 2).
+unsigned default_buffer_threads();
+
 // What the plugin does with the buffer (option huge-pages, core/options.h).
 struct BufferPolicy {
 	bool huge_pages = true; // MADV_HUGEPAGE on the buffer (false where THP is `never`)
-	unsigned threads = 16;  // populating threads
+	unsigned threads = default_buffer_threads(); // populating threads
 	uint64_t min_bytes = 64ULL << 20; // smaller populated mappings are left to the driver
 };
 
