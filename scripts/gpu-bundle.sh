@@ -18,10 +18,12 @@
 #     bench.py                                    the benchmark (benchmarks/bench.py)
 #     bundle-info.txt                             what went in, and from which sources
 #
-# criu and cuda-criu find lib/ through their RUNPATH ($ORIGIN/../lib, set on the bundled copies), so they run
-# from the bundle as they are (run-gpu-tests.sh still gives criu lib/ in LD_LIBRARY_PATH, for the plugins it
-# loads); the workloads use the target's own libraries, libcuda.so.1 above all. lib/ holds no libcuda, so a
-# RUNPATH never hides the target's driver. The folder is rebuilt from scratch each time (a few MB of
+# Everything bundled finds its libraries in lib/ through its own RUNPATH, set on the bundled copies: criu,
+# cuda-criu and the plugins $ORIGIN/../lib, each library in lib/ $ORIGIN. Each object needs its own, as a
+# RUNPATH serves only the object's direct dependencies (criu's would not reach libunistring, which
+# libgnutls needs). So they run from the bundle as they are, without LD_LIBRARY_PATH, and the script checks
+# that every library the bundle ships resolves from lib/ (ldd). The workloads use the target's own
+# libraries, libcuda.so.1 above all. lib/ holds no libcuda, so a RUNPATH never hides the target's driver. The folder is rebuilt from scratch each time (a few MB of
 # copies), so a second run costs only the up-to-date checks of CRIU and of the CMake build.
 #
 # Environment: BUILD_DIR (default: build), JOBS (default: nproc), BUNDLE_DIR (default: $BUILD_DIR/gpu-bundle).
@@ -71,11 +73,24 @@ check_rpath() {
 	[ -z "$(readelf -d "$f" | grep -E 'R(UN)?PATH')" ] || die "could not remove the RPATH of $f"
 }
 
-# set_runpath FILE: FILE (in sbin/ or bin/) finds the bundle's lib/ wherever the bundle lies. RUNPATH, not
-# LD_LIBRARY_PATH: what the program starts (criu from cuda-criu, the workloads) keeps the target's libraries.
+# set_runpath FILE DIR: FILE finds its libraries in DIR ('$ORIGIN/../lib' for a file in a folder beside
+# lib/, '$ORIGIN' for one in lib/) wherever the bundle lies. RUNPATH, not LD_LIBRARY_PATH: what the program
+# starts (criu from cuda-criu, the workloads) keeps the target's libraries.
 set_runpath() {
-	patchelf --set-rpath '$ORIGIN/../lib' "$1"
-	readelf -d "$1" | grep -q 'RUNPATH.*\[\$ORIGIN/\.\./lib\]' || die "could not set the RUNPATH of $1"
+	patchelf --set-rpath "$2" "$1"
+	[ "$(readelf -d "$1" | sed -n 's/.*(RUNPATH).*\[\(.*\)\]/\1/p')" = "$2" ] || die "could not set the RUNPATH of $1 to $2"
+}
+
+# check_resolved FILE...: every library each FILE needs that lib/ holds is loaded from lib/, by the loader's
+# own search (ldd, with no LD_LIBRARY_PATH), not found on this machine's /lib where the target has none.
+check_resolved() {
+	local f name path
+	for f in "$@"; do
+		env -u LD_LIBRARY_PATH ldd "$f" | while read -r name _ path _; do
+			[ -f "$tmp/lib/$name" ] || continue
+			[ "$(realpath "$path")" = "$tmp/lib/$name" ] || die "$(basename "$f") loads $name from $path, not from the bundle's lib/"
+		done
+	done
 }
 
 # 1. CRIU (does nothing when it is up to date).
@@ -142,12 +157,20 @@ done | sort -u | while read -r lib; do
 	cp -L "$lib" "$tmp/lib/$(basename "$lib")"
 done
 chmod 644 "$tmp"/lib/*
+for f in "$tmp"/lib/*; do
+	case "$(basename "$f")" in libcuda.* | libnvidia*) die "$f would hide the target's driver" ;; esac
+done
 
-set_runpath "$tmp/sbin/criu"
-set_runpath "$tmp/bin/cuda-criu"
+for f in "$tmp/sbin/criu" "$tmp/bin/cuda-criu" "$tmp/plugin/cuda_plugin.so" "$tmp/intree/cuda_plugin.so" \
+	${runc:+"$tmp/sbin/runc"}; do
+	set_runpath "$f" '$ORIGIN/../lib'
+done
+for f in "$tmp"/lib/*; do set_runpath "$f" '$ORIGIN'; done
+check_resolved "$tmp/sbin/criu" "$tmp/bin/cuda-criu" "$tmp/plugin/cuda_plugin.so" "$tmp/intree/cuda_plugin.so" \
+	${runc:+"$tmp/sbin/runc"} "$tmp"/lib/*
 
-# The workload must use the target's libcuda.so.1 and nothing of ours.
-for f in "$tmp/bin/cuda_memcheck" "$tmp/bin/cuda_server" "$tmp/plugin/cuda_plugin.so"; do check_rpath "$f"; done
+# The workloads must use the target's libcuda.so.1 and nothing of ours.
+for f in "$tmp/bin/cuda_memcheck" "$tmp/bin/cuda_server"; do check_rpath "$f"; done
 readelf -d "$tmp/bin/cuda_memcheck" | grep -q 'NEEDED.*\[libcuda\.so\.1\]' ||
 	log "note: cuda_memcheck does not list libcuda.so.1 as NEEDED (does it dlopen it?)"
 
