@@ -197,10 +197,15 @@ void check_persistence(Checks &c, const std::vector<GpuInfo> &gpus)
 void check_criu_and_plugin(Checks &c, Facts &facts, const std::string &criu, const std::string &libdir)
 {
 	facts.criu = check_criu(c, find_criu(criu));
-	if (libdir.empty())
-		c.add(check_plugin(criu_libdir(caller_criu_env(), ""),
-				   "set libdir in " + criu_config_dir() + "/default.conf to its directory"));
-	else
+	if (libdir.empty()) {
+		// Where nothing sets libdir, the plugin that came with cuda-criu is the one its commands give
+		// criu.
+		Libdir where = criu_libdir(caller_criu_env(), "");
+		if (std::string own = find_companion(Companion::PluginDir); where.crius_default && !own.empty())
+			where = {own, "beside cuda-criu, for criu -L: selftest, roundtrip and migrate give it; "
+				      "no libdir set"};
+		c.add(check_plugin(where, "set libdir in " + criu_config_dir() + "/default.conf to its directory"));
+	} else
 		c.add(check_plugin({libdir, "criu -L"}, "give its directory with --libdir"));
 
 	auto options = load_options_from_environment();

@@ -6,6 +6,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 
 #include "base/text.h"
@@ -21,7 +22,58 @@ std::string env_or_empty(const char *name)
 	return v ? v : "";
 }
 
+std::string without_trailing_slashes(std::string dir)
+{
+	while (dir.size() > 1 && dir.back() == '/')
+		dir.pop_back();
+	return dir;
+}
+
+bool is_regular_file(const std::string &path)
+{
+	struct stat st = {};
+	return stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
+}
+
 } // namespace
+
+std::vector<std::string> companion_places(Companion what, const std::string &exe,
+					  const std::string &installed_plugin_dir)
+{
+	namespace fs = std::filesystem;
+	const fs::path prefix = fs::path(exe).parent_path().parent_path();
+	if (what == Companion::Criu)
+		return {(prefix / "sbin/criu").string()};
+	std::vector<std::string> dirs = {(prefix / "plugin").string()};
+	if (!installed_plugin_dir.empty()) {
+		fs::path dir(installed_plugin_dir);
+		if (dir.is_relative())
+			dir = prefix / dir;
+		dirs.push_back(without_trailing_slashes(dir.lexically_normal().string()));
+	}
+	return dirs;
+}
+
+std::string find_companion(Companion what, const std::string &exe, const std::string &installed_plugin_dir)
+{
+	for (const std::string &p : companion_places(what, exe, installed_plugin_dir))
+		if (what == Companion::Criu ? is_executable_file(p) : is_regular_file(p + "/" + kPluginFileName))
+			return p;
+	return "";
+}
+
+// CUDA_CRIU_INSTALLED_PLUGIN_DIR: the build's CRIU_PLUGIN_DIR (cli/CMakeLists.txt).
+std::string find_companion(Companion what)
+{
+	auto exe = self_executable();
+	return exe ? find_companion(what, *exe, CUDA_CRIU_INSTALLED_PLUGIN_DIR) : "";
+}
+
+std::string default_libdir()
+{
+	std::string own = find_companion(Companion::PluginDir);
+	return own.empty() ? kCriuDefaultLibdir : own;
+}
 
 Result<CriuLocation> find_criu(const std::string &explicit_path)
 {
@@ -30,12 +82,15 @@ Result<CriuLocation> find_criu(const std::string &explicit_path)
 			return make_error(ENOENT, "--criu %s: not an executable file", explicit_path.c_str());
 		return CriuLocation{explicit_path, "--criu", false};
 	}
+	if (std::string own = find_companion(Companion::Criu); !own.empty())
+		return CriuLocation{own, "beside cuda-criu", false};
 	for (const char *p : {"/usr/local/sbin/criu", "/usr/sbin/criu", "/usr/bin/criu"})
 		if (is_executable_file(p))
 			return CriuLocation{p, p, false};
 	if (std::string found = search_path("criu", env_or_empty("PATH")); !found.empty())
 		return CriuLocation{found, "$PATH", true};
-	return make_error(ENOENT, "no criu in /usr/local/sbin, /usr/sbin, /usr/bin or $PATH");
+	return make_error(ENOENT,
+			  "no criu beside cuda-criu (../sbin/criu), in /usr/local/sbin, /usr/sbin, /usr/bin or $PATH");
 }
 
 Result<CriuVersion> criu_version(const std::string &path, const std::vector<std::string> &env)
@@ -104,10 +159,9 @@ Libdir criu_libdir(const CriuEnv &env, const std::string &runtime_conf)
 		if (std::string dir = config_libdir(file); !dir.empty())
 			found = {dir, format("libdir in %s%s", label.c_str(), file.c_str())};
 	if (found.dir.empty())
-		found = env.libs_dir.empty() ? Libdir{kCriuDefaultLibdir, "CRIU's default, no libdir set"}
+		found = env.libs_dir.empty() ? Libdir{kCriuDefaultLibdir, "CRIU's default, no libdir set", true}
 					     : Libdir{env.libs_dir, "$CRIU_LIBS_DIR"};
-	while (found.dir.size() > 1 && found.dir.back() == '/')
-		found.dir.pop_back();
+	found.dir = without_trailing_slashes(found.dir);
 	return found;
 }
 

@@ -17,8 +17,9 @@ struct CriuLocation {
 	bool only_in_path = false; // found only through $PATH: not run
 };
 
-// explicit_path (from --criu) must name an executable file. Otherwise the fixed places
-// /usr/local/sbin/criu, /usr/sbin/criu and /usr/bin/criu are tried in that order, then $PATH.
+// explicit_path (from --criu) must name an executable file. Otherwise the criu that came with this
+// cuda-criu (find_companion), then the fixed places /usr/local/sbin/criu, /usr/sbin/criu and /usr/bin/criu
+// are tried in that order, then $PATH.
 Result<CriuLocation> find_criu(const std::string &explicit_path);
 
 struct CriuVersion {
@@ -39,6 +40,29 @@ inline constexpr const char *kCriuPatchSymbol = "criu_resume_devices_late_errors
 inline constexpr const char *kPluginFileName = "cuda_plugin.so";
 inline constexpr const char *kPluginMarker = "cuda-plugin.img";
 inline constexpr const char *kCriuDefaultLibdir = "/usr/lib/criu";
+
+// What came with this cuda-criu, found from its own executable, PREFIX/bin/cuda-criu, as each layout that
+// ships it puts them: the GPU bundle (scripts/gpu-bundle.sh: PREFIX/sbin/criu, PREFIX/plugin/), the build
+// tree (PREFIX/plugin/) and `cmake --install` (PREFIX/sbin/criu when CRIU was installed to the same prefix,
+// the plugin in CRIU_PLUGIN_DIR). A program beside our own executable is trusted as that executable is:
+// one installation put both there.
+enum class Companion { Criu, PluginDir };
+
+// The places of what for the executable exe, in the order they are tried; installed_plugin_dir: the
+// build's CRIU_PLUGIN_DIR (relative to the install prefix, as install() takes it, or absolute; "" for
+// none). Looks at no file.
+std::vector<std::string> companion_places(Companion what, const std::string &exe,
+					  const std::string &installed_plugin_dir);
+
+// The first of those places that holds it (an executable criu; a directory with a cuda_plugin.so file), or
+// "" when none does.
+std::string find_companion(Companion what, const std::string &exe, const std::string &installed_plugin_dir);
+// The same for this program's executable and the CRIU_PLUGIN_DIR it was built with.
+std::string find_companion(Companion what);
+
+// The plugin directory given to CRIU with -L when --libdir is not: the one that came with this cuda-criu
+// (find_companion), else CRIU's default.
+std::string default_libdir();
 
 // The environment CRIU runs with, as far as it decides where plugins come from. A runtime called
 // directly passes its caller's; podman passes none; containerd passes its own.
@@ -62,6 +86,7 @@ std::string criu_config_dir();
 struct Libdir {
 	std::string dir;
 	std::string source; // "libdir in /etc/criu/runc.conf", "$CRIU_LIBS_DIR", "CRIU's default"
+	bool crius_default = false; // nothing set it
 };
 Libdir criu_libdir(const CriuEnv &env, const std::string &runtime_conf);
 

@@ -30,7 +30,7 @@ struct MigrateOptions {
 	std::string address = "127.0.0.1";
 	std::string port = "27027";
 	bool copy = false;                // --via copy: the whole image dumped here, then copied
-	std::string criu, target_criu, libdir = kCriuDefaultLibdir, work;
+	std::string criu, target_criu, libdir = default_libdir(), work;
 	std::vector<std::string> criu_args, criu_env;
 	unsigned timeout_ms = 600000;
 	bool keep = false;

@@ -26,7 +26,7 @@ using roundtrip::StepStatus;
 
 struct SelftestOptions {
 	std::string criu;
-	std::string libdir = kCriuDefaultLibdir;
+	std::string libdir = default_libdir();
 	unsigned long mb = 256;
 	std::string libcuda;
 	std::string parent_dir = "/tmp";

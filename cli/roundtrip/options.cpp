@@ -163,7 +163,7 @@ std::optional<int> parse_roundtrip_options(const ParsedArgs &a, RoundtripOptions
 		return rc;
 	if (auto rc = parse_ready(a, o))
 		return rc;
-	o.libdir = kCriuDefaultLibdir;
+	o.libdir = default_libdir();
 	parse_paths(a, o);
 	if (const std::string *v = a.value("--device-map")) {
 		if (v->empty() || v->find('=') == std::string::npos)
