@@ -279,4 +279,25 @@ assert all(h in (c['hint'] or '') for h in os.environ['HINTS'].splitlines()), c"
 else
 	log "cannot mount over $THP in a mount namespace: the made-up THP modes are skipped"
 fi
+
+# 10. Run from a bundle's layout (PREFIX/bin/cuda-criu, PREFIX/sbin/criu, PREFIX/plugin/), with no criu in
+# PATH and no libdir set: check names the criu and the plugin beside it; --criu, --libdir and
+# $CRIU_LIBS_DIR still win over them.
+bundle_layout "$T/bundle"
+mkdir -p "$T/no-conf" "$T/empty"
+in_bundle() {
+	env -u CRIU_LIBS_DIR -u CRIU_CONFIG_FILE HOME="$T/no-home" PATH=/usr/bin:/bin CUDA_CRIU_CRIU_CONFIG_DIR="$T/no-conf" \
+		"$@" "$T/bundle/bin/cuda-criu" check --runtimes none >"$T/bundle.txt" 2>&1 || true
+}
+in_bundle
+grep -qE "^ok +criu +$T/bundle/sbin/criu: CRIU 4\.2\.1\$" "$T/bundle.txt" || fail "bundle: criu line: $(cat "$T/bundle.txt")"
+grep -qE "^ok +plugin +criu loads $T/bundle/plugin/cuda_plugin.so \(beside cuda-criu, for criu -L" "$T/bundle.txt" ||
+	fail "bundle: plugin line: $(grep -A1 ' plugin ' "$T/bundle.txt")"
+in_bundle CRIU_LIBS_DIR="$T/empty"
+grep -qE "^fail +plugin +no cuda_plugin.so in $T/empty \(\\\$CRIU_LIBS_DIR\)" "$T/bundle.txt" ||
+	fail "bundle with CRIU_LIBS_DIR: plugin line: $(grep ' plugin ' "$T/bundle.txt")"
+env PATH=/usr/bin:/bin "$T/bundle/bin/cuda-criu" check --runtimes none --criu "$CRIU" --libdir "$T/empty" >"$T/bundle.txt" 2>&1 || true
+grep -qE "^ok +criu +$CRIU: " "$T/bundle.txt" && grep -qE "^fail +plugin +no cuda_plugin.so in $T/empty \(criu -L\)" "$T/bundle.txt" ||
+	fail "bundle with --criu and --libdir: $(grep -E ' (criu|plugin) ' "$T/bundle.txt")"
+log "from a bundle's layout: its criu and plugin found beside cuda-criu; --criu, --libdir, CRIU_LIBS_DIR still win: ok"
 log PASS

@@ -29,6 +29,18 @@ grep -qE '^PASS  selftest: 32 MiB' "$T/pass.txt" || fail "no PASS line"
 [ -z "$(workloads)" ] || fail "workload left running: $(workloads)"
 log "selftest through LD_LIBRARY_PATH: every step ok, cleaned up: ok"
 
+# 1b. From a bundle's layout without --criu or --libdir, no criu in PATH: the criu and plugin beside it.
+bundle_layout "$T/bundle"
+rc=0
+PATH=/usr/bin:/bin LD_LIBRARY_PATH=$(dirname "$FAKE_LIB") "$T/bundle/bin/cuda-criu" selftest --mb 32 --dir "$T" \
+	>"$T/bundle.txt" 2>&1 || rc=$?
+[ $rc -eq 0 ] || fail "selftest from a bundle's layout exited $rc: $(cat "$T/bundle.txt")"
+grep -qE "^ok +setup .* CRIU 4\.2\.1 \($T/bundle/sbin/criu\), plugin $T/bundle/plugin/cuda_plugin.so," "$T/bundle.txt" ||
+	fail "bundle: setup line: $(grep setup "$T/bundle.txt")"
+expect_steps "$T/bundle.txt" setup start dump exit restore verify
+[ -z "$(workloads)" ] || fail "workload left running: $(workloads)"
+log "selftest from a bundle's layout: its criu and plugin found beside cuda-criu: ok"
+
 # 2. The library named with --libcuda (no loader path, no CUDA_CRIU_LIBCUDA): used by all three parts.
 rc=0
 env -u CUDA_CRIU_LIBCUDA -u LD_LIBRARY_PATH "${SELFTEST[@]}" --libcuda "$FAKE_LIB" --keep >"$T/libcuda.txt" 2>&1 || rc=$?

@@ -123,6 +123,16 @@ dump_one() {
 
 CUDA_CRIU=$BUILD_DIR/bin/cuda-criu
 
+# bundle_layout DIR: DIR/bin/cuda-criu, DIR/sbin/criu and DIR/plugin/cuda_plugin.so, as scripts/gpu-bundle.sh
+# lays them out. cuda-criu is a copy (it finds what came with it from its own file, /proc/self/exe), the
+# others link to this build's.
+bundle_layout() {
+	mkdir -p "$1/bin" "$1/sbin" "$1/plugin"
+	cp "$CUDA_CRIU" "$1/bin/cuda-criu"
+	ln -sf "$CRIU" "$1/sbin/criu"
+	ln -sf "$PLUGIN_DIR/cuda_plugin.so" "$1/plugin/cuda_plugin.so"
+}
+
 # start_memcheck NAME MB [more cuda_memcheck options]: a fake-GPU workload; sets $LAST_PID and $STATE.
 start_memcheck() {
 	local name=$1 mb=$2
