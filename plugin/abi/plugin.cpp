@@ -149,8 +149,20 @@ unsigned seize_alarm_left_ms()
 
 int init_dump(State &s)
 {
-	// Independent of the driver's presence: a child keeps its inherited device files whatever happens.
-	s.inherited_dump = std::make_unique<InheritedDevicesDump>(s.host, s.criu.get_image_dir());
+	// Independent of the driver's presence: a process holding NVIDIA device files is judged whatever
+	// happens, and without the driver none may keep them.
+	s.inherited_dump = std::make_unique<InheritedDevicesDump>(
+		s.host, s.criu.get_image_dir(), [&s](pid_t pid) -> Status {
+			if (s.dump)
+				return s.dump->stand_ins_allowed(pid);
+			return make_error(EBUSY,
+					  "pid %d holds NVIDIA device files, but the CUDA plugin is inactive: no NVIDIA driver "
+					  "found (%s); its GPU state cannot be saved (check nvidia-smi, and CUDA_CRIU_LIBCUDA "
+					  "if set)",
+					  pid,
+					  s.options.libcuda.empty() ? "/proc/driver/nvidia/gpus is empty or missing"
+								    : ("no file " + s.options.libcuda).c_str());
+		});
 	if (!s.host.nvidia_driver_present(s.options.libcuda)) {
 		LOG_INFO("no NVIDIA driver on this machine; CUDA plugin inactive");
 		return 0;

@@ -123,14 +123,22 @@ Result<bool> DumpSession::pause_cuda(pid_t pid, uint64_t deadline)
 {
 	auto tid = ask<pid_t>(driver_, limit_ms(deadline, kDriverGraceMs), format("query the restore thread of pid %d", pid),
 			      [pid](Driver &d) { return d.restore_thread_id(pid); });
-	if (!tid && tid.error().errno_value() == ETIMEDOUT)
-		return std::move(tid).error();
-	if (!tid) {
-		// libcuda is loaded but no CUDA context exists (e.g. a worker that imported a CUDA library).
+	if (!tid && tid.error().errno_value() == kNoCudaState) {
+		// libcuda is loaded but no CUDA context exists (a worker forked from a CUDA process, or one that
+		// imported a CUDA library). Its device files, if any, are judged now, while its CUDA ancestors
+		// still hold theirs.
+		no_cuda_state_[pid] = check_inherited(pid);
 		LOG_INFO("pid %d has libcuda loaded but no CUDA state to save (%s); dumping it as a plain process",
 			 pid, tid.error().message().c_str());
 		return false;
 	}
+	if (!tid && tid.error().errno_value() == ETIMEDOUT)
+		return std::move(tid).error();
+	if (!tid)
+		return std::move(tid).error().context(
+			"pid %d has libcuda loaded, but the driver cannot say whether it holds CUDA state, so it is not "
+			"dumped without it (check the process and the driver with nvidia-smi)",
+			pid);
 	auto state = ask<CudaState>(driver_, limit_ms(deadline, kDriverGraceMs), format("query the CUDA state of pid %d", pid),
 				    [pid](Driver &d) { return d.state(pid); });
 	if (!state)
@@ -176,6 +184,55 @@ Result<bool> DumpSession::pause_cuda(pid_t pid, uint64_t deadline)
 		  p.gpu_uuids.size(), p.lock_us / 1000.0);
 	procs_.push_back(std::move(p));
 	return true;
+}
+
+// Why pid's NVIDIA device files may not be stood in for, or nullopt: each must be one open file with a
+// device file of a CUDA process paused before it (CRIU pauses a parent before its children), i.e. one a
+// fork gave it. A process that opened its own (NVML, a library probing the GPUs) would lose them.
+std::optional<Error> DumpSession::check_inherited(pid_t pid)
+{
+	HeldDeviceFiles held = host_.nvidia_device_files(pid);
+	if (held.fds.empty())
+		return std::nullopt;
+	std::vector<std::pair<pid_t, std::vector<DeviceFd>>> cuda;
+	for (const Proc &p : procs_)
+		cuda.emplace_back(p.pid, host_.nvidia_device_files(p.pid).fds);
+	for (const DeviceFd &f : held.fds) {
+		bool shared = false;
+		for (const auto &[cpid, fds] : cuda)
+			for (const DeviceFd &g : fds)
+				shared = shared || host_.same_open_file(pid, f.fd, cpid, g.fd).value_or(false);
+		if (!shared)
+			return make_error(EBUSY,
+					  "pid %d holds the NVIDIA device file %s (fd %d) and has no CUDA state, but did not "
+					  "inherit that file from a CUDA process of this dump (it opened it itself, e.g. "
+					  "through NVML, or its CUDA parent is not in the dump): the driver's checkpoint cannot "
+					  "save what it does with the GPU; dump the tree from its CUDA parent, or end that GPU "
+					  "use before the dump",
+					  pid, f.path.c_str(), f.fd);
+	}
+	return std::nullopt;
+}
+
+Status DumpSession::stand_ins_allowed(pid_t pid) const
+{
+	if (auto it = no_cuda_state_.find(pid); it != no_cuda_state_.end()) {
+		if (it->second)
+			return *it->second;
+		return {};
+	}
+	if (std::any_of(procs_.begin(), procs_.end(), [&](const Proc &p) { return p.pid == pid; }))
+		return make_error(EBUSY,
+				  "pid %d still holds NVIDIA device files after its CUDA checkpoint: most likely a CUDA "
+				  "memory handle exported to or imported from another process as a file descriptor "
+				  "(cuMemExportToShareableHandle, a cudaMallocAsync pool shared between processes), which "
+				  "the driver cannot checkpoint (CUDA IPC needs driver r610 or newer)",
+				  pid);
+	return make_error(EBUSY,
+			  "pid %d holds NVIDIA device files but does not use CUDA (no libcuda mapped: NVML, nvidia-smi, "
+			  "DCGM or another direct user of the driver): the driver's checkpoint saves CUDA processes only, "
+			  "so its GPU files cannot be restored; stop it, or leave it out of the dump",
+			  pid);
 }
 
 // The memory preflight (core/memory_check.h) over the CUDA processes of the tree CRIU dumps, with the GPU

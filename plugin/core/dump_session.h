@@ -50,6 +50,13 @@ public:
 	// pages out of its pages images; otherwise logs why CRIU keeps them and records their checksums.
 	Status store_gpu_image(int dir_fd, const SkipPages &skip);
 
+	// Whether pid may have its NVIDIA device files replaced by inert stand-ins (core/inherited_devices.h):
+	// only when the driver said at its pause that it has no CUDA state and each NVIDIA file it holds is
+	// one it shares with a CUDA process of the tree (inherited by a fork). Else an error naming pid and
+	// why: a process without libcuda (NVML alone), one that opened its files itself, or a CUDA process
+	// still holding one after its checkpoint.
+	Status stand_ins_allowed(pid_t pid) const;
+
 	bool has_cuda_processes() const { return !procs_.empty(); }
 	ImageRecord image_record() const;
 	std::string summary() const;
@@ -75,6 +82,7 @@ private:
 
 	Status load_driver(unsigned budget_ms);
 	Result<bool> pause_cuda(pid_t pid, uint64_t deadline_us);
+	std::optional<Error> check_inherited(pid_t pid);
 	void note_gpus(Proc &p, const TaskInfo &info, uint64_t deadline_us);
 	Status lock(Proc &p, uint64_t deadline_us);
 	Result<unsigned> pause_budget_ms(pid_t pid) const;
@@ -96,6 +104,9 @@ private:
 	SharedDriver driver_; // shared with abandoned calls; null until loaded
 	PhaseCost pause_cost_, checkpoint_cost_;
 	std::vector<Proc> procs_; // in pause order
+	// Processes with libcuda loaded that the driver said have no CUDA state: why their NVIDIA files may
+	// not be stood in for (nullopt: they may).
+	std::map<pid_t, std::optional<Error>> no_cuda_state_;
 	pid_t first_pid_ = 0;     // the first pid CRIU paused: the root of the tree
 	bool preflight_done_ = false;
 	std::map<pid_t, uint64_t> gpu_bytes_; // GPU memory of each process before the dump (NVML)

@@ -16,6 +16,8 @@ Result<bool> InheritedDevicesDump::claim_mapping(int fd, const struct stat &st)
 {
 	if (!host_.is_nvidia_device_file(fd, st))
 		return false;
+	if (auto s = describe_processes(); !s)
+		return std::move(s).error();
 	std::string path = host_.fd_path(fd);
 	if (path.empty())
 		return make_error(EIO, "a mapped NVIDIA device file (rdev %u:%u) has no path: cannot record it",
@@ -23,7 +25,6 @@ Result<bool> InheritedDevicesDump::claim_mapping(int fd, const struct stat &st)
 	auto &paths = record_.mapped_paths;
 	if (std::find(paths.begin(), paths.end(), path) == paths.end()) {
 		paths.push_back(path);
-		describe_processes();
 		if (auto s = save(); !s)
 			return std::move(s).error();
 	}
@@ -41,22 +42,31 @@ Result<bool> InheritedDevicesDump::claim_file(int lfd, uint32_t id)
 	int fl = fcntl(lfd, F_GETFL);
 	if (fl < 0)
 		return errno_error("read the flags of file id %#x", id);
+	if (auto st = describe_processes(); !st)
+		return std::move(st).error();
 	std::string path = host_.fd_path(lfd);
 	record_.files.push_back({id, static_cast<uint32_t>(fl & (O_ACCMODE | O_NONBLOCK | O_APPEND)), path});
-	describe_processes();
 	if (auto s = save(); !s)
 		return std::move(s).error();
 	LOG_INFO("file %s (id %#x) inherited from the NVIDIA driver: restored as /dev/null", path.c_str(), id);
 	return true;
 }
 
-void InheritedDevicesDump::describe_processes()
+Status InheritedDevicesDump::describe_processes()
 {
+	if (refusal_)
+		return *refusal_;
 	if (described_)
-		return;
+		return {};
 	described_ = true;
 	for (pid_t pid : host_.traced_processes()) {
 		HeldDeviceFiles held = host_.nvidia_device_files(pid);
+		if (held.mappings.empty() && held.fds.empty())
+			continue;
+		if (Status st = allowed_(pid); !st) {
+			refusal_ = std::move(st).error().context("%s", "the dump is refused (the tree goes on running)");
+			return *refusal_;
+		}
 		InheritedProcessRecord p;
 		p.pid = pid;
 		p.ns_pid = held.ns_pid;
@@ -69,6 +79,7 @@ void InheritedDevicesDump::describe_processes()
 	}
 	LOG_INFO("%zu process(es) of the tree hold NVIDIA device files inherited from a CUDA parent",
 		 record_.processes.size());
+	return {};
 }
 
 Status InheritedDevicesDump::save()

@@ -13,6 +13,7 @@
 #include <sys/types.h>
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 
 #include "base/result.h"
@@ -24,8 +25,14 @@ namespace cuda_criu {
 // Dump side; lives in CRIU's process for one dump.
 class InheritedDevicesDump {
 public:
+	// Whether a process of the tree may have its NVIDIA device files stood in for; an error names it and
+	// says why not (DumpSession::stand_ins_allowed).
+	using StandInCheck = std::function<Status(pid_t pid)>;
 	// image_dir_fd: CRIU's image directory (CRIU owns it; it outlives this object), as host does.
-	InheritedDevicesDump(Host &host, int image_dir_fd) : host_(host), dir_fd_(image_dir_fd) {}
+	InheritedDevicesDump(Host &host, int image_dir_fd, StandInCheck allowed)
+		: host_(host), dir_fd_(image_dir_fd), allowed_(std::move(allowed))
+	{
+	}
 
 	// HANDLE_DEVICE_VMA: whether the mapped file fd (stat st) is an NVIDIA device file, recording it.
 	Result<bool> claim_mapping(int fd, const struct stat &st);
@@ -35,14 +42,17 @@ public:
 
 private:
 	Status save();
-	// For `cuda-criu inspect`: what each process CRIU dumps holds of NVIDIA device files, read from
-	// /proc once, at the first claim. The hooks do not say which process a file belongs to, but CRIU
-	// has seized (ptrace) every task of the tree before it dumps the first one.
-	void describe_processes();
+	// What each process CRIU dumps holds of NVIDIA device files, read from /proc once, at the first
+	// claim, each holder checked by allowed_ (an error fails every claim), the list kept for `cuda-criu
+	// inspect`. The hooks do not say which process a file belongs to, but CRIU has seized (ptrace) every
+	// task of the tree, and checkpointed its CUDA processes, before it dumps the first one.
+	Status describe_processes();
 
 	Host &host_;
 	int dir_fd_;
+	StandInCheck allowed_;
 	bool described_ = false;
+	std::optional<Error> refusal_; // of the first claim, repeated to every later one
 	InheritedDevicesRecord record_;
 };
 

@@ -4,6 +4,7 @@
 
 #include <sys/types.h>
 
+#include <cerrno>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -15,6 +16,11 @@
 #include "base/result.h"
 
 namespace cuda_criu {
+
+// The errno of a call about a process that has no CUDA state (the driver's CUDA_ERROR_NOT_INITIALIZED
+// for it: seen on r580 for a process that never initialised CUDA, and for a child forked after its
+// parent did).
+constexpr int kNoCudaState = ENODATA;
 
 // GPU memory each process uses, and the GPUs on which each has a CUDA context, by pid.
 using ProcessBytes = std::map<pid_t, uint64_t>;

@@ -102,6 +102,9 @@ public:
 	// The processes this process holds ptrace-attached (CRIU's seized tree), in pid order.
 	virtual std::vector<pid_t> traced_processes() = 0;
 	virtual HeldDeviceFiles nvidia_device_files(pid_t pid) = 0;
+	// Whether fd_a of process a and fd_b of process b are one open file (kcmp KCMP_FILE: one a fork
+	// shared); nullopt when the kernel cannot tell.
+	virtual std::optional<bool> same_open_file(pid_t a, int fd_a, pid_t b, int fd_b) = 0;
 	// The start addresses of pid's mappings of NVIDIA device files (root only).
 	virtual std::vector<unsigned long> nvidia_device_mappings(pid_t pid) = 0;
 };
@@ -132,6 +135,7 @@ public:
 	std::string fd_path(int fd) override;
 	std::vector<pid_t> traced_processes() override;
 	HeldDeviceFiles nvidia_device_files(pid_t pid) override;
+	std::optional<bool> same_open_file(pid_t a, int fd_a, pid_t b, int fd_b) override;
 	std::vector<unsigned long> nvidia_device_mappings(pid_t pid) override;
 };
 

@@ -4,6 +4,8 @@
 #include <signal.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
+#include <linux/kcmp.h>
+#include <sys/syscall.h>
 #include <sys/sysmacros.h>
 #include <unistd.h>
 
@@ -207,5 +209,13 @@ HeldDeviceFiles SystemHost::nvidia_device_files(pid_t pid)
 }
 
 std::vector<unsigned long> SystemHost::nvidia_device_mappings(pid_t pid) { return cuda_criu::nvidia_device_mappings(pid); }
+
+std::optional<bool> SystemHost::same_open_file(pid_t a, int fd_a, pid_t b, int fd_b)
+{
+	long r = syscall(SYS_kcmp, a, b, KCMP_FILE, fd_a, fd_b);
+	if (r < 0)
+		return std::nullopt;
+	return r == 0;
+}
 
 } // namespace cuda_criu

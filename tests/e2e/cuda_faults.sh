@@ -70,9 +70,10 @@ tree_healthy() {
 dump_must_fail fail-getstate "cuCheckpointProcessGetState failed: CUDA_ERROR_UNKNOWN" FAKEGPU_FAIL=getstate
 dump_must_fail fail-lock "lock pid [0-9]+: cuCheckpointProcessLock failed" FAKEGPU_FAIL=lock
 dump_must_fail fail-checkpoint "cuCheckpointProcessCheckpoint failed: CUDA_ERROR_UNKNOWN" FAKEGPU_FAIL=checkpoint
-# A driver that does not know the process: it is dumped as a plain one, which CRIU then refuses
-# (the GPU connection is external to the tree); nothing is left locked.
-dump_must_fail fail-getrestoretid "External socket|has libcuda loaded but no CUDA state" FAKEGPU_FAIL=getrestoretid
+# A driver that cannot say whether the process holds CUDA state: it is not dumped as a plain one (its
+# GPU state would be lost); the pause fails, naming it, and nothing is left locked.
+dump_must_fail fail-getrestoretid "pid [0-9]+ has libcuda loaded, but the driver cannot say whether it holds CUDA state" \
+	FAKEGPU_FAIL=getrestoretid
 # Hangs past the timeouts.
 dump_must_fail hang-lock "lock pid [0-9]+: no answer from the driver" FAKEGPU_HANG=lock FAKEGPU_HANG_MS=600000 \
 	CUDA_CRIU_LOCK_TIMEOUT=0.5

@@ -47,7 +47,8 @@
  * CRIU dumps and restores the FIFO fd with its path, so the same id is found
  * again after a restore, even when the restored process got another pid (a new
  * pid namespace). A pid without such an fd (not a CUDA client, or gone) is
- * answered with CUDA_ERROR_NOT_FOUND without talking to the daemon.
+ * answered with CUDA_ERROR_NOT_INITIALIZED without talking to the daemon, as
+ * r580 answers for a process without CUDA state.
  * The restore thread's tid, as seen by the caller, is found by scanning
  * /proc/<pid>/task/<tid>/status for the task whose innermost NSpid equals the
  * tid the service thread registered (then, as a fallback, by the thread name

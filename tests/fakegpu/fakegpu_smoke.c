@@ -256,14 +256,14 @@ usage:
 	/* not CUDA clients: this process (no cuInit yet), the daemon, no process */
 	CUprocessState st;
 	int tid;
-	EXPECT(p_state(getpid(), &st), CUDA_ERROR_NOT_FOUND);
-	EXPECT(p_state(g_daemon, &st), CUDA_ERROR_NOT_FOUND);
-	EXPECT(p_state(0x3fffffff, &st), CUDA_ERROR_NOT_FOUND);
-	EXPECT(p_tid(g_daemon, &tid), CUDA_ERROR_NOT_FOUND);
-	EXPECT(p_lock(g_daemon, NULL), CUDA_ERROR_NOT_FOUND);
-	EXPECT(p_ckpt(g_daemon, NULL), CUDA_ERROR_NOT_FOUND);
-	EXPECT(p_restore(g_daemon, NULL), CUDA_ERROR_NOT_FOUND);
-	EXPECT(p_unlock(g_daemon, NULL), CUDA_ERROR_NOT_FOUND);
+	EXPECT(p_state(getpid(), &st), CUDA_ERROR_NOT_INITIALIZED);
+	EXPECT(p_state(g_daemon, &st), CUDA_ERROR_NOT_INITIALIZED);
+	EXPECT(p_state(0x3fffffff, &st), CUDA_ERROR_NOT_INITIALIZED);
+	EXPECT(p_tid(g_daemon, &tid), CUDA_ERROR_NOT_INITIALIZED);
+	EXPECT(p_lock(g_daemon, NULL), CUDA_ERROR_NOT_INITIALIZED);
+	EXPECT(p_ckpt(g_daemon, NULL), CUDA_ERROR_NOT_INITIALIZED);
+	EXPECT(p_restore(g_daemon, NULL), CUDA_ERROR_NOT_INITIALIZED);
+	EXPECT(p_unlock(g_daemon, NULL), CUDA_ERROR_NOT_INITIALIZED);
 	EXPECT(p_state(-1, &st), CUDA_ERROR_INVALID_VALUE);
 
 	/* this process becomes a client too, to read UUIDs and memory use */
@@ -486,7 +486,7 @@ usage:
 		die("cannot find the children of %d", tpid);
 	EXPECT_STATE(tpid, CU_PROCESS_STATE_RUNNING);
 	EXPECT_STATE(cpid, CU_PROCESS_STATE_RUNNING);
-	EXPECT(p_state(plain, &st), CUDA_ERROR_NOT_FOUND);
+	EXPECT(p_state(plain, &st), CUDA_ERROR_NOT_INITIALIZED);
 	full_cycle(cpid, state2c);
 	full_cycle(tpid, state2);
 	printf("fakegpu_smoke: process tree ok (parent %d, CUDA child %d, plain child %d)\n", tpid, cpid, plain);
@@ -503,7 +503,7 @@ usage:
 	g_workloads[0] = -1;
 	if (!WIFSIGNALED(wst) || WTERMSIG(wst) != SIGKILL)
 		die("the crashing workload did not die of SIGKILL");
-	EXPECT(p_state(wpid, &st), CUDA_ERROR_NOT_FOUND);
+	EXPECT(p_state(wpid, &st), CUDA_ERROR_NOT_INITIALIZED);
 	EXPECT(p_setcur(c1), CUDA_SUCCESS);
 	for (int i = 0;; i++) { /* the daemon notices the death asynchronously */
 		EXPECT(p_meminfo(&fr, &total), CUDA_SUCCESS);

@@ -118,7 +118,7 @@ static CUresult ck_begin(int op, int pid, uint64_t *id)
 		return CUDA_ERROR_INVALID_VALUE;
 	*id = resolve_pid(pid);
 	if (!*id)
-		return CUDA_ERROR_NOT_FOUND;
+		return CUDA_ERROR_NOT_INITIALIZED;
 	maybe_kill_caller(op, pid);
 	if (env_matches("FAKEGPU_HANG", op, pid)) {
 		uint64_t ms = env_u64("FAKEGPU_HANG_MS", 3600000);

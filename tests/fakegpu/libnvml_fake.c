@@ -6,12 +6,19 @@
  *   FAKENVML_FREE=BYTES        every GPU has this much free memory (unset: the query is not supported)
  *   FAKENVML_PERSISTENCE=0|1   every GPU's persistence mode (unset: not supported)
  *
- * It shows one device, which stands for every GPU of the daemon.
+ * It shows one device, which stands for every GPU of the daemon. Like the real NVML, nvmlInit_v2 opens
+ * the device nodes ($FAKEGPU_DIR/dev/nvidiactl and nvidia0, held O_PATH when they are device nodes) and
+ * holds them until nvmlShutdown: a process using NVML alone holds NVIDIA device files, no CUDA state.
  *
  * Built into tests/fakegpu/nvml/; a test puts that directory in LD_LIBRARY_PATH to use it.
  */
 #define _GNU_SOURCE
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "fakegpu.h"
 
@@ -26,7 +33,31 @@ typedef struct {
 
 static int g_device; /* every GPU is this one: the values do not depend on the GPU */
 
-EXPORT int nvmlInit_v2(void) { return NVML_SUCCESS; }
+static int g_node_fds[2] = { -1, -1 };
+
+EXPORT int nvmlInit_v2(void)
+{
+	const char *dir = getenv("FAKEGPU_DIR");
+	const char *names[2] = { "nvidiactl", "nvidia0" };
+	for (int i = 0; i < 2 && dir; i++) {
+		char path[PATH_MAX];
+		struct stat st;
+		snprintf(path, sizeof(path), "%s/dev/%s", dir, names[i]);
+		if (g_node_fds[i] < 0 && stat(path, &st) == 0)
+			g_node_fds[i] = open(path, (S_ISCHR(st.st_mode) ? O_PATH : O_RDONLY) | O_CLOEXEC);
+	}
+	return NVML_SUCCESS;
+}
+
+EXPORT int nvmlShutdown(void)
+{
+	for (int i = 0; i < 2; i++) {
+		if (g_node_fds[i] >= 0)
+			close(g_node_fds[i]);
+		g_node_fds[i] = -1;
+	}
+	return NVML_SUCCESS;
+}
 
 EXPORT int nvmlDeviceGetHandleByUUID(const char *uuid, void **device)
 {

@@ -46,7 +46,7 @@ Status FakeDriver::step(const char *op, pid_t pid, CudaState from, CudaState to,
 		return make_error(EIO, "%s failed: CUDA_ERROR_UNKNOWN (999): injected", op);
 	auto it = procs.find(pid);
 	if (it == procs.end())
-		return make_error(EIO, "%s failed: CUDA_ERROR_NOT_FOUND (500)", op);
+		return make_error(kNoCudaState, "%s failed: CUDA_ERROR_NOT_INITIALIZED (3)", op);
 	if (it->second.state != from)
 		return make_error(EIO, "%s failed: CUDA_ERROR_ILLEGAL_STATE (401): process is %s", op,
 				  to_string(it->second.state));
@@ -64,7 +64,7 @@ Result<pid_t> FakeDriver::restore_thread_id(pid_t pid)
 		return make_error(EIO, "injected");
 	auto it = procs.find(pid);
 	if (it == procs.end())
-		return make_error(EIO, "cuCheckpointProcessGetRestoreThreadId failed: CUDA_ERROR_NOT_FOUND (500)");
+		return make_error(kNoCudaState, "cuCheckpointProcessGetRestoreThreadId failed: CUDA_ERROR_NOT_INITIALIZED (3)");
 	return it->second.tid;
 }
 

@@ -128,6 +128,15 @@ public:
 	std::vector<pid_t> traced;            // traced_processes()
 	std::map<pid_t, HeldDeviceFiles> held; // nvidia_device_files() (default: none)
 	std::map<pid_t, std::vector<unsigned long>> device_mappings; // nvidia_device_mappings() (default: none)
+	// same_open_file(): (pid, fd) -> the open file it refers to; same number, same file (default: unknown)
+	std::map<std::pair<pid_t, int>, int> open_files;
+	std::optional<bool> same_open_file(pid_t a, int fd_a, pid_t b, int fd_b) override
+	{
+		auto x = open_files.find({a, fd_a}), y = open_files.find({b, fd_b});
+		if (x == open_files.end() || y == open_files.end())
+			return std::nullopt;
+		return x->second == y->second;
+	}
 	bool is_nvidia_device_file(int fd, const struct stat &) override { return device_fds.count(fd) > 0; }
 	std::string fd_path(int fd) override { return fd_paths.count(fd) ? fd_paths[fd] : std::string(); }
 	std::vector<pid_t> traced_processes() override { return traced; }

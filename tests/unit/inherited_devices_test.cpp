@@ -18,6 +18,8 @@
 namespace cuda_criu {
 namespace {
 
+Status allow_all(pid_t) { return {}; }
+
 struct TempDir {
 	std::string path;
 	UniqueFd fd;
@@ -108,7 +110,7 @@ TEST(NvidiaFiles, OrdinaryFilesAreNotClaimed)
 	struct stat st;
 	ASSERT_EQ(fstat(fd.get(), &st), 0);
 	EXPECT_FALSE(is_nvidia_device_file(fd.get(), st));
-	InheritedDevicesDump dump(host, dir.fd.get());
+	InheritedDevicesDump dump(host, dir.fd.get(), allow_all);
 	auto r = dump.claim_file(fd.get(), 7);
 	ASSERT_TRUE(r);
 	EXPECT_TRUE(is_false(r));
@@ -141,7 +143,7 @@ TEST(NvidiaFiles, FakeDeviceNodeIsClaimedAndRestoredAsPlaceholders)
 	EXPECT_EQ(held[0].path, node);
 	EXPECT_EQ(held[0].flags & (O_ACCMODE | O_NONBLOCK | O_CLOEXEC), unsigned(O_WRONLY | O_NONBLOCK | O_CLOEXEC));
 
-	InheritedDevicesDump dump(host, dir.fd.get());
+	InheritedDevicesDump dump(host, dir.fd.get(), allow_all);
 	auto m = dump.claim_mapping(fd.get(), st);
 	ASSERT_TRUE(m) << m.error().message();
 	EXPECT_TRUE(is_true(m));
@@ -190,7 +192,7 @@ TEST(InheritedDevicesDump, RecordsWhatTheHostSaysEachSeizedProcessHolds)
 	host.fd_paths[fd.get()] = "/dev/nvidiactl";
 	host.traced = {40, 41};
 	host.held[40] = {4, {{0x1000, 0x2000, 0, "rw-s", "/dev/nvidia0"}}, {{5, O_RDWR, "/dev/nvidiactl"}}};
-	InheritedDevicesDump dump(host, dir.fd.get());
+	InheritedDevicesDump dump(host, dir.fd.get(), allow_all);
 	auto r = dump.claim_file(fd.get(), 9);
 	ASSERT_TRUE(r) << r.error().message();
 	EXPECT_TRUE(is_true(r));
@@ -212,6 +214,33 @@ TEST(InheritedDevicesDump, RecordsWhatTheHostSaysEachSeizedProcessHolds)
 	auto st = check_no_device_mappings(host, 40);
 	ASSERT_FALSE(st.ok());
 	EXPECT_EQ(st.error().errno_value(), EBUSY);
+}
+
+// A holder the check refuses fails the claim, and every later one, naming it; nothing is recorded.
+TEST(InheritedDevicesDump, RefusedHolderFailsEveryClaim)
+{
+	TempDir dir;
+	testing::FakeHost host;
+	UniqueFd fd(open("/dev/null", O_RDWR | O_CLOEXEC));
+	host.device_fds.insert(fd.get());
+	host.traced = {40, 41};
+	host.held[41] = {41, {}, {{5, O_RDWR, "/dev/nvidiactl"}}};
+	std::vector<pid_t> asked;
+	InheritedDevicesDump dump(host, dir.fd.get(), [&asked](pid_t pid) -> Status {
+		asked.push_back(pid);
+		return make_error(EBUSY, "pid %d holds NVIDIA device files but does not use CUDA", pid);
+	});
+	for (int round = 0; round < 2; round++) {
+		auto r = round ? dump.claim_file(fd.get(), 9) : dump.claim_mapping(fd.get(), {});
+		ASSERT_FALSE(r);
+		EXPECT_NE(r.error().message().find("pid 41 holds NVIDIA device files but does not use CUDA"),
+			  std::string::npos)
+			<< r.error().message();
+		EXPECT_NE(r.error().message().find("the dump is refused"), std::string::npos);
+	}
+	EXPECT_EQ(asked, std::vector<pid_t>{41}); // 40 holds nothing; asked once
+	EXPECT_FALSE(dump.claimed_any());
+	EXPECT_NE(faccessat(dir.fd.get(), kDevicesImageFileName, F_OK, 0), 0);
 }
 
 TEST(InheritedDevicesRestore, NoImageMeansNothingIsOurs)

@@ -1,3 +1,4 @@
+#include <fcntl.h>
 #include <gtest/gtest.h>
 
 #include <initializer_list>
@@ -97,6 +98,56 @@ TEST_F(DumpTest, LibcudaWithoutContextIsNotOurs)
 	ASSERT_TRUE(r.ok());
 	EXPECT_TRUE(is_false(r));
 	EXPECT_TRUE(driver.calls.empty()); // only the restore-thread query, which is not a state change
+}
+
+// A driver error other than "no CUDA state" from the restore-thread query: the process may hold GPU state
+// the plugin cannot see, so the pause fails, naming it, instead of dumping it as a plain process.
+TEST_F(DumpTest, UnrecognisedCudaProcessFailsThePause)
+{
+	add_cuda(7);
+	driver.fail["getrestoretid"] = {7};
+	DumpSession s(options, host, source());
+	auto r = s.pause(7);
+	ASSERT_FALSE(r.ok());
+	EXPECT_NE(r.error().message().find("pid 7 has libcuda loaded, but the driver cannot say"), std::string::npos)
+		<< r.error().message();
+	EXPECT_FALSE(s.has_cuda_processes());
+}
+
+// Stand-ins for NVIDIA device files: a forked child whose files are its CUDA parent's (one open file);
+// not for one that opened its own, nor for a process without libcuda (NVML alone), nor for a CUDA
+// process that still holds one after its checkpoint.
+TEST_F(DumpTest, StandInsOnlyForFilesInheritedFromACudaProcess)
+{
+	add_cuda(10);
+	host.cuda_pids.insert({11, 12}); // libcuda mapped, no CUDA state
+	host.held[10] = {10, {}, {{9, O_RDWR, "/dev/nvidiactl"}, {12, O_RDWR, "/dev/nvidia0"}}};
+	host.held[11] = {11, {}, {{9, O_RDWR, "/dev/nvidiactl"}, {12, O_RDWR, "/dev/nvidia0"}}};
+	host.held[12] = {12, {}, {{9, O_RDWR, "/dev/nvidiactl"}, {20, O_RDWR, "/dev/nvidia0"}}};
+	host.open_files = {{{10, 9}, 1}, {{10, 12}, 2}, {{11, 9}, 1}, {{11, 12}, 2}, {{12, 9}, 1}, {{12, 20}, 3}};
+	DumpSession s(options, host, source());
+	ASSERT_TRUE(s.pause(10).ok());
+	for (pid_t pid : {11, 12, 13}) {
+		auto r = s.pause(pid);
+		ASSERT_TRUE(r.ok()) << pid;
+		EXPECT_TRUE(is_false(r));
+	}
+	EXPECT_TRUE(s.stand_ins_allowed(11).ok());
+	auto own = s.stand_ins_allowed(12);
+	ASSERT_FALSE(own.ok());
+	EXPECT_NE(own.error().message().find("pid 12 holds the NVIDIA device file /dev/nvidia0 (fd 20)"),
+		  std::string::npos)
+		<< own.error().message();
+	auto nvml = s.stand_ins_allowed(13); // never asked to the driver: no libcuda
+	ASSERT_FALSE(nvml.ok());
+	EXPECT_NE(nvml.error().message().find("pid 13 holds NVIDIA device files but does not use CUDA"),
+		  std::string::npos);
+	ASSERT_TRUE(s.checkpoint(10).ok());
+	auto cuda = s.stand_ins_allowed(10);
+	ASSERT_FALSE(cuda.ok());
+	EXPECT_NE(cuda.error().message().find("still holds NVIDIA device files after its CUDA checkpoint"),
+		  std::string::npos);
+	EXPECT_TRUE(s.finish(true, false).ok());
 }
 
 TEST_F(DumpTest, CheckpointsAllAtFirstCallAndAnswersLaterCalls)
