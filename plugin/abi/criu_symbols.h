@@ -34,6 +34,10 @@ struct CriuSymbols {
 	int (*restore_map_file)(int pid, unsigned long start, unsigned long end, const char *name,
 				unsigned long offset) = nullptr;
 
+	// Set by criu-patches/0007: a dump that succeeded is reported failed once the plugin sets it (its
+	// exit hook could not return a task to the state it was found in). Without it CRIU says success.
+	int *dump_failed_late = nullptr;
+
 	static CriuSymbols lookup();
 
 	// What happens to the dumped tasks after exit(DUMP): nullopt when unknown.

@@ -286,7 +286,12 @@ static void cuda_plugin_fini(int stage, int ret)
 			Status st = s->dump->finish(ret != 0, keep.value_or(true));
 			if (!st)
 				LOG_ERROR("%s", st.error().message().c_str());
-			if (ret == 0)
+			if (!st && ret == 0 && s->criu.dump_failed_late)
+				*s->criu.dump_failed_late = 1; // CRIU reports the dump failed (criu-patches/0007)
+			else if (!st && ret == 0)
+				LOG_ERROR("%s", "this CRIU reports the dump as successful although the processes above are not "
+						"back as they were (apply criu-patches/ to make it fail)");
+			if (ret == 0 && st)
 				LOG_INFO("%s", s->dump->summary().c_str());
 		}
 		if (stage == CR_PLUGIN_STAGE__RESTORE && s->restore)
@@ -357,12 +362,28 @@ static int cuda_plugin_resume_devices_late(int pid)
 	return hook_barrier("RESUME_DEVICES_LATE", [&] {
 		if (!g_state || !g_state->restore)
 			return -ENOTSUP;
-		if (g_state->driver_warmup && !g_state->driver_warmup->wait(kDriverLoadTimeoutMs))
-			return fail(make_error(ETIMEDOUT,
-					       "restore pid %d: loading the CUDA driver (cuInit, NVML) gave no answer within "
-					       "%u s; check the NVIDIA driver (nvidia-smi)",
-					       pid, kDriverLoadTimeoutMs / 1000));
-		auto r = g_state->restore->resume(pid);
+		RestoreSession &restore = *g_state->restore;
+		// A failure before the session decides leaves every CUDA process checkpointed: the session still
+		// makes sure none of them runs (abandon).
+		std::optional<Error> outside;
+		Result<bool> r = false;
+		try {
+			if (g_state->driver_warmup && !g_state->driver_warmup->wait(kDriverLoadTimeoutMs))
+				outside = make_error(ETIMEDOUT,
+						     "restore pid %d: loading the CUDA driver (cuInit, NVML) gave no answer "
+						     "within %u s; check the NVIDIA driver (nvidia-smi)",
+						     pid, kDriverLoadTimeoutMs / 1000);
+			else
+				r = restore.resume(pid);
+		} catch (const std::bad_alloc &) {
+			outside = make_error(ENOMEM, "restore pid %d: out of memory", pid);
+		} catch (const std::exception &e) {
+			outside = make_error(EIO, "restore pid %d: internal error: %s", pid, e.what());
+		}
+		if (outside) {
+			restore.abandon(pid, *outside);
+			return fail(*outside);
+		}
 		if (!r) // logged by the session, with every other process that failed
 			return fail(make_error(r.error().errno_value(), "restore of pid %d failed (see above)", pid));
 		if (*r && g_state->maps_image)

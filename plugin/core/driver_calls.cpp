@@ -97,8 +97,10 @@ std::vector<ProcResult> run_proc_jobs(Host &host, const SharedDriver &driver, st
 				    }});
 		index.push_back(i);
 	}
+	// Each stop of a restore thread let run waits for tend (os/thread_run.h): its traced calls, a stop
+	// signal pending for its process.
 	JobTend tend;
-	if (std::any_of(jobs.begin(), jobs.end(), [](const ProcJob &j) { return j.buffer.has_value(); }))
+	if (std::any_of(runs.begin(), runs.end(), [](const auto &run) { return run != nullptr; }))
 		tend = [&runs] {
 			bool any = false;
 			for (auto &run : runs)

@@ -139,6 +139,15 @@ Result<bool> DumpSession::pause_cuda(pid_t pid, uint64_t deadline)
 			"pid %d has libcuda loaded, but the driver cannot say whether it holds CUDA state, so it is not "
 			"dumped without it (check the process and the driver with nvidia-smi)",
 			pid);
+	if (auto st = check_not_streamed(pid); !st)
+		return std::move(st).error();
+	if (host_.task_info(pid).stopped)
+		// Its restore thread is stopped with it: the driver's calls would wait for it until a timeout.
+		return make_error(EBUSY,
+				  "pid %d is stopped (SIGSTOP or a terminal stop): the driver cannot lock a CUDA process "
+				  "while it is stopped; continue it (kill -CONT %d) and dump again (criu dump "
+				  "--leave-stopped leaves it stopped after the dump)",
+				  pid, pid);
 	auto state = ask<CudaState>(driver_, limit_ms(deadline, kDriverGraceMs), format("query the CUDA state of pid %d", pid),
 				    [pid](Driver &d) { return d.state(pid); });
 	if (!state)
@@ -214,12 +223,26 @@ std::optional<Error> DumpSession::check_inherited(pid_t pid)
 	return std::nullopt;
 }
 
+// The plugin writes its files (the GPU image, cuda-plugin.img, the stand-ins' record) into the image
+// directory itself: with --stream they would never reach CRIU's image streamer.
+Status DumpSession::check_not_streamed(pid_t pid) const
+{
+	for (const std::string &a : host_.command_line())
+		if (a == "--stream")
+			return make_error(EINVAL,
+					  "pid %d: criu dump --stream sends the image to the image streamer, which the CUDA "
+					  "plugin's own files (GPU image, cuda-plugin.img) never reach: the image would not "
+					  "restore; dump without --stream",
+					  pid);
+	return {};
+}
+
 Status DumpSession::stand_ins_allowed(pid_t pid) const
 {
 	if (auto it = no_cuda_state_.find(pid); it != no_cuda_state_.end()) {
 		if (it->second)
 			return *it->second;
-		return {};
+		return check_not_streamed(pid);
 	}
 	if (std::any_of(procs_.begin(), procs_.end(), [&](const Proc &p) { return p.pid == pid; }))
 		return make_error(EBUSY,
@@ -674,6 +697,7 @@ Status DumpSession::finish(bool dump_failed, bool leave_running)
 		Proc &p = *targets[i];
 		if (results[i].status) {
 			p.checkpointed_by_us = p.locked_by_us = false;
+			guard_.returned(p.pid);
 			continue;
 		}
 		LOG_ERROR("could not return pid %d to its CUDA state '%s' (it is now '%s'): %s; if it still runs, "

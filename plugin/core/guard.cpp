@@ -26,12 +26,20 @@ struct Watched {
 void dump_guard_main(int in, const ProcRef &criu_ref, const DriverSource &driver_source, unsigned timeout_ms)
 {
 	std::vector<std::shared_ptr<const Watched>> watched; // shared with the jobs, which may be abandoned
-	read_guard_lines(in, nullptr, [&watched](const std::string &line) {
+	std::vector<pid_t> returned; // by the plugin itself: nothing to check (a stopped one cannot answer)
+	read_guard_lines(in, nullptr, [&watched, &returned](const std::string &line) {
 		int pid = 0, state = 0;
 		if (std::sscanf(line.c_str(), "W %d %d", &pid, &state) == 2)
 			watched.push_back(
 				std::make_shared<const Watched>(Watched{pid, ProcRef::of(pid), static_cast<CudaState>(state)}));
+		else if (std::sscanf(line.c_str(), "D %d", &pid) == 1)
+			returned.push_back(pid);
 	});
+	watched.erase(std::remove_if(watched.begin(), watched.end(),
+				     [&returned](const auto &w) {
+					     return std::find(returned.begin(), returned.end(), w->pid) != returned.end();
+				     }),
+		      watched.end());
 	// The plugin is done with CRIU's run (or CRIU died). Once CRIU has fully exited, every watched process
 	// still alive must be in the state it was found in. It is after a normal dump (killed), after
 	// --leave-running or a failed dump (the plugin returned it); it is not when CRIU died mid-dump, or let
@@ -168,6 +176,8 @@ void DumpGuard::watch(pid_t pid, CudaState found)
 {
 	send_guard_line(pipe_.get(), format("W %d %d\n", pid, static_cast<int>(found)));
 }
+
+void DumpGuard::returned(pid_t pid) { send_guard_line(pipe_.get(), format("D %d\n", pid)); }
 
 Result<RestoreGuard> RestoreGuard::start()
 {

@@ -32,6 +32,9 @@ public:
 	DumpGuard() = default;
 	// Tells the guard about a process about to be locked, and the state it was found in.
 	void watch(pid_t pid, CudaState found);
+	// That process is back in that state (the plugin returned it): the guard leaves it alone, even if
+	// CRIU leaves it stopped (--leave-stopped), where a state query would wait for its restore thread.
+	void returned(pid_t pid);
 
 private:
 	explicit DumpGuard(UniqueFd pipe) : pipe_(std::move(pipe)) {}

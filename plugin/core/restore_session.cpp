@@ -103,6 +103,8 @@ std::vector<ProcJob> RestoreSession::find_cuda_processes(const std::vector<pid_t
 		bool expected = in_image.count(info.ns_pid) > 0;
 		if (!expected && !host_.uses_libcuda(pid))
 			continue;
+		if (expected) // from here on, if CRIU dies, the guard kills pid
+			guard_.restoring(pid);
 		if (auto st = load_driver(pid); !st) {
 			seen_[pid] = true;
 			failed({pid}, std::move(st).error());
@@ -118,6 +120,8 @@ std::vector<ProcJob> RestoreSession::find_cuda_processes(const std::vector<pid_t
 			continue;
 		}
 		seen_[pid] = true;
+		if (!expected)
+			guard_.restoring(pid);
 		outcomes_[pid].ns_pid = info.ns_pid;
 		found.push_back({pid, *tid, format("restore pid %d", pid), {}});
 	}
@@ -150,7 +154,6 @@ void RestoreSession::restore_batch(const std::vector<pid_t> &candidates)
 			}
 		}
 		for (ProcJob &j : jobs) {
-			guard_.restoring(j.pid); // from here on, if CRIU dies, the guard kills pid
 			j.call = [pid = j.pid, p = *pairs](Driver &d) -> Status {
 				Status st = d.restore(pid, p);
 				if (st)
@@ -257,6 +260,17 @@ Result<bool> RestoreSession::resume(pid_t pid)
 	if (it->second.error)
 		return *it->second.error;
 	return true;
+}
+
+void RestoreSession::abandon(pid_t pid, const Error &e)
+{
+	seen_[pid] = true;
+	if (!outcomes_[pid].error)
+		outcomes_[pid].error = e;
+	std::vector<pid_t> candidates = host_.stopped_tasks();
+	if (std::find(candidates.begin(), candidates.end(), pid) == candidates.end())
+		candidates.push_back(pid);
+	kill_if_criu_ignores_failure(candidates);
 }
 
 void RestoreSession::kill_if_criu_ignores_failure(const std::vector<pid_t> &candidates)

@@ -41,6 +41,10 @@ public:
 	// false: pid is not a CUDA process. An error returned has been logged, naming the process, where the
 	// session decided it: the caller only refers to it.
 	Result<bool> resume(pid_t pid);
+	// A failure of the RESUME_DEVICES_LATE hook for pid outside resume() (the driver's load timed out, an
+	// internal error): recorded for pid (the summary counts it) and, on a CRIU that ignores a hook's
+	// failure, every restored task is killed, as for a failure inside. Logged by the caller.
+	void abandon(pid_t pid, const Error &e);
 	std::string summary() const;
 	bool any_failed() const;
 

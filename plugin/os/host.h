@@ -42,6 +42,7 @@ struct TaskInfo {
 	uint64_t rss_bytes = 0;               // resident memory
 	uint64_t anon_bytes = 0;              // resident private anonymous memory (RssAnon): CRIU writes it
 	std::vector<unsigned> nvidia_minors;  // minors of the NVIDIA GPU device nodes it holds open
+	bool stopped = false; // state T or t: at a dump's pause, before CRIU interrupts it, a group stop (SIGSTOP)
 };
 
 // What a process holds of NVIDIA device files, as /proc shows it (root only; os/nvidia_files.h).

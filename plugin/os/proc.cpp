@@ -49,6 +49,8 @@ Result<TaskStatus> read_task_status(pid_t tid)
 		};
 		if (const char *v = value("TracerPid:"))
 			st.tracer = std::atoi(v);
+		else if (const char *v = value("Tgid:"))
+			st.tgid = std::atoi(v);
 		else if (const char *v = value("Seccomp:"))
 			st.seccomp = std::atoi(v);
 		else if (const char *v = value("State:")) {

@@ -25,6 +25,7 @@ bool maps_libcuda(pid_t pid);
 // Fields of /proc/PID/status.
 struct TaskStatus {
 	pid_t tracer = 0;            // TracerPid
+	pid_t tgid = 0;              // Tgid: the process of the task
 	int seccomp = 0;             // Seccomp mode (0: disabled)
 	pid_t innermost_pid = 0;     // last NSpid entry: the pid inside the task's own pid namespace
 	char state = '?';            // first letter of State

@@ -82,6 +82,7 @@ TaskInfo SystemHost::task_info(pid_t pid)
 		info.ns_pid = st->innermost_pid ? st->innermost_pid : pid;
 		info.rss_bytes = st->rss_bytes;
 		info.anon_bytes = st->anon_bytes;
+		info.stopped = st->state == 'T' || st->state == 't'; // 't': stopped, then seized by CRIU
 	}
 	info.nvidia_minors = gpu_minors_in("/proc/" + std::to_string(pid) + "/fd", 0);
 	return info;

@@ -97,7 +97,7 @@ Result<ThreadRun> ThreadRun::start(pid_t tid, std::optional<BufferPolicy> buffer
 	if (!status)
 		return std::move(status).error().context("restore thread %d", tid);
 	if (status->tracer != gettid())
-		return ThreadRun(tid, 0, 0, false);
+		return ThreadRun(tid, status->tgid, 0, 0, false);
 
 	// The options CRIU (compel) set when it seized the thread: TRACESYSGOOD, plus SUSPEND_SECCOMP for a
 	// thread under seccomp.
@@ -109,7 +109,7 @@ Result<ThreadRun> ThreadRun::start(pid_t tid, std::optional<BufferPolicy> buffer
 	uint64_t block = ~0ULL & ~(1ULL << (SIGTRAP - 1));
 	if (ptrace(PTRACE_SETSIGMASK, tid, sizeof(block), &block) != 0)
 		return errno_error("PTRACE_SETSIGMASK on restore thread %d", tid);
-	ThreadRun run(tid, mask, options, true); // from here on, the destructor puts things back
+	ThreadRun run(tid, status->tgid, mask, options, true); // from here on, the destructor puts things back
 	if (kCanPrepareBuffer)
 		run.policy_ = buffer;
 	long run_options = run.policy_ ? PTRACE_O_TRACESYSGOOD : 0;
@@ -125,9 +125,10 @@ Result<ThreadRun> ThreadRun::start(pid_t tid, std::optional<BufferPolicy> buffer
 }
 
 ThreadRun::ThreadRun(ThreadRun &&other) noexcept
-	: tid_(other.tid_), saved_mask_(other.saved_mask_), saved_options_(other.saved_options_),
+	: tid_(other.tid_), tgid_(other.tgid_), saved_mask_(other.saved_mask_), saved_options_(other.saved_options_),
 	  running_(std::exchange(other.running_, false)), policy_(other.policy_), ended_(other.ended_),
-	  pending_len_(other.pending_len_), entry_nr_(other.entry_nr_), report_(std::move(other.report_))
+	  pending_len_(other.pending_len_), entry_nr_(other.entry_nr_), report_(std::move(other.report_)),
+	  held_stop_(other.held_stop_)
 {
 }
 
@@ -143,10 +144,21 @@ ThreadRun::~ThreadRun()
 	}
 }
 
+// The signal to hand back to the thread at a signal-delivery stop (wait status stop_status): the one it
+// took, but a stop signal, held back for stop().
+int ThreadRun::signal_to_deliver(int stop_status)
+{
+	int sig = WSTOPSIG(stop_status);
+	if (sig != SIGSTOP && sig != SIGTSTP && sig != SIGTTIN && sig != SIGTTOU)
+		return sig;
+	held_stop_ = sig;
+	return 0;
+}
+
 bool ThreadRun::tend()
 {
 	bool any = false;
-	while (running_ && policy_ && !ended_) {
+	while (running_ && !ended_) {
 		int status = 0;
 		pid_t r = waitpid(tid_, &status, __WALL | WNOHANG);
 		if (r == 0 || (r < 0 && errno != EINTR))
@@ -164,8 +176,8 @@ bool ThreadRun::tend()
 		if (is_syscall_stop(status))
 			on_syscall_stop();
 		else if (!(status >> 16))
-			sig = WSTOPSIG(status); // a signal for the thread: deliver it, as an untraced run would
-		if (ptrace(PTRACE_SYSCALL, tid_, nullptr, sig) != 0 && errno == ESRCH)
+			sig = signal_to_deliver(status); // as an untraced run would, but a stop
+		if (ptrace(policy_ ? PTRACE_SYSCALL : PTRACE_CONT, tid_, nullptr, sig) != 0 && errno == ESRCH)
 			break; // it is gone: stop() says so
 	}
 	return any;
@@ -263,10 +275,15 @@ Status ThreadRun::stop()
 		if (is_syscall_stop(*status))
 			ptrace(PTRACE_INTERRUPT, tid_, nullptr, 0); // a traced call's stop came first: ask again
 		else
-			sig = WSTOPSIG(*status); // a signal-delivery stop: hand the signal back
+			sig = signal_to_deliver(*status); // a signal-delivery stop: hand the signal back
 		if (ptrace(PTRACE_CONT, tid_, nullptr, sig) != 0)
 			return errno_error("continue restore thread %d after a stop (status %#x)", tid_, *status);
 	}
+	// Pending for the process again: no thread takes it while CRIU holds them, all stop once it lets go.
+	if (held_stop_ && kill(tgid_, held_stop_) != 0)
+		LOG_ERROR("restore thread %d took signal %d, and it cannot be queued again for process %d: %s; stop "
+			  "it with kill -STOP %d",
+			  tid_, held_stop_, tgid_, std::strerror(errno), tgid_);
 	// The mask first: a thread left with every signal blocked is worse than one with CRIU's ptrace
 	// options lost, and a failure of one must not skip the other.
 	Status mask;

@@ -18,8 +18,11 @@ namespace cuda_criu {
 // let the tasks go) needs nothing: start() returns an inactive run whose stop() does nothing.
 //
 // With a BufferPolicy the thread runs with its system calls traced (PTRACE_SYSCALL), for the driver's
-// checkpoint buffer (os/checkpoint_buffer.h): tend() must then be called often while it runs; each stop
-// of the thread waits for it.
+// checkpoint buffer (os/checkpoint_buffer.h). tend() must be called often while it runs: each stop of the
+// thread waits for it. A stop signal (SIGSTOP, SIGTSTP, SIGTTIN, SIGTTOU) pending for the process (CRIU
+// queues one before the restore's device hook for --leave-stopped, or for a task dumped stopped) is
+// taken by the restore thread, the only one that runs: it is held back, so that the driver's call goes
+// on, and queued again for the process at stop(), so that the process stops once CRIU lets it go.
 class ThreadRun {
 public:
 	static Result<ThreadRun> start(pid_t tid, std::optional<BufferPolicy> buffer = std::nullopt);
@@ -36,13 +39,15 @@ public:
 	const BufferReport &buffer_report() const { return report_; }
 
 private:
-	ThreadRun(pid_t tid, uint64_t mask, long options, bool running)
-		: tid_(tid), saved_mask_(mask), saved_options_(options), running_(running) {}
+	ThreadRun(pid_t tid, pid_t tgid, uint64_t mask, long options, bool running)
+		: tid_(tid), tgid_(tgid), saved_mask_(mask), saved_options_(options), running_(running) {}
 
 	void on_syscall_stop();
+	int signal_to_deliver(int stop_status);
 	void prepare_buffer(uint64_t addr, uint64_t len);
 
 	pid_t tid_;
+	pid_t tgid_;
 	uint64_t saved_mask_;
 	long saved_options_;
 	bool running_;
@@ -51,6 +56,7 @@ private:
 	uint64_t pending_len_ = 0;           // the buffer request the thread is in, MAP_POPULATE taken out
 	long entry_nr_ = -1;                 // the system call of the last entry stop
 	BufferReport report_;
+	int held_stop_ = 0; // a stop signal the thread took while it ran, queued again at stop()
 };
 
 } // namespace cuda_criu

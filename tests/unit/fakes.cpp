@@ -112,6 +112,7 @@ TaskInfo FakeHost::task_info(pid_t pid)
 	t.anon_bytes = a != anon.end() ? a->second : 1 << 20;
 	if (auto m = minors.find(pid); m != minors.end())
 		t.nvidia_minors = m->second;
+	t.stopped = stopped_pids.count(pid) > 0;
 	return t;
 }
 

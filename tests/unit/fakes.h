@@ -69,6 +69,7 @@ public:
 	std::vector<pid_t> stopped;       // what stopped_tasks() returns
 	std::set<pid_t> killed;
 	std::set<pid_t> dead;
+	std::set<pid_t> stopped_pids;     // task_info().stopped: in a group stop (SIGSTOP)
 	std::map<pid_t, pid_t> ns_pids;   // host pid -> ns pid (default: same)
 	std::map<pid_t, std::vector<unsigned>> minors; // /dev/nvidiaN a process holds (default: none)
 	std::map<pid_t, std::vector<unsigned>> reachable; // /dev/nvidiaN in its /dev (default: none)

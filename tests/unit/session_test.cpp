@@ -150,6 +150,33 @@ TEST_F(DumpTest, StandInsOnlyForFilesInheritedFromACudaProcess)
 	EXPECT_TRUE(s.finish(true, false).ok());
 }
 
+// A stopped CUDA process is refused at once, named, before any state query (its restore thread is
+// stopped too: the driver would wait for it until a timeout); nothing is locked.
+TEST_F(DumpTest, StoppedCudaProcessIsRefusedAtOnce)
+{
+	add_cuda(7);
+	host.stopped_pids.insert(7);
+	DumpSession s(options, host, source());
+	auto r = s.pause(7);
+	ASSERT_FALSE(r.ok());
+	EXPECT_NE(r.error().message().find("pid 7 is stopped"), std::string::npos) << r.error().message();
+	EXPECT_NE(r.error().message().find("kill -CONT 7"), std::string::npos);
+	EXPECT_EQ(driver.state_of(7), CudaState::Running);
+	EXPECT_TRUE(driver.calls.empty());
+}
+
+// criu dump --stream: the plugin's files would never reach the streamer; a CUDA process refuses it.
+TEST_F(DumpTest, StreamedDumpOfACudaProcessIsRefused)
+{
+	add_cuda(7);
+	host.args = {"criu", "dump", "--stream", "-t", "7"};
+	DumpSession s(options, host, source());
+	auto r = s.pause(7);
+	ASSERT_FALSE(r.ok());
+	EXPECT_NE(r.error().message().find("--stream"), std::string::npos) << r.error().message();
+	EXPECT_EQ(driver.state_of(7), CudaState::Running);
+}
+
 TEST_F(DumpTest, CheckpointsAllAtFirstCallAndAnswersLaterCalls)
 {
 	add_cuda({10, 11, 12});
@@ -520,6 +547,23 @@ TEST_F(RestoreTest, FailureKillsTheRestoredTasksWhenCriuWouldIgnoreIt)
 	EXPECT_TRUE(is_false(s.resume(19)));
 	EXPECT_FALSE(s.resume(21).ok());
 	EXPECT_EQ(host.killed, (std::set<pid_t>{19, 20, 21}));
+}
+
+// A failure of the hook outside the session (the driver's load timed out): on a CRIU that ignores it,
+// every restored task is killed and the summary counts the failure; on ours, CRIU kills them.
+TEST_F(RestoreTest, FailureOutsideTheSessionKillsWhenCriuWouldIgnoreIt)
+{
+	for (bool criu_fails : {false, true}) {
+		host.killed.clear();
+		add_cuda(20, CudaState::Checkpointed);
+		host.stopped = {19, 20};
+		RestoreSession s(options, host, source(), image_with({20}), criu_fails);
+		s.abandon(19, make_error(ETIMEDOUT, "loading the CUDA driver gave no answer"));
+		EXPECT_EQ(host.killed, criu_fails ? std::set<pid_t>() : std::set<pid_t>({19, 20}));
+		EXPECT_NE(s.summary().find("1 failed"), std::string::npos) << s.summary();
+		EXPECT_TRUE(s.any_failed());
+		EXPECT_EQ(driver.state_of(20), CudaState::Checkpointed); // no driver call was made
+	}
 }
 
 TEST_F(RestoreTest, ProcessOfTheImageWithoutRestoreThreadFails)
