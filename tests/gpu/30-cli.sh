@@ -46,8 +46,8 @@ test_roundtrip_torch() {
 	if ! "$python" -c 'import torch' 2>/dev/null; then skipped $name "$python has no PyTorch"; return; fi
 	mkdir -p "$dir"
 	local health='f='"$dir"'/state; a=$(sed -n "s/^iterations=//p" $f); sleep 1; b=$(sed -n "s/^iterations=//p" $f); grep -qx status=ok $f && [ "$b" -gt "$a" ]'
-	local common=(--criu "$bundle/sbin/criu" --criu-env "LD_LIBRARY_PATH=$bundle/lib" --libdir "$bundle/plugin"
-		--require-cuda --health-cmd "$health" --start-timeout 240)
+	# No --criu, --libdir nor LD_LIBRARY_PATH: the bundle's cuda-criu finds its criu and plugin, as users run it.
+	local common=(--require-cuda --health-cmd "$health" --start-timeout 240)
 	local workload=(env -u LD_LIBRARY_PATH "$python" -u "$bundle/torch_workload.py" --gb 2 --state "$dir/state" --interval-ms 100)
 	cli roundtrip "${common[@]}" --repeat 2 --dir "$dir/rt" --json "$dir/rt.json" --junit "$dir/rt.xml" --name torch-2gb \
 		-- "${workload[@]}" >"$dir/rt.txt" 2>&1

@@ -11,8 +11,7 @@ framework_roundtrip() {
 	if ! "$python" -c "import $module" 2>/dev/null; then skipped $name "$python has no $module"; return; fi
 	mkdir -p "$dir"
 	local health='f='"$dir"'/state; a=$(sed -n "s/^iterations=//p" $f); sleep 1; b=$(sed -n "s/^iterations=//p" $f); grep -qx status=ok $f && [ "$b" -gt "$a" ]'
-	cli roundtrip --criu "$bundle/sbin/criu" --criu-env "LD_LIBRARY_PATH=$bundle/lib" --libdir "$bundle/plugin" \
-		--require-cuda --health-cmd "$health" --start-timeout 240 --repeat 2 --dir "$dir/rt" --name "$name" \
+	cli roundtrip --require-cuda --health-cmd "$health" --start-timeout 240 --repeat 2 --dir "$dir/rt" --name "$name" \
 		-- env -u LD_LIBRARY_PATH "${only[@]}" "$python" -u "$bundle/framework_workload.py" "$module" --mb 1024 --state "$dir/state" \
 		>"$dir/rt.txt" 2>&1
 	rc=$?

@@ -6,7 +6,7 @@
 failures=0
 started=() # every workload pid we saw, killed on exit
 
-criu_cmd=(env "LD_LIBRARY_PATH=$bundle/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "$bundle/sbin/criu")
+criu_cmd=(env -u LD_LIBRARY_PATH "$bundle/sbin/criu") # as users run it: the bundle finds its own libraries
 criu() { "${criu_cmd[@]}" "$@"; }
 
 now() { echo "$EPOCHREALTIME"; }
@@ -136,7 +136,7 @@ start_in() {
 	(cd "$dir" && exec setsid -f "$@" >"$dir/stdout" 2>"$dir/stderr" </dev/null)
 }
 
-cli() { env "LD_LIBRARY_PATH=$bundle/lib" "$bundle/bin/cuda-criu" "$@"; }
+cli() { env -u LD_LIBRARY_PATH "$bundle/bin/cuda-criu" "$@"; }
 
 # criu_dump DIR PID [criu options...]: CRIU dumps PID into DIR/img (its log DIR/dump.log); sets dump_s,
 # img_bytes; why on failure.
@@ -145,7 +145,9 @@ criu_dump() {
 	local t0 rc
 	mkdir -p "$dir/img"
 	t0=$(now)
-	timeout -k 10 "$criu_timeout" "${criu_cmd[@]}" dump -t "$pid" -D "$dir/img" -L "$bundle/plugin" -v4 -o "$dir/dump.log" "$@"
+	# shellcheck disable=SC2086 # DUMP_OPTS: words for CRIU's command line
+	timeout -k 10 "$criu_timeout" "${criu_cmd[@]}" dump -t "$pid" -D "$dir/img" -L "$bundle/plugin" -v4 -o "$dir/dump.log" \
+		${DUMP_OPTS:-} "$@"
 	rc=$?
 	dump_s=$(since "$t0")
 	img_bytes=$(du -sb "$dir/img" | cut -f1)
@@ -159,8 +161,9 @@ criu_restore() {
 	local dir=$1 t0 rc
 	shift
 	t0=$(now)
+	# shellcheck disable=SC2086 # RESTORE_OPTS: words for CRIU's command line
 	timeout -k 10 "$criu_timeout" env ${RESTORE_ENV:-} "${criu_cmd[@]}" restore -D "$dir/img" -d -L "$bundle/plugin" -v4 \
-		-o "$dir/restore.log" "$@"
+		-o "$dir/restore.log" ${RESTORE_OPTS:-} "$@"
 	rc=$?
 	restore_s=$(since "$t0")
 	[ "$rc" = 124 ] && { why="criu restore did not finish within $criu_timeout s (killed)"; return 1; }
