@@ -83,17 +83,34 @@ public:
 		}
 		CUresult res = api_.restore(pid, &args);
 		Status st = check(res, "cuCheckpointProcessRestore");
+		// Measured on r580 (580.159.04): a process that imported memory of another process is checkpointed,
+		// but its restore fails, and it stays checkpointed for good (an unlock is CUDA_ERROR_ILLEGAL_STATE).
+		// NVIDIA's cuda-checkpoint restores CUDA IPC from driver r610 on.
+		constexpr const char *kIpc = "CUDA IPC memory the process imported from another process "
+					     "(cuIpcOpenMemHandle): only driver r610 or newer restores it";
+		constexpr const char *kJax = "contexts on several GPUs, which r580 does not restore for JAX: run it on "
+					     "one GPU per process";
 		if (res == CUDA_ERROR_INVALID_VALUE && !pairs.empty())
 			return make_error(EIO,
-					  "%s (with %zu GPU pair(s): the driver wants every GPU the process's driver knew "
-					  "paired, and no other: on a host also GPUs hidden by CUDA_VISIBLE_DEVICES, in a "
-					  "container only those of its /dev; each onto a GPU of the same model)",
-					  st.error().message().c_str(), pairs.size());
+					  "%s (with %zu GPU pair(s); known causes: (1) the pairing: the driver wants every GPU "
+					  "the process's driver knew paired, and no other: on a host also GPUs hidden by "
+					  "CUDA_VISIBLE_DEVICES, in a container only those of its /dev; each onto a GPU of the "
+					  "same model; (2) %s; (3) %s)",
+					  st.error().message().c_str(), pairs.size(), kIpc, kJax);
 		if (res == CUDA_ERROR_INVALID_VALUE)
 			return make_error(EIO,
 					  "%s (the driver refuses to restore this process even onto the GPUs it was "
-					  "checkpointed on; r580 does so for a JAX process with contexts on two GPUs: run "
-					  "such a program on one GPU per process)",
+					  "checkpointed on; known causes: (1) %s; (2) %s)",
+					  st.error().message().c_str(), kIpc, kJax);
+		if (res == CUDA_ERROR_NOT_SUPPORTED)
+			return make_error(EIO,
+					  "%s (a known cause: memory the process imported from another process through a "
+					  "shareable handle (cuMemImportFromShareableHandle), which r580 does not restore)",
+					  st.error().message().c_str());
+		if (res == CUDA_ERROR_OPERATING_SYSTEM)
+			return make_error(EIO,
+					  "%s (a known cause: a cudaMallocAsync memory pool the process imported from "
+					  "another process (cuMemPoolImportFromShareableHandle), which r580 does not restore)",
 					  st.error().message().c_str());
 		return st;
 	}
