@@ -67,13 +67,22 @@ void dump_guard_main(int in, const ProcRef &criu_ref, const DriverSource &driver
 		pids.push_back(w->pid);
 		jobs.push_back({format("CRIU (pid %d) has exited; return pid %d to %s", criu, w->pid, to_string(w->found)),
 				[d, w, criu, timeout_ms]() -> Status {
-					auto left = return_to_found(*d, w->pid, w->found, [&w] { return w->ref.exited(); },
-								    timeout_ms);
-					if (!left)
-						return std::move(left).error();
-					if (*left != w->found)
+					auto out = return_to_found(*d, w->pid, w->found, [&w] { return w->ref.exited(); },
+								   timeout_ms);
+					if (!out)
+						return std::move(out).error();
+					// Said only of what the guard did: a process back by CRIU's own last call is not.
+					if (out->now == w->found && out->acted)
 						guard_syslog(GuardLog::Warning, "CRIU (pid %d) left pid %d %s; returned it to %s",
-							     criu, w->pid, to_string(*left), to_string(w->found));
+							     criu, w->pid, to_string(out->left), to_string(w->found));
+					else if (out->now != w->found)
+						guard_syslog(GuardLog::Warning,
+							     "CRIU (pid %d) has exited; pid %d, found %s, is %s: the guard cannot "
+							     "bring it back from there and left it as it is%s",
+							     criu, w->pid, to_string(w->found), to_string(out->now),
+							     out->now == CudaState::Running
+								     ? format(" (run: cuda-criu lock %d to lock it again)", w->pid).c_str()
+								     : "");
 					return {};
 				}});
 	}
@@ -134,28 +143,36 @@ void restore_guard_main(int in, const ProcRef &criu_ref)
 
 } // namespace
 
-Result<CudaState> return_to_found(Driver &d, pid_t pid, CudaState found, const std::function<bool()> &gone,
-				  unsigned timeout_ms, unsigned pause_ms)
+Result<ReturnOutcome> return_to_found(Driver &d, pid_t pid, CudaState found, const std::function<bool()> &gone,
+				      unsigned timeout_ms, unsigned pause_ms)
 {
 	const int attempts = std::max(50, static_cast<int>(timeout_ms / 100));
 	std::optional<CudaState> left;
+	bool acted = false;
 	for (int attempt = 1;; attempt++) {
 		if (gone())
-			return found; // its pid may be another process's: nothing to touch, nothing to report
+			return ReturnOutcome{found, found, false}; // its pid may be another process's: nothing to touch
 		auto now = d.state(pid);
 		if (!now)
 			return std::move(now).error().context("%s", "read its CUDA state");
 		if (!left)
 			left = *now;
-		if (*now == found)
-			return *left;
+		// A restore takes it from checkpointed to locked, an unlock from locked to running; nothing takes
+		// it from running to locked (the guard does not lock what it did not lock) or out of failed.
+		bool reachable = *now == CudaState::Checkpointed || (*now == CudaState::Locked && found == CudaState::Running);
+		if (*now == found || !reachable)
+			return ReturnOutcome{*left, *now, acted};
 		Status st;
-		if (*now == CudaState::Checkpointed)
+		if (*now == CudaState::Checkpointed) {
 			st = d.restore(pid, {});
-		if (st && found == CudaState::Running)
+			acted |= st.ok();
+		}
+		if (st && found == CudaState::Running) {
 			st = d.unlock(pid);
+			acted |= st.ok();
+		}
 		if (st)
-			return *left;
+			return ReturnOutcome{*left, found, true};
 		if (attempt == attempts)
 			return std::move(st).error().context("it was left %s", to_string(*left));
 		usleep(pause_ms * 1000);

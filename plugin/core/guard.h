@@ -41,14 +41,24 @@ private:
 	UniqueFd pipe_;
 };
 
+// What the dump guard found and did for one process.
+struct ReturnOutcome {
+	CudaState left = CudaState::Running; // the state CRIU left it in: the first the guard saw
+	CudaState now = CudaState::Running;  // its state when the guard was done
+	bool acted = false; // a restore or unlock of the guard's succeeded
+};
+
 // The dump guard's work on one process it finds alive after CRIU exited: returns it to the state it was
-// found in (restore and/or unlock) and returns the state it was left in. A driver call that CRIU made
-// for it may still be in progress (CRIU died in the middle of it, or gave up on a call that stalled):
-// the driver refuses another call until that one ends, and the state moves on, so each failed step is
-// tried again, from the state then, every pause_ms until the call has ended or timeout_ms (at least 50
-// tries) has passed. gone: whether the process has exited; then nothing is touched and found returned.
-Result<CudaState> return_to_found(Driver &d, pid_t pid, CudaState found, const std::function<bool()> &gone,
-				  unsigned timeout_ms, unsigned pause_ms = 100);
+// found in (restore and/or unlock). A driver call that CRIU made for it may still be in progress (CRIU
+// died in the middle of it, or gave up on a call that stalled): the driver refuses another call until
+// that one ends, and the state moves on, so each failed step is tried again, from the state then, every
+// pause_ms until the call has ended or timeout_ms (at least 50 tries) has passed; a process that gets
+// back by that call alone is not acted on. A state the guard cannot bring back to the one found (running
+// or failed where it was found locked, failed where it was found running) is left as it is: now then
+// differs from found. gone: whether the process has exited; then nothing is touched and the outcome is
+// found, found, not acted.
+Result<ReturnOutcome> return_to_found(Driver &d, pid_t pid, CudaState found, const std::function<bool()> &gone,
+				      unsigned timeout_ms, unsigned pause_ms = 100);
 
 class RestoreGuard {
 public:

@@ -163,43 +163,105 @@ TEST(ProcStartTime, TellsAReusedPidFromTheFirstProcess)
 	EXPECT_EQ(start_time_of(p), 0u); // gone: a guard does not take a later process for it
 }
 
-// The dump guard's policy for a process CRIU left behind: put it back in the state it was found in.
-// returned(): return_to_found for pid 30, now in state `now`, found in `found`; the state it says it
-// was left in.
-CudaState returned(testing::FakeDriver &d, CudaState now, CudaState found, bool gone = false)
+// The dump guard's policy for a process CRIU left behind: put it back in the state it was found in, and
+// say what it did. returned(): return_to_found for pid 30, now in state `now`, found in `found`.
+ReturnOutcome returned(testing::FakeDriver &d, CudaState now, CudaState found, bool gone = false)
 {
 	d.add(30, now);
-	auto left = return_to_found(d, 30, found, [gone] { return gone; }, 1000, 1);
-	EXPECT_TRUE(left.ok()) << left.error().message();
-	return left.ok() ? *left : now;
+	auto out = return_to_found(d, 30, found, [gone] { return gone; }, 1000, 1);
+	EXPECT_TRUE(out.ok()) << out.error().message();
+	return out.ok() ? *out : ReturnOutcome{now, now, false};
 }
 
 TEST(DumpGuard, ReturnsACheckpointedProcessToRunning)
 {
 	testing::FakeDriver d;
-	EXPECT_EQ(returned(d, CudaState::Checkpointed, CudaState::Running), CudaState::Checkpointed);
+	ReturnOutcome out = returned(d, CudaState::Checkpointed, CudaState::Running);
+	EXPECT_EQ(out.left, CudaState::Checkpointed);
+	EXPECT_EQ(out.now, CudaState::Running);
+	EXPECT_TRUE(out.acted);
 	EXPECT_EQ(d.state_of(30), CudaState::Running);
+	EXPECT_EQ(d.calls, (std::vector<std::string>{"restore 30", "unlock 30"})); // state queries are not listed
 }
 
 TEST(DumpGuard, ReturnsACheckpointedProcessFoundLockedToLocked)
 {
 	testing::FakeDriver d;
-	returned(d, CudaState::Checkpointed, CudaState::Locked);
+	ReturnOutcome out = returned(d, CudaState::Checkpointed, CudaState::Locked);
+	EXPECT_TRUE(out.acted);
+	EXPECT_EQ(out.now, CudaState::Locked);
 	EXPECT_EQ(d.state_of(30), CudaState::Locked);
-	EXPECT_EQ(d.calls, (std::vector<std::string>{"restore 30"})); // state queries are not listed
+	EXPECT_EQ(d.calls, (std::vector<std::string>{"restore 30"}));
+}
+
+TEST(DumpGuard, ReturnsALockedProcessToRunning)
+{
+	testing::FakeDriver d;
+	ReturnOutcome out = returned(d, CudaState::Locked, CudaState::Running);
+	EXPECT_EQ(out.left, CudaState::Locked);
+	EXPECT_TRUE(out.acted);
+	EXPECT_EQ(d.calls, (std::vector<std::string>{"unlock 30"}));
 }
 
 TEST(DumpGuard, LeavesAProcessInItsStateAlone)
 {
 	testing::FakeDriver d;
-	EXPECT_EQ(returned(d, CudaState::Running, CudaState::Running), CudaState::Running);
+	ReturnOutcome out = returned(d, CudaState::Running, CudaState::Running);
+	EXPECT_EQ(out.left, CudaState::Running);
+	EXPECT_FALSE(out.acted);
 	EXPECT_TRUE(d.calls.empty()); // no restore, no unlock
+}
+
+// Found locked, now running: the guard does not lock it again, and does not say it returned it.
+TEST(DumpGuard, LeavesARunningProcessFoundLockedAsItIs)
+{
+	testing::FakeDriver d;
+	ReturnOutcome out = returned(d, CudaState::Running, CudaState::Locked);
+	EXPECT_EQ(out.left, CudaState::Running);
+	EXPECT_EQ(out.now, CudaState::Running);
+	EXPECT_FALSE(out.acted);
+	EXPECT_TRUE(d.calls.empty());
+}
+
+// Nothing brings a process out of 'failed': no call, no retries, no error; it is left as it is.
+TEST(DumpGuard, LeavesAFailedProcessAsItIs)
+{
+	for (CudaState found : {CudaState::Running, CudaState::Locked}) {
+		testing::FakeDriver d;
+		ReturnOutcome out = returned(d, CudaState::Failed, found);
+		EXPECT_EQ(out.now, CudaState::Failed);
+		EXPECT_FALSE(out.acted);
+		EXPECT_TRUE(d.calls.empty());
+	}
+}
+
+// CRIU's own restore was still under way: the guard's is refused, then that call returns the process;
+// the guard did nothing and says so.
+TEST(DumpGuard, DoesNotClaimAReturnItDidNotMake)
+{
+	testing::FakeDriver d;
+	d.add(30, CudaState::Checkpointed);
+	d.fail["restore"] = {30};
+	int looks = 0;
+	auto out = return_to_found(d, 30, CudaState::Locked,
+				   [&] {
+					   if (++looks == 2)
+						   d.procs[30].state = CudaState::Locked; // CRIU's call has ended
+					   return false;
+				   },
+				   1000, 1);
+	ASSERT_TRUE(out.ok()) << out.error().message();
+	EXPECT_EQ(out->left, CudaState::Checkpointed);
+	EXPECT_EQ(out->now, CudaState::Locked);
+	EXPECT_FALSE(out->acted);
 }
 
 TEST(DumpGuard, TouchesNothingOfAProcessThatIsGone)
 {
 	testing::FakeDriver d;
-	returned(d, CudaState::Locked, CudaState::Running, true);
+	ReturnOutcome out = returned(d, CudaState::Locked, CudaState::Running, true);
+	EXPECT_FALSE(out.acted);
+	EXPECT_EQ(out.now, CudaState::Running);
 	EXPECT_TRUE(d.calls.empty());
 }
 
@@ -208,9 +270,9 @@ TEST(DumpGuard, NamesTheStateItCouldNotLeave)
 	testing::FakeDriver d;
 	d.add(30, CudaState::Locked);
 	d.fail["unlock"] = {30};
-	auto left = return_to_found(d, 30, CudaState::Running, [] { return false; }, 0, 1);
-	ASSERT_FALSE(left.ok());
-	EXPECT_NE(left.error().message().find("it was left locked"), std::string::npos) << left.error().message();
+	auto out = return_to_found(d, 30, CudaState::Running, [] { return false; }, 0, 1);
+	ASSERT_FALSE(out.ok());
+	EXPECT_NE(out.error().message().find("it was left locked"), std::string::npos) << out.error().message();
 }
 
 // Forks a "CRIU" that starts a dump guard watching pid and exits; returns whether the guard then asked for
