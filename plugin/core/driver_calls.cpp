@@ -124,11 +124,12 @@ std::vector<ProcResult> run_proc_jobs(Host &host, const SharedDriver &driver, st
 			continue;
 		Status stopped = runs[i]->stop();
 		out[i].buffer = runs[i]->buffer_report();
-		if (auto st = std::move(stopped); !st) {
-			if (out[i].status)
-				out[i].status = std::move(st).error().context("%s", "stop the restore thread again");
-			else
-				LOG_ERROR("%s", st.error().message().c_str());
+		// Not the call's failure: a call that succeeded stays a success, and the sessions decide what a
+		// thread left so means for them.
+		if (!stopped) {
+			LOG_ERROR("%s %s its restore thread could not be stopped again: %s", jobs[i].what.c_str(),
+				  out[i].status ? "succeeded, but" : "failed, and", stopped.error().message().c_str());
+			out[i].thread_error = std::move(stopped).error();
 		}
 	}
 	return out;

@@ -72,12 +72,17 @@ struct ProcJob {
 };
 
 struct ProcResult {
-	Status status;
+	Status status; // how the job went: the driver call's result, a thread that could not be let run, a timeout
 	uint64_t us = 0; // how long the call took (0 when it never finished)
 	// After a failed call: the process's CUDA state, asked while its restore thread still ran (the driver
 	// answers a state query through that thread; once it is stopped again the query would block).
 	std::optional<CudaState> state_after_failure;
 	BufferReport buffer; // what was done with the driver's buffer (ProcJob::buffer)
+	// The restore thread let run for the call could not be stopped again, or its signal mask and ptrace
+	// options not put back (it exited, or was not in a stop): a fault of its own, whatever the call did
+	// (status is still the call's), named with the thread and logged by run_proc_jobs. The process's
+	// threads are then not all stopped as CRIU had them.
+	std::optional<Error> thread_error;
 };
 
 // Progress of the jobs' phase: expected bytes per job, sampled while they run (see core/progress.h).
@@ -93,8 +98,9 @@ struct PhaseProgress {
 
 // Lets each job's restore thread run (on the calling thread, the tracer), runs the jobs on workers with
 // at most parallel at once, each limited to timeout_ms, then stops the threads again, whatever happened.
-// A thread that cannot be let run fails its job. With progress: logs progress lines and gives up a job
-// whose copy stalls.
+// A thread that cannot be let run fails its job; one that cannot be stopped again is reported apart from
+// the call (ProcResult::thread_error). With progress: logs progress lines and gives up a job whose copy
+// stalls.
 std::vector<ProcResult> run_proc_jobs(Host &host, const SharedDriver &driver, std::vector<ProcJob> jobs,
 				      unsigned parallel, unsigned timeout_ms, const PhaseProgress *progress = nullptr);
 

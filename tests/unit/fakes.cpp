@@ -119,17 +119,24 @@ TaskInfo FakeHost::task_info(pid_t pid)
 namespace {
 class FakeRun final : public RunningThread {
 public:
-	FakeRun(std::set<pid_t> &running, pid_t tid) : running_(running), tid_(tid) { running_.insert(tid); }
+	FakeRun(std::set<pid_t> &running, pid_t tid, bool fail_stop)
+		: running_(running), tid_(tid), fail_stop_(fail_stop)
+	{
+		running_.insert(tid);
+	}
 	~FakeRun() override { running_.erase(tid_); }
 	Status stop() override
 	{
 		running_.erase(tid_);
+		if (fail_stop_)
+			return make_error(ESRCH, "restore thread %d exited while it ran (signal 9)", tid_);
 		return {};
 	}
 
 private:
 	std::set<pid_t> &running_;
 	pid_t tid_;
+	bool fail_stop_;
 };
 } // namespace
 
@@ -139,7 +146,7 @@ Result<std::unique_ptr<RunningThread>> FakeHost::let_run(pid_t tid, std::optiona
 	buffer_policies[tid] = buffer;
 	if (fail_let_run.count(tid))
 		return make_error(ESRCH, "restore thread %d: read /proc/%d/status: No such file or directory", tid, tid);
-	return std::unique_ptr<RunningThread>(new FakeRun(running_threads, tid));
+	return std::unique_ptr<RunningThread>(new FakeRun(running_threads, tid, fail_stop.count(tid) > 0));
 }
 
 Status FakeHost::read_memory(pid_t pid, uint64_t addr, void *buf, size_t len)

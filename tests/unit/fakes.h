@@ -66,6 +66,7 @@ public:
 	std::set<pid_t> cuda_pids;        // pids with libcuda mapped
 	std::set<pid_t> running_threads;  // restore threads currently let run
 	std::set<pid_t> fail_let_run;     // tids whose let_run fails (thread gone)
+	std::set<pid_t> fail_stop;        // tids whose stop after a let_run fails (the thread exited while it ran)
 	std::vector<pid_t> stopped;       // what stopped_tasks() returns
 	std::set<pid_t> killed;
 	std::set<pid_t> dead;

@@ -195,6 +195,33 @@ TEST(CallWithin, AbandonsACallPastItsLimitAndKeepsItsResultSlotAlive)
 	std::this_thread::sleep_for(std::chrono::milliseconds(300)); // the abandoned call writes its slot
 }
 
+// A restore thread that cannot be stopped again after the call is its own fault, named with the thread: a
+// call that succeeded is not reported as failed, nor a failed one as failed for that reason.
+TEST_F(HardeningTest, FailedStopAfterACallIsReportedApartFromTheCall)
+{
+	add_cuda(7, CudaState::Locked);
+	add_cuda(8, CudaState::Locked);
+	driver.fail["checkpoint"] = {8};
+	host.fail_stop = {1007, 1008};
+	auto shared = std::make_shared<TimedDriver>(driver);
+	std::vector<ProcJob> jobs;
+	for (pid_t pid : {7, 8})
+		jobs.push_back({pid, pid + 1000, "checkpoint pid " + std::to_string(pid),
+				[pid](Driver &d) { return d.checkpoint(pid); }});
+	std::vector<ProcResult> out = run_proc_jobs(host, shared, std::move(jobs), 0, 5000);
+	ASSERT_EQ(out.size(), 2u);
+	EXPECT_TRUE(out[0].status.ok()) << out[0].status.error().message();
+	EXPECT_EQ(driver.state_of(7), CudaState::Checkpointed);
+	ASSERT_TRUE(out[0].thread_error.has_value());
+	EXPECT_TRUE(has(*out[0].thread_error, "restore thread 1007 exited while it ran")) << out[0].thread_error->message();
+	ASSERT_FALSE(out[1].status.ok());
+	EXPECT_TRUE(has(out[1].status.error(), "checkpoint pid 8: checkpoint failed")) << out[1].status.error().message();
+	EXPECT_FALSE(has(out[1].status.error(), "restore thread")) << out[1].status.error().message();
+	ASSERT_TRUE(out[1].thread_error.has_value());
+	EXPECT_TRUE(has(*out[1].thread_error, "restore thread 1008")) << out[1].thread_error->message();
+	EXPECT_TRUE(host.running_threads.empty());
+}
+
 TEST(FailureErrno, NeverTellsCriuNotMine)
 {
 	EXPECT_EQ(failure_errno(make_error(ENOTSUP, "x")), EIO);

@@ -398,6 +398,35 @@ TEST_F(DumpTest, RollbackFailureIsReportedWithThePid)
 	EXPECT_NE(st.error().message().find("10"), std::string::npos);
 }
 
+// A restore thread that cannot be stopped again after a call that succeeded (run_proc_jobs reports it
+// apart, ProcResult::thread_error): the call's effect counts. A checkpoint that went through is rolled
+// back from checkpointed (not only unlocked, which the driver refuses); a rollback that went through is
+// not reported as a process not returned.
+TEST_F(DumpTest, FailedStopOfTheRestoreThreadDoesNotUndoTheCallsEffect)
+{
+	add_cuda(10);
+	DumpSession s(options, host, source());
+	ASSERT_TRUE(is_true(s.pause(10)));
+	host.fail_stop = {1010};
+	(void)s.checkpoint(10); // the dump may fail for the thread; the checkpoint itself went through
+	EXPECT_TRUE(s.finish(true, false).ok());
+	EXPECT_EQ(driver.state_of(10), CudaState::Running);
+	std::vector<std::string> want = {"lock 10", "checkpoint 10", "restore 10", "unlock 10"};
+	EXPECT_EQ(driver.calls, want);
+}
+
+TEST_F(DumpTest, FailedStopOfTheRestoreThreadAfterTheRollbackIsNoReturnFailure)
+{
+	add_cuda(10);
+	DumpSession s(options, host, source());
+	ASSERT_TRUE(is_true(s.pause(10)));
+	ASSERT_TRUE(is_true(s.checkpoint(10)));
+	host.fail_stop = {1010};
+	Status st = s.finish(true, false);
+	EXPECT_TRUE(st.ok()) << st.error().message();
+	EXPECT_EQ(driver.state_of(10), CudaState::Running);
+}
+
 TEST_F(DumpTest, FailedStateIsRefused)
 {
 	add_cuda(10, CudaState::Failed);
@@ -459,6 +488,20 @@ TEST_F(RestoreTest, RestoresEveryCudaProcessAtTheFirstCall)
 	EXPECT_TRUE(is_true(s.resume(21)));
 	EXPECT_TRUE(host.running_threads.empty());
 	EXPECT_FALSE(s.any_failed());
+}
+
+// Restored and unlocked, but its restore thread could not be stopped again: the process has its GPU
+// state; it is not killed for the thread.
+TEST_F(RestoreTest, FailedStopOfTheRestoreThreadKeepsTheRestoredProcess)
+{
+	add_cuda(20, CudaState::Checkpointed);
+	host.stopped = {20};
+	host.fail_stop = {1020};
+	RestoreSession s(options, host, source(), image_with({20}), false);
+	EXPECT_TRUE(is_true(s.resume(20)));
+	EXPECT_EQ(driver.state_of(20), CudaState::Running);
+	EXPECT_FALSE(s.any_failed());
+	EXPECT_TRUE(host.killed.empty());
 }
 
 TEST_F(RestoreTest, FindsProcessesRestoredUnderNewPids)
