@@ -122,6 +122,8 @@ expect_log "$LOG" "all CUDA processes are back as they were found" "full-pages: 
 expect_healthy "$STATE"
 [ "$(cuda_state "$pid")" = running ] || fail "full-pages: the process is $(cuda_state "$pid")"
 [ ! -e "$M/inventory.img" ] || fail "full-pages: CRIU wrote its inventory"
+expect_log "$LOG" "dump failed: the GPU image's files \([0-9]+\) removed" "full-pages: the GPU image's removal is not logged"
+[ "$(plugin_files "$M")" = cuda-plugin.img ] || fail "full-pages: left $(plugin_files "$M"), not cuda-plugin.img alone"
 log "full-pages: $(grep -m1 -oE 'Error \(criu/[^)]*\): .*No space left on device' "$LOG"); left in the directory: $(plugin_files "$M") and CRIU's partial images, no inventory.img"
 must_not_restore full-pages "$M" "$pid"
 
