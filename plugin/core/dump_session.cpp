@@ -141,6 +141,8 @@ Result<bool> DumpSession::pause_cuda(pid_t pid, uint64_t deadline)
 			pid);
 	if (auto st = check_not_streamed(pid); !st)
 		return std::move(st).error();
+	if (auto st = check_no_shared_handles(pid); !st)
+		return std::move(st).error();
 	if (host_.task_info(pid).stopped)
 		// Its restore thread is stopped with it: the driver's calls would wait for it until a timeout.
 		return make_error(EBUSY,
@@ -221,6 +223,32 @@ std::optional<Error> DumpSession::check_inherited(pid_t pid)
 					  pid, f.path.c_str(), f.fd);
 	}
 	return std::nullopt;
+}
+
+// A CUDA memory handle exported to or imported from another process as a file descriptor is an open
+// /dev/nvidiactl beyond the driver's own one (and NVML's one, where NVML is loaded): seen on r580 for
+// cuMemExportToShareableHandle (the exporter, while it keeps the fd) and for cudaMallocAsync pools shared
+// with cuMemPoolExportToShareableHandle (both sides). The driver checkpoints such a process, but cannot
+// restore one that imported memory (nor return it in place): refused before the lock. Legacy CUDA IPC
+// (cuIpcOpenMemHandle) leaves no such trace (docs/faults.md, "CUDA IPC").
+Status DumpSession::check_no_shared_handles(pid_t pid)
+{
+	HeldDeviceFiles held = host_.nvidia_device_files(pid);
+	size_t ctl = static_cast<size_t>(std::count_if(held.fds.begin(), held.fds.end(), [](const DeviceFd &f) {
+		return f.path.size() >= 9 && f.path.compare(f.path.size() - 9, 9, "nvidiactl") == 0;
+	}));
+	bool nvml = host_.uses_nvml(pid);
+	size_t own = nvml ? 2 : 1;
+	if (ctl <= own)
+		return {};
+	return make_error(EBUSY,
+			  "pid %d holds %zu open /dev/nvidiactl files, %zu more than the CUDA driver%s opens: a CUDA memory "
+			  "handle exported to or imported from another process as a file descriptor "
+			  "(cuMemExportToShareableHandle, a cudaMallocAsync pool shared with "
+			  "cuMemPoolExportToShareableHandle); the driver checkpoints such processes but cannot restore "
+			  "the one that imported the memory (CUDA IPC is restored from driver r610 on), so the dump is "
+			  "refused before the lock and the tree goes on running; dump it once those handles are closed",
+			  pid, ctl, ctl - own, nvml ? " and NVML" : "");
 }
 
 // The plugin writes its files (the GPU image, cuda-plugin.img, the stand-ins' record) into the image

@@ -84,6 +84,7 @@ private:
 	Result<bool> pause_cuda(pid_t pid, uint64_t deadline_us);
 	std::optional<Error> check_inherited(pid_t pid);
 	Status check_not_streamed(pid_t pid) const;
+	Status check_no_shared_handles(pid_t pid);
 	void note_gpus(Proc &p, const TaskInfo &info, uint64_t deadline_us);
 	Status lock(Proc &p, uint64_t deadline_us);
 	Result<unsigned> pause_budget_ms(pid_t pid) const;

@@ -55,8 +55,9 @@ struct HeldDeviceFiles {
 class Host {
 public:
 	virtual ~Host() = default;
-	// Whether pid has libcuda mapped; no driver call.
+	// Whether pid has libcuda (NVML) mapped; no driver call.
 	virtual bool uses_libcuda(pid_t pid) = 0;
+	virtual bool uses_nvml(pid_t pid) = 0;
 	virtual TaskInfo task_info(pid_t pid) = 0;
 	// Lets the (ptrace-stopped) thread tid run; see os/thread_run.h.
 	virtual Result<std::unique_ptr<RunningThread>> let_run(pid_t tid, std::optional<BufferPolicy> buffer) = 0;
@@ -113,6 +114,7 @@ public:
 class SystemHost final : public Host {
 public:
 	bool uses_libcuda(pid_t pid) override;
+	bool uses_nvml(pid_t pid) override;
 	TaskInfo task_info(pid_t pid) override;
 	Result<std::unique_ptr<RunningThread>> let_run(pid_t tid, std::optional<BufferPolicy> buffer) override;
 	std::vector<pid_t> stopped_tasks() override;

@@ -15,7 +15,9 @@
 
 namespace cuda_criu {
 
-bool maps_libcuda(pid_t pid)
+bool maps_libcuda(pid_t pid) { return maps_library(pid, "libcuda.so"); }
+
+bool maps_library(pid_t pid, const char *name_prefix)
 {
 	char path[64];
 	std::snprintf(path, sizeof(path), "/proc/%d/maps", pid);
@@ -26,7 +28,7 @@ bool maps_libcuda(pid_t pid)
 	bool found = false;
 	while (!found && std::fgets(line, sizeof(line), f)) {
 		const char *slash = std::strrchr(line, '/');
-		found = slash && std::strncmp(slash + 1, "libcuda.so", 10) == 0;
+		found = slash && std::strncmp(slash + 1, name_prefix, std::strlen(name_prefix)) == 0;
 	}
 	std::fclose(f);
 	return found;

@@ -21,6 +21,8 @@ bool for_each_line(const std::string &path, const std::function<void(std::istrin
 // Whether pid has a library whose file name starts with "libcuda.so" mapped (the real driver's or a
 // fake's). A process without it cannot be a CUDA process.
 bool maps_libcuda(pid_t pid);
+// Whether pid maps a file whose name starts with name_prefix ("libnvidia-ml.so").
+bool maps_library(pid_t pid, const char *name_prefix);
 
 // Fields of /proc/PID/status.
 struct TaskStatus {

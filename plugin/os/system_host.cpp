@@ -40,6 +40,8 @@ private:
 
 bool SystemHost::uses_libcuda(pid_t pid) { return maps_libcuda(pid); }
 
+bool SystemHost::uses_nvml(pid_t pid) { return maps_library(pid, "libnvidia-ml.so"); }
+
 std::vector<pid_t> SystemHost::children(pid_t pid) { return children_of(pid); }
 
 uint64_t SystemHost::thread_cpu_ticks(pid_t pid, pid_t tid) { return cuda_criu::thread_cpu_ticks(pid, tid); }

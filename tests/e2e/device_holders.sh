@@ -2,7 +2,8 @@
 # NVIDIA device files are stood in for (/dev/null, /dev/zero) only in a process the driver says has no
 # CUDA state and that inherited them from a CUDA process of the dump (tests/e2e/fork_workers.sh). Any
 # other holder fails the dump, named, and goes on running as it was: a process using NVML alone (a GPU
-# monitor), and any holder while the plugin is inactive (no driver found).
+# monitor), and any holder while the plugin is inactive (no driver found). A CUDA process holding the fd
+# of a CUDA memory handle shared with another process is refused before its lock.
 source "$(dirname "$0")/lib.sh"
 e2e_setup
 start_fake_gpu
@@ -35,4 +36,18 @@ refused() {
 refused nvml-only "pid [0-9]+ holds NVIDIA device files but does not use CUDA \(no libcuda mapped: NVML"
 refused plugin-inactive "pid [0-9]+ holds NVIDIA device files, but the CUDA plugin is inactive: no NVIDIA driver found \(no file /nonexistent/libcuda.so.1\)" \
 	CUDA_CRIU_LIBCUDA=/nonexistent/libcuda.so.1
+# A CUDA process holding one /dev/nvidiactl more than the driver's own: the fd of a CUDA memory handle
+# shared with another process, which the driver checkpoints but cannot restore on the importing side.
+# Refused before the lock, named; it runs on unlocked with its data.
+FAKEGPU_SHARED_HANDLE=1 start_memcheck shared-handle 16
+pid=$LAST_PID
+[ "$(ls -l "/proc/$pid/fd" | grep -c "$FAKEGPU_DIR/dev/nvidiactl")" = 2 ] || fail "shared-handle: not two nvidiactl nodes"
+mkdir -p "$T/img-shared-handle"
+"$CRIU" dump -t "$pid" -D "$T/img-shared-handle" -L "$PLUGIN_DIR" -v4 -o dump.log 2>/dev/null &&
+	fail "shared-handle: the dump of a process holding a shared memory handle succeeded"
+grep -qE "pid $pid holds 2 open /dev/nvidiactl files, 1 more than the CUDA driver opens: a CUDA memory handle exported to or imported from another process" \
+	"$T/img-shared-handle/dump.log" || fail "shared-handle: the refusal does not name pid $pid and the cause"
+wait_for "shared-handle: pid $pid to run" 10 is_running "$pid"
+expect_healthy "$STATE"
+log "shared-handle: refused before the lock, named; runs on with its data"
 log "ok"

@@ -16,6 +16,8 @@
  * Environment:
  *   FAKEGPU_DIR               directory of the daemon (all processes)
  *   FAKEGPU_DRIVER_VERSION    value reported by cuDriverGetVersion
+ *   FAKEGPU_SHARED_HANDLE=1   the process holds one more nvidiactl node, as the fd of
+ *                             an exported CUDA memory handle (see open_nodes)
  *   FAKEGPU_KEEP_DEVICE_MAPPING=1  the device mappings (dev/nvidia-mappable, see
  *                             map_device) stay mapped after a checkpoint
  * Read by the checkpoint half, in the calling process, on every call:
@@ -215,11 +217,19 @@ void close_nodes(void)
 	}
 }
 
+/* FAKEGPU_SHARED_HANDLE=1: one more nvidiactl node, held like the file descriptor of a CUDA memory
+ * handle exported to (or imported from) another process (cuMemExportToShareableHandle): the process's,
+ * not the driver's, so a checkpoint leaves it open. */
+static int g_handle_fd = -1;
+
 /* nvidiactl, nvidia-uvm and one node per GPU in g_gpu_mask. */
 int open_nodes(void)
 {
 	if (g_ctl_fd < 0)
 		g_ctl_fd = open_node("nvidiactl");
+	const char *handle = getenv("FAKEGPU_SHARED_HANDLE");
+	if (g_handle_fd < 0 && handle && !strcmp(handle, "1"))
+		g_handle_fd = open_node("nvidiactl");
 	if (g_uvm_fd < 0)
 		g_uvm_fd = open_node("nvidia-uvm");
 	for (uint32_t g = 0; g < FG_MAX_GPUS; g++)

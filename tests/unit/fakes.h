@@ -78,6 +78,8 @@ public:
 	std::map<pid_t, std::optional<BufferPolicy>> buffer_policies; // the last let_run's, per restore thread
 
 	bool uses_libcuda(pid_t pid) override { return cuda_pids.count(pid) > 0; }
+	std::set<pid_t> nvml_pids; // pids with NVML mapped
+	bool uses_nvml(pid_t pid) override { return nvml_pids.count(pid) > 0; }
 	TaskInfo task_info(pid_t pid) override;
 	Result<std::unique_ptr<RunningThread>> let_run(pid_t tid, std::optional<BufferPolicy> buffer) override;
 	Result<std::string> thp_mode() override { return thp; }

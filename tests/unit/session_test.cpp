@@ -165,6 +165,26 @@ TEST_F(DumpTest, StoppedCudaProcessIsRefusedAtOnce)
 	EXPECT_TRUE(driver.calls.empty());
 }
 
+// One /dev/nvidiactl more than the driver's (and NVML's): the fd of a CUDA memory handle shared with another
+// process; refused before the lock, naming the process.
+TEST_F(DumpTest, SharedMemoryHandleIsRefusedBeforeTheLock)
+{
+	add_cuda({7, 8});
+	host.held[7] = {7, {}, {{9, O_RDWR, "/dev/nvidiactl"}, {40, O_RDWR, "/dev/nvidiactl"}}};
+	host.held[8] = {8, {}, {{9, O_RDWR, "/dev/nvidiactl"}, {40, O_RDWR, "/dev/nvidiactl"}}};
+	host.nvml_pids.insert(8); // NVML's own nvidiactl: 8 holds nothing more
+	DumpSession s(options, host, source());
+	auto r = s.pause(7);
+	ASSERT_FALSE(r.ok());
+	EXPECT_NE(r.error().message().find("pid 7 holds 2 open /dev/nvidiactl files, 1 more than the CUDA driver opens"),
+		  std::string::npos)
+		<< r.error().message();
+	EXPECT_EQ(driver.state_of(7), CudaState::Running);
+	ASSERT_TRUE(s.pause(8).ok());
+	EXPECT_EQ(driver.state_of(8), CudaState::Locked);
+	EXPECT_TRUE(s.finish(true, false).ok());
+}
+
 // criu dump --stream: the plugin's files would never reach the streamer; a CUDA process refuses it.
 TEST_F(DumpTest, StreamedDumpOfACudaProcessIsRefused)
 {
