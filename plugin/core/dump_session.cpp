@@ -562,6 +562,10 @@ void DumpSession::record_checkpoint(Proc &p, ProcResult result, Status &first_fa
 		p.state_bytes = rss > p.rss_before ? rss - p.rss_before : 0;
 		LOG_DEBUG("pid %d: the checkpoint mapped %s of new memory in %zu range(s)", p.pid,
 			  human_bytes(total_bytes(p.checkpoint_ranges)).c_str(), p.checkpoint_ranges.size());
+		// Its restore thread not stopped as CRIU left it: CRIU's copy of the process cannot be trusted.
+		// Logged by run_proc_jobs; the dump fails and the rollback restores it.
+		if (result.thread_error && first_failure)
+			first_failure = *result.thread_error;
 		return;
 	}
 	// A failed checkpoint may still have moved the state: the job asked while the restore thread ran (a
