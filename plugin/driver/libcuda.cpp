@@ -63,7 +63,7 @@ public:
 			return make_error(EIO,
 					  "the NVIDIA driver cannot checkpoint this process: it uses CUDA managed memory "
 					  "(cudaMallocManaged / cuMemAllocManaged), or another feature the driver's checkpoint "
-					  "does not support (CUDA IPC memory shared with another process, an MPS client); "
+					  "does not support (an MPS client, for one); "
 					  "free that memory before the dump, or leave the process out (%s)",
 					  st.error().message().c_str());
 		return st;
