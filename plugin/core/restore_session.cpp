@@ -128,8 +128,29 @@ std::vector<ProcJob> RestoreSession::find_cuda_processes(const std::vector<pid_t
 	return found;
 }
 
+// The GPU image's check on its own thread, while the driver restores: it only reads (the chunks CRIU mapped
+// from the image, or CRIU's pages). Its failure fails every process of the batch before its unlock.
+std::shared_future<Status> RestoreSession::check_alongside(const std::vector<GpuLoadTarget> &targets)
+{
+	check_us_ = std::make_shared<std::atomic<uint64_t>>(0);
+	// Copies only: an abandoned restore job may outlive the session.
+	return std::async(std::launch::async,
+			  [load = load_gpu_, targets, spent = check_us_]() -> Status {
+				  uint64_t t0 = now_us();
+				  Status st = load(targets);
+				  *spent = now_us() - t0;
+				  if (!st)
+					  return std::move(st).error().context(
+						  "%s", "the GPU image failed its check during the driver's restore; the "
+							"process is not unlocked");
+				  return st;
+			  })
+		.share();
+}
+
 void RestoreSession::restore_batch(const std::vector<pid_t> &candidates)
 {
+	std::shared_future<Status> checked;
 	std::vector<ProcJob> jobs = find_cuda_processes(candidates);
 	if (!jobs.empty()) {
 		auto pairs = gpu_pairs();
@@ -138,13 +159,15 @@ void RestoreSession::restore_batch(const std::vector<pid_t> &candidates)
 			failed(pids_of(jobs), pairs.error(), true);
 			jobs.clear();
 		}
-		if (load_gpu_ && !jobs.empty()) {
-			// Every chunk is checked (and put into its process) before any driver call: a damaged image
-			// is refused with every process still stopped.
-			std::vector<GpuLoadTarget> targets;
-			targets.reserve(jobs.size());
-			for (const ProcJob &j : jobs)
-				targets.push_back({j.pid, outcomes_[j.pid].ns_pid});
+		std::vector<GpuLoadTarget> targets;
+		for (const ProcJob &j : jobs)
+			targets.push_back({j.pid, outcomes_[j.pid].ns_pid});
+		bool alongside = load_gpu_ && std::none_of(targets.begin(), targets.end(), [this](const GpuLoadTarget &t) {
+			return load_gpu_.writes(t.ns_pid);
+		});
+		if (load_gpu_ && !alongside && !jobs.empty()) {
+			// Chunks to write: every chunk is checked and put into its process before any driver call; a
+			// damaged image is refused with every process still stopped.
 			uint64_t t0 = now_us();
 			Status st = load_gpu_(targets);
 			load_gpu_us_ += now_us() - t0;
@@ -153,9 +176,15 @@ void RestoreSession::restore_batch(const std::vector<pid_t> &candidates)
 				jobs.clear();
 			}
 		}
+		if (alongside && !jobs.empty()) {
+			checked = check_alongside(targets);
+			checked_alongside_ = true;
+		}
 		for (ProcJob &j : jobs) {
-			j.call = [pid = j.pid, p = *pairs](Driver &d) -> Status {
+			j.call = [pid = j.pid, p = *pairs, checked](Driver &d) -> Status {
 				Status st = d.restore(pid, p);
+				if (st && checked.valid()) // the process stays locked until its chunks have passed
+					st = checked.get();
 				if (st)
 					st = d.unlock(pid);
 				return st;
@@ -164,6 +193,10 @@ void RestoreSession::restore_batch(const std::vector<pid_t> &candidates)
 	}
 	if (!jobs.empty())
 		restore_all(std::move(jobs));
+	if (checked.valid()) {
+		checked.wait(); // the check's own time, when a restore failed before it
+		load_gpu_us_ += check_us_->load();
+	}
 	if (image_)
 		report_missing();
 }
@@ -299,7 +332,10 @@ std::string RestoreSession::summary() const
 		      "load %s; plugin's own time beyond the driver: %s%s%s",
 		      outcomes_.size(), failed, seconds(device_phase_us_).c_str(), seconds(restore_cost_.load_us).c_str(),
 		      restore_cost_.per_process().c_str(),
-		      load_gpu_ ? format("; GPU image checked in %s", seconds(load_gpu_us_).c_str()).c_str() : "",
+		      load_gpu_ ? format("; GPU image checked in %s%s", seconds(load_gpu_us_).c_str(),
+					 checked_alongside_ ? " (alongside the driver's restore)" : "")
+					  .c_str()
+				: "",
 		      image_ ? "" : " [image of CRIU's own cuda plugin: no cuda-plugin.img]");
 }
 

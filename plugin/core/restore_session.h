@@ -5,7 +5,10 @@
 
 #include <sys/types.h>
 
+#include <atomic>
 #include <functional>
+#include <future>
+#include <memory>
 #include <map>
 #include <optional>
 #include <set>
@@ -25,8 +28,16 @@
 namespace cuda_criu {
 
 // Puts the GPU state the plugin stored itself (core/gpu_store.h) back into the restored processes, each
-// chunk checked first; empty when CRIU's pages images hold it.
-using GpuImageLoad = std::function<Status(const std::vector<GpuLoadTarget> &targets)>;
+// chunk checked (run); empty when CRIU's pages images hold it unchecked. writes(ns_pid): whether run
+// writes into that process; where it writes into none, it only reads (chunks CRIU mapped, or CRIU's
+// pages), and runs alongside the driver's restore: no process is unlocked before it has passed.
+struct GpuImageLoad {
+	std::function<Status(const std::vector<GpuLoadTarget> &targets)> run;
+	std::function<bool(pid_t ns_pid)> writes;
+
+	explicit operator bool() const { return static_cast<bool>(run); }
+	Status operator()(const std::vector<GpuLoadTarget> &targets) const { return run(targets); }
+};
 
 class RestoreSession {
 public:
@@ -56,6 +67,7 @@ private:
 	};
 
 	void restore_batch(const std::vector<pid_t> &candidates);
+	std::shared_future<Status> check_alongside(const std::vector<GpuLoadTarget> &targets);
 	std::vector<ProcJob> find_cuda_processes(const std::vector<pid_t> &candidates);
 	Status load_driver(pid_t pid);
 	void restore_all(std::vector<ProcJob> jobs);
@@ -80,6 +92,8 @@ private:
 	uint64_t device_phase_us_ = 0;
 	GpuImageLoad load_gpu_;
 	uint64_t load_gpu_us_ = 0;
+	bool checked_alongside_ = false;
+	std::shared_ptr<std::atomic<uint64_t>> check_us_; // the check's time, written on its own thread
 };
 
 } // namespace cuda_criu

@@ -75,12 +75,14 @@ Result<GpuImageLoad> prepare_gpu_image(const Options &options, Host &host, const
 		bytes += p.stored_bytes();
 	unsigned threads = gpu_io_threads(options.io_threads, bytes);
 	Host *h = &host; // outlives the restore session
-	return GpuImageLoad([idx, dir, h, threads, mapped](const std::vector<GpuLoadTarget> &targets) {
-		std::vector<GpuLoadTarget> t = targets;
-		for (GpuLoadTarget &x : t)
-			x.write = !mapped.count(x.ns_pid);
-		return load_gpu_state(*h, dir, *idx, t, threads);
-	});
+	auto writes = [data, mapped](pid_t ns_pid) { return data && !mapped.count(ns_pid); };
+	return GpuImageLoad{[idx, dir, h, threads, writes](const std::vector<GpuLoadTarget> &targets) {
+				    std::vector<GpuLoadTarget> t = targets;
+				    for (GpuLoadTarget &x : t)
+					    x.write = writes(x.ns_pid);
+				    return load_gpu_state(*h, dir, *idx, t, threads);
+			    },
+			    writes};
 }
 
 // An image without cuda-plugin.img may still hold a GPU index: checksums of a GPU state CRIU's pages

@@ -355,10 +355,12 @@ TEST(GpuImageRestore, ADamagedImageIsRefusedBeforeAnyDriverCall)
 	image.gpu_image_id = "x";
 	std::vector<GpuLoadTarget> seen;
 	RestoreSession r(Options(), host, [&]() -> Result<Driver *> { return static_cast<Driver *>(&driver); }, image, true,
-			 {}, [&](const std::vector<GpuLoadTarget> &t) -> Status {
-				 seen = t;
-				 return make_error(EBADMSG, "%s", "GPU state at 0x1000 fails its checksum");
-			 });
+			 {},
+			 GpuImageLoad{[&](const std::vector<GpuLoadTarget> &t) -> Status {
+					      seen = t;
+					      return make_error(EBADMSG, "%s", "GPU state at 0x1000 fails its checksum");
+				      },
+				      [](pid_t) { return true; }}); // chunks to write: checked before any driver call
 	auto res = r.resume(30);
 	ASSERT_FALSE(res.ok());
 	EXPECT_NE(res.error().message().find("fails its checksum"), std::string::npos);

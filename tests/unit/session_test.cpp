@@ -1,7 +1,11 @@
 #include <fcntl.h>
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
+#include <algorithm>
 #include <initializer_list>
+#include <mutex>
 
 #include "core/dump_session.h"
 #include "core/restore_session.h"
@@ -627,6 +631,42 @@ TEST_F(RestoreTest, FailureOutsideTheSessionKillsWhenCriuWouldIgnoreIt)
 		EXPECT_NE(s.summary().find("1 failed"), std::string::npos) << s.summary();
 		EXPECT_TRUE(s.any_failed());
 		EXPECT_EQ(driver.state_of(20), CudaState::Checkpointed); // no driver call was made
+	}
+}
+
+// A GPU image CRIU mapped (nothing to write): its check runs while the driver restores, and a process is
+// unlocked only once it has passed. Here the check waits for the driver's restore call, so it cannot have
+// run before it, then fails: no process is unlocked, and the failure names the check.
+TEST_F(RestoreTest, MappedImageIsCheckedAlongsideTheDriversRestoreAndGatesTheUnlock)
+{
+	for (bool passes : {true, false}) {
+		add_cuda(20, CudaState::Checkpointed);
+		host.stopped = {20};
+		auto restored = [this] {
+			std::lock_guard<std::mutex> g(driver.mu);
+			return std::find(driver.calls.begin(), driver.calls.end(), "restore 20") != driver.calls.end();
+		};
+		GpuImageLoad check{[&](const std::vector<GpuLoadTarget> &) -> Status {
+					   for (int i = 0; i < 5000 && !restored(); i++)
+						   usleep(1000);
+					   if (!restored())
+						   return make_error(EIO, "checked before the driver's restore");
+					   if (!passes)
+						   return make_error(EBADMSG, "chunk at 0x1000 fails its checksum");
+					   return {};
+				   },
+				   [](pid_t) { return false; }};
+		RestoreSession s(options, host, source(), image_with({20}), true, {}, check);
+		auto r = s.resume(20);
+		if (passes) {
+			ASSERT_TRUE(r.ok()) << r.error().message();
+			EXPECT_EQ(driver.state_of(20), CudaState::Running);
+			continue;
+		}
+		ASSERT_FALSE(r.ok());
+		EXPECT_NE(r.error().message().find("failed its check during the driver's restore"), std::string::npos)
+			<< r.error().message();
+		EXPECT_EQ(driver.state_of(20), CudaState::Locked);
 	}
 }
 
