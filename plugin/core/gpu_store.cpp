@@ -1,6 +1,8 @@
 #include "core/gpu_store.h"
 
 #include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -18,6 +20,7 @@
 #include "base/log.h"
 #include "base/text.h"
 #include "core/parallel.h"
+#include "os/unique_fd.h"
 
 namespace cuda_criu {
 namespace {
@@ -315,6 +318,29 @@ Status check_gpu_files(int dir_fd, const GpuImageIndex &index)
 	if (!readers)
 		return std::move(readers).error();
 	return {};
+}
+
+bool gpu_image_cached(int dir_fd, const GpuImageIndex &index)
+{
+	uint64_t data = 0, resident = 0;
+	const uint64_t page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+	for (const GpuDataFile &f : index.files) {
+		data += f.data_bytes;
+		UniqueFd fd(openat(dir_fd, f.path().c_str(), O_RDONLY | O_CLOEXEC));
+		struct stat st;
+		if (!fd.valid() || fstat(fd.get(), &st) != 0 || st.st_size <= 0)
+			continue;
+		auto len = static_cast<size_t>(st.st_size);
+		void *m = mmap(nullptr, len, PROT_READ, MAP_SHARED, fd.get(), 0);
+		if (m == MAP_FAILED)
+			continue;
+		std::vector<unsigned char> in((len + page - 1) / page);
+		if (mincore(m, len, in.data()) == 0)
+			for (unsigned char v : in)
+				resident += (v & 1) ? page : 0;
+		munmap(m, len);
+	}
+	return data == 0 || resident >= data - data / 10;
 }
 
 Status load_gpu_state(Host &host, int dir_fd, const GpuImageIndex &index, const std::vector<GpuLoadTarget> &targets,

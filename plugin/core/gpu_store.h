@@ -48,6 +48,10 @@ struct GpuLoadTarget {
 	bool write = true;
 };
 
+// Whether the stored bytes of the GPU image are in the page cache (at least 90 % of them, mincore): then
+// its check reads memory at the machine's pace, else the disk's.
+bool gpu_image_cached(int dir_fd, const GpuImageIndex &index);
+
 // Opens every data file of the index (present, whole, of this dump): the checks a restore can make
 // before CRIU restores anything.
 Status check_gpu_files(int dir_fd, const GpuImageIndex &index);

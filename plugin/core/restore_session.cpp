@@ -164,7 +164,7 @@ void RestoreSession::restore_batch(const std::vector<pid_t> &candidates)
 			targets.push_back({j.pid, outcomes_[j.pid].ns_pid});
 		bool alongside = load_gpu_ && std::none_of(targets.begin(), targets.end(), [this](const GpuLoadTarget &t) {
 			return load_gpu_.writes(t.ns_pid);
-		});
+		}) && !(load_gpu_.cached && load_gpu_.cached());
 		if (load_gpu_ && !alongside && !jobs.empty()) {
 			// Chunks to write: every chunk is checked and put into its process before any driver call; a
 			// damaged image is refused with every process still stopped.

@@ -82,7 +82,7 @@ Result<GpuImageLoad> prepare_gpu_image(const Options &options, Host &host, const
 					    x.write = writes(x.ns_pid);
 				    return load_gpu_state(*h, dir, *idx, t, threads);
 			    },
-			    writes};
+			    writes, [idx, dir, data] { return !data || gpu_image_cached(dir, *idx); }};
 }
 
 // An image without cuda-plugin.img may still hold a GPU index: checksums of a GPU state CRIU's pages

@@ -655,7 +655,7 @@ TEST_F(RestoreTest, MappedImageIsCheckedAlongsideTheDriversRestoreAndGatesTheUnl
 						   return make_error(EBADMSG, "chunk at 0x1000 fails its checksum");
 					   return {};
 				   },
-				   [](pid_t) { return false; }};
+				   [](pid_t) { return false; }, [] { return false; }};
 		RestoreSession s(options, host, source(), image_with({20}), true, {}, check);
 		auto r = s.resume(20);
 		if (passes) {
@@ -668,6 +668,25 @@ TEST_F(RestoreTest, MappedImageIsCheckedAlongsideTheDriversRestoreAndGatesTheUnl
 			<< r.error().message();
 		EXPECT_EQ(driver.state_of(20), CudaState::Locked);
 	}
+}
+
+// The same image in the page cache: the check reads at memory speed, and runs first, alone.
+TEST_F(RestoreTest, MappedImageInThePageCacheIsCheckedBeforeTheDriversRestore)
+{
+	add_cuda(20, CudaState::Checkpointed);
+	host.stopped = {20};
+	bool calls_before = true;
+	GpuImageLoad check{[&](const std::vector<GpuLoadTarget> &) -> Status {
+				   std::lock_guard<std::mutex> g(driver.mu);
+				   calls_before = std::find(driver.calls.begin(), driver.calls.end(), "restore 20") != driver.calls.end();
+				   return {};
+			   },
+			   [](pid_t) { return false; }, [] { return true; }};
+	RestoreSession s(options, host, source(), image_with({20}), true, {}, check);
+	ASSERT_TRUE(s.resume(20).ok());
+	EXPECT_FALSE(calls_before);
+	EXPECT_EQ(driver.state_of(20), CudaState::Running);
+	EXPECT_EQ(s.summary().find("alongside"), std::string::npos) << s.summary();
 }
 
 TEST_F(RestoreTest, ProcessOfTheImageWithoutRestoreThreadFails)
