@@ -160,6 +160,7 @@ void RestoreSession::restore_batch(const std::vector<pid_t> &candidates)
 			jobs.clear();
 		}
 		std::vector<GpuLoadTarget> targets;
+		targets.reserve(jobs.size());
 		for (const ProcJob &j : jobs)
 			targets.push_back({j.pid, outcomes_[j.pid].ns_pid});
 		bool alongside = load_gpu_ && std::none_of(targets.begin(), targets.end(), [this](const GpuLoadTarget &t) {
