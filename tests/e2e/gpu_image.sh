@@ -59,12 +59,42 @@ log "plugin-written GPU image: dump and restore ok"
 variant() { V=$T/v-$1; rm -rf "$V"; cp -a "$T/pristine" "$V"; }
 data_file() { ls "$V"/cuda-gpu-[0-9]*.img | xargs -n1 du -b | sort -n | tail -n1 | cut -f2; } # the largest
 
+# flip_stored_byte FILE: one byte of chunk data flipped (XOR 0x55): the first non-zero byte after the
+# header. Holes (zero chunks left out) read as zeros, so the byte lies in a stored chunk, wherever the
+# writer threads put the chunks.
+flip_stored_byte() {
+	python3 -c 'import os, sys
+fd = os.open(sys.argv[1], os.O_RDWR)
+off = 4096
+while True:
+    b = os.pread(fd, 1 << 20, off)
+    if not b:
+        sys.exit("no stored data in " + sys.argv[1])
+    nz = next((i for i, x in enumerate(b) if x), None)
+    if nz is not None:
+        os.pwrite(fd, bytes([b[nz] ^ 0x55]), off + nz)
+        break
+    off += len(b)
+os.close(fd)' "$1"
+}
+
 # 2. Damage: every case refused by name before the driver's restore, nothing left running.
 variant flipped
 f=$(data_file)
-printf '\125' | dd of="$f" bs=1 seek=$((4096 + 12345)) conv=notrunc status=none
+flip_stored_byte "$f"
 must_fail flipped "$V" "fails its checksum \(CRC-32C [0-9a-f]+, recorded [0-9a-f]+\)"
 expect_log "$T/restore.log" "in $(basename "$f") at offset [0-9]+ fails its checksum" "flipped: the file is not named"
+
+# The same flipped byte with the image out of the page cache: the check runs alongside the driver's restore
+# (a cold image is read once for both), and the process is never unlocked.
+variant flipped-cold
+f=$(data_file)
+flip_stored_byte "$f"
+python3 -c 'import os, sys
+for p in sys.argv[1:]:
+    fd = os.open(p, os.O_RDONLY); os.fdatasync(fd); os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED); os.close(fd)' "$V"/cuda-gpu*.img
+must_fail flipped-cold "$V" "the GPU image failed its check during the driver's restore; the process is not unlocked"
+expect_log "$T/restore.log" "in $(basename "$f") at offset [0-9]+ fails its checksum" "flipped-cold: the file is not named"
 
 variant truncated
 f=$(data_file)
