@@ -121,6 +121,14 @@ unsigned limit_ms(uint64_t deadline_us, unsigned cap_ms)
 
 Result<bool> DumpSession::pause_cuda(pid_t pid, uint64_t deadline)
 {
+	if (host_.task_info(pid).stopped)
+		// A CUDA process's restore thread is stopped with it: every driver call on it, the first query
+		// included, would wait for it until a timeout.
+		return make_error(EBUSY,
+				  "pid %d is stopped (SIGSTOP or a terminal stop) and has libcuda loaded: the driver cannot "
+				  "lock a CUDA process while it is stopped; continue it (kill -CONT %d) and dump again "
+				  "(criu dump --leave-stopped leaves it stopped after the dump)",
+				  pid, pid);
 	auto tid = ask<pid_t>(driver_, limit_ms(deadline, kDriverGraceMs), format("query the restore thread of pid %d", pid),
 			      [pid](Driver &d) { return d.restore_thread_id(pid); });
 	if (!tid && tid.error().errno_value() == kNoCudaState) {
@@ -143,13 +151,6 @@ Result<bool> DumpSession::pause_cuda(pid_t pid, uint64_t deadline)
 		return std::move(st).error();
 	if (auto st = check_no_shared_handles(pid); !st)
 		return std::move(st).error();
-	if (host_.task_info(pid).stopped)
-		// Its restore thread is stopped with it: the driver's calls would wait for it until a timeout.
-		return make_error(EBUSY,
-				  "pid %d is stopped (SIGSTOP or a terminal stop): the driver cannot lock a CUDA process "
-				  "while it is stopped; continue it (kill -CONT %d) and dump again (criu dump "
-				  "--leave-stopped leaves it stopped after the dump)",
-				  pid, pid);
 	auto state = ask<CudaState>(driver_, limit_ms(deadline, kDriverGraceMs), format("query the CUDA state of pid %d", pid),
 				    [pid](Driver &d) { return d.state(pid); });
 	if (!state)
