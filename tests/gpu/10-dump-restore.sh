@@ -125,3 +125,44 @@ test_cgroup_limit() {
 	[ -z "$procs" ] || kill -9 $procs 2>/dev/null
 	sleep 0.5; rmdir "$cg" 2>/dev/null
 }
+
+is_stopped_pid() { [ "$(awk '/^State:/ {print $2}' "/proc/$1/status" 2>/dev/null)" = T ]; }
+
+# A stopped CUDA process is refused at once, named, and stays stopped; then a dump and a restore with
+# --leave-stopped: CRIU queues SIGSTOP before the device hook, the GPU state comes back all the same, the
+# process is left stopped and goes on with its data at SIGCONT.
+test_stopped() {
+	local name=stopped dir=$work/stopped pid base t0 i
+	start_in "$dir" "$bundle/bin/cuda_memcheck" --mb 256 --state "$dir/state" --interval-ms 100
+	wait_state "$dir/state" 120 1 || { failed $name "before the dump: $why"; show_workload "$dir"; return; }
+	pid=$(state_value "$dir/state" pid)
+	started+=("$pid")
+	kill -STOP "$pid"
+	t0=$(now)
+	if criu_dump "$dir" "$pid"; then failed $name "the dump of a stopped CUDA process succeeded"; kill_pids "$pid"; return; fi
+	grep -q "pid $pid is stopped (SIGSTOP or a terminal stop)" "$dir/dump.log" ||
+		{ failed $name "refused without saying the process is stopped: $why"; show_log "$dir/dump.log"; kill_pids "$pid"; return; }
+	is_stopped_pid "$pid" || { failed $name "pid $pid is no longer stopped after the refusal"; kill_pids "$pid"; return; }
+	echo "  stopped process refused in $(since "$t0") s"
+	kill -CONT "$pid"
+	rm -rf "$dir/img"
+	criu_dump "$dir" "$pid" || { failed $name "dump: $why"; show_log "$dir/dump.log"; kill_pids "$pid"; return; }
+	gone_within 30 "$pid" || { failed $name "pid $pid still exists after the dump"; kill_pids "$pid"; return; }
+	base=$(state_value "$dir/state" iterations)
+	criu_restore "$dir" --leave-stopped || { failed $name "restore --leave-stopped: $why"; show_log "$dir/restore.log"; kill_pids "$pid"; return; }
+	for i in $(seq 50); do is_stopped_pid "$pid" && break; sleep 0.1; done
+	is_stopped_pid "$pid" || { failed $name "pid $pid not stopped after restore --leave-stopped"; kill_pids "$pid"; return; }
+	kill -CONT "$pid"
+	advance 30 "$dir/state" "$base" || { failed $name "after SIGCONT: $why"; show_workload "$dir"; kill_pids "$pid"; return; }
+	local restored_after=$after
+	# criu dump --leave-stopped: the GPU state returned, the process left stopped, on again at SIGCONT.
+	rm -rf "$dir/img"
+	criu_dump "$dir" "$pid" --leave-stopped || { failed $name "dump --leave-stopped: $why"; show_log "$dir/dump.log"; kill_pids "$pid"; return; }
+	is_stopped_pid "$pid" || { failed $name "pid $pid not stopped after dump --leave-stopped"; kill_pids "$pid"; return; }
+	base=$(state_value "$dir/state" iterations)
+	kill -CONT "$pid"
+	advance 30 "$dir/state" "$base" || { failed $name "after dump --leave-stopped and SIGCONT: $why"; kill_pids "$pid"; return; }
+	passed $name "a stopped process refused at once; restore --leave-stopped in $restore_s s, stopped, then on with its data (iterations $restored_after); dump --leave-stopped in $dump_s s, stopped, then on (iterations $after)"
+	kill_pids "$pid"
+	rm -rf "$dir/img"
+}
