@@ -2,8 +2,11 @@
 // library's load errors, and the small-file reader.
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/ptrace.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -14,6 +17,8 @@
 #include "base/text.h"
 #include "driver/libcuda.h"
 #include "os/host.h"
+#include "os/proc.h"
+#include "os/thread_run.h"
 #include "temp_dir.h"
 
 namespace cuda_criu {
@@ -65,6 +70,53 @@ TEST(LibCuda, OldDriverIsNotReportedAsNotSupported)
 	EXPECT_NE(d.error().errno_value(), ENOTSUP) << d.error().message();
 	EXPECT_EQ(d.error().errno_value(), ENOSYS) << d.error().message();
 	EXPECT_NE(d.error().message().find("no checkpoint API"), std::string::npos) << d.error().message();
+}
+
+char task_state(pid_t pid)
+{
+	auto st = read_task_status(pid);
+	return st ? st->state : '?';
+}
+
+// A SIGSTOP pending for a ptrace-stopped process (CRIU queues one before the restore's device hook for
+// --leave-stopped) is taken by the thread let run: ThreadRun holds it back, so the thread runs on, and
+// queues it again at stop(), so the process stops once its tracer lets it go.
+TEST(ThreadRun, AStopSignalTakenWhileRunningIsQueuedAgainAtStop)
+{
+	pid_t child = fork();
+	ASSERT_GE(child, 0);
+	if (child == 0) {
+		for (;;)
+			usleep(1000);
+	}
+	int status = 0;
+	ASSERT_EQ(ptrace(PTRACE_SEIZE, child, nullptr, PTRACE_O_TRACESYSGOOD), 0) << strerror(errno);
+	ASSERT_EQ(ptrace(PTRACE_INTERRUPT, child, nullptr, nullptr), 0);
+	ASSERT_EQ(waitpid(child, &status, __WALL), child);
+	ASSERT_TRUE(WIFSTOPPED(status));
+	ASSERT_EQ(kill(child, SIGSTOP), 0); // pending: no thread of the child runs
+	{
+		auto run = ThreadRun::start(child);
+		ASSERT_TRUE(run) << run.error().message();
+		bool tended = false;
+		for (int i = 0; i < 1000 && !tended; i++) {
+			tended = run->tend();
+			usleep(1000);
+		}
+		EXPECT_TRUE(tended); // the signal-delivery stop was seen and handled
+		usleep(20000);
+		EXPECT_NE(task_state(child), 't') << "the thread did not run on past the stop signal";
+		ASSERT_TRUE(run->stop());
+	}
+	ASSERT_EQ(ptrace(PTRACE_DETACH, child, nullptr, nullptr), 0);
+	char state = '?';
+	for (int i = 0; i < 1000 && state != 'T'; i++) {
+		usleep(1000);
+		state = task_state(child);
+	}
+	EXPECT_EQ(state, 'T'); // the signal was queued again: stopped once let go
+	kill(child, SIGKILL);
+	waitpid(child, &status, 0);
 }
 
 TEST(Text, ReadSmallFile)
