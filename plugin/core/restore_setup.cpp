@@ -75,11 +75,20 @@ Result<GpuImageLoad> prepare_gpu_image(const Options &options, Host &host, const
 		bytes += p.stored_bytes();
 	unsigned threads = gpu_io_threads(options.io_threads, bytes);
 	Host *h = &host; // outlives the restore session
-	auto writes = [data, mapped](pid_t ns_pid) { return data && !mapped.count(ns_pid); };
-	return GpuImageLoad{[idx, dir, h, threads, writes](const std::vector<GpuLoadTarget> &targets) {
+	// The plugin writes a process's chunks unless CRIU maps them; chunks in a parent's files (an
+	// incremental dump) are written always (core/mapped_restore.h).
+	std::set<int> from_parent;
+	for (const GpuProcessChunks &p : idx->processes)
+		for (const GpuChunk &c : p.chunks)
+			if (data && idx->files[c.file].parent_depth) // checksums only: no files
+				from_parent.insert(p.ns_pid);
+	auto writes = [data, mapped, from_parent](pid_t ns_pid) {
+		return data && (!mapped.count(ns_pid) || from_parent.count(ns_pid));
+	};
+	return GpuImageLoad{[idx, dir, h, threads, mapped](const std::vector<GpuLoadTarget> &targets) {
 				    std::vector<GpuLoadTarget> t = targets;
 				    for (GpuLoadTarget &x : t)
-					    x.write = writes(x.ns_pid);
+					    x.write = !mapped.count(x.ns_pid);
 				    return load_gpu_state(*h, dir, *idx, t, threads);
 			    },
 			    writes, [idx, dir, data] { return !data || gpu_image_cached(dir, *idx); }};

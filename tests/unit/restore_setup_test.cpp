@@ -1,7 +1,9 @@
 // The restore's decisions at init(RESTORE) (core/restore_setup.h), against a fake host and an image
 // directory of the test's own: which images make the plugin inactive, which are refused, and what the
 // GPU image's preparation and the mapping requests ask of CRIU.
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include <cerrno>
 #include <string>
@@ -14,6 +16,7 @@
 #include "fakes.h"
 #include "image/gpu_image.h"
 #include "image/image.h"
+#include "os/unique_fd.h"
 #include "temp_dir.h"
 
 namespace cuda_criu::testing {
@@ -206,6 +209,7 @@ TEST_F(RestoreSetupTest, ThePluginsGpuImageIsCheckedMappedAndTakenOffTheInventor
 	EXPECT_FALSE(mapped_files.empty());
 	ASSERT_TRUE(s->load_gpu);
 	EXPECT_TRUE(s->load_gpu({{4242, 7, true}}).ok());
+	EXPECT_FALSE(s->load_gpu.writes(7)); // mapped: its check may run alongside the driver's restore
 
 	mapped_files.clear();
 	criu.map_file = nullptr; // a CRIU without patch 0005: the chunks are written, not mapped
@@ -213,9 +217,39 @@ TEST_F(RestoreSetupTest, ThePluginsGpuImageIsCheckedMappedAndTakenOffTheInventor
 	ASSERT_TRUE(s.ok()) << s.error().message();
 	EXPECT_FALSE(s->maps_image);
 	EXPECT_TRUE(s->load_gpu);
+	EXPECT_TRUE(s->load_gpu.writes(7));
 
 	dir.resize(idx.files.front().name, 100);
 	EXPECT_EQ(refusal().rfind("cannot restore: the GPU image is incomplete", 0), 0u) << refusal();
+}
+
+// An incremental dump (criu dump --prev-images-dir) references unchanged chunks in its parent's files,
+// which CRIU never maps: the plugin writes them, so the process counts as written into even where its
+// own chunks are mapped, and its check cannot run alongside the driver's restore.
+TEST_F(RestoreSetupTest, ChunksInAParentsFilesAreWrittenEvenWhereTheImageIsMapped)
+{
+	ASSERT_EQ(mkdir(dir.file("parent").c_str(), 0700), 0);
+	UniqueFd parent_dir(open(dir.file("parent").c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+	host.memory[4242][0x100000] = 1;
+	host.memory[4242][0x200000] = 2;
+	std::vector<GpuSaveTarget> targets{{4242, 7, {{0x100000, 0x300000}}}};
+	auto first = save_gpu_state(host, parent_dir.get(), targets, new_gpu_image_id(), 1, 1 << 20); // 2 chunks
+	ASSERT_TRUE(first.ok()) << first.error().message();
+	ASSERT_TRUE(write_gpu_index(parent_dir.get(), *first).ok());
+	host.memory[4242][0x200000] = 3; // its second chunk changed: stored (and mapped) anew, the first referenced
+	auto parent = read_parent_gpu_image(dir.fd());
+	ASSERT_TRUE(parent.ok() && *parent) << (parent.ok() ? "no parent image" : parent.error().message());
+	std::string id = new_gpu_image_id();
+	auto idx = save_gpu_state(host, dir.fd(), targets, id, 1, 1 << 20, &**parent);
+	ASSERT_TRUE(idx.ok()) << idx.error().message();
+	ASSERT_GT(idx->parent_bytes(), 0u);
+	ASSERT_TRUE(write_gpu_index(dir.fd(), *idx).ok());
+	record(id);
+	auto s = set_up();
+	ASSERT_TRUE(s.ok()) << s.error().message();
+	ASSERT_TRUE(s->maps_image); // its own chunk mapped
+	ASSERT_TRUE(s->load_gpu);
+	EXPECT_TRUE(s->load_gpu.writes(7));
 }
 
 TEST_F(RestoreSetupTest, AGpuImageOfAnotherDumpIsRefused)
