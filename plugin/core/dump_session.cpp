@@ -121,7 +121,8 @@ unsigned limit_ms(uint64_t deadline_us, unsigned cap_ms)
 
 Result<bool> DumpSession::pause_cuda(pid_t pid, uint64_t deadline)
 {
-	if (host_.task_info(pid).stopped)
+	TaskInfo info = host_.task_info(pid);
+	if (info.stopped)
 		// A CUDA process's restore thread is stopped with it: every driver call on it, the first query
 		// included, would wait for it until a timeout.
 		return make_error(EBUSY,
@@ -149,7 +150,8 @@ Result<bool> DumpSession::pause_cuda(pid_t pid, uint64_t deadline)
 			pid);
 	if (auto st = check_not_streamed(pid); !st)
 		return std::move(st).error();
-	if (auto st = check_no_shared_handles(pid); !st)
+	std::vector<DeviceFd> device_fds = host_.nvidia_device_files(pid).fds;
+	if (auto st = check_no_shared_handles(pid, device_fds); !st)
 		return std::move(st).error();
 	auto state = ask<CudaState>(driver_, limit_ms(deadline, kDriverGraceMs), format("query the CUDA state of pid %d", pid),
 				    [pid](Driver &d) { return d.state(pid); });
@@ -159,7 +161,7 @@ Result<bool> DumpSession::pause_cuda(pid_t pid, uint64_t deadline)
 	p.pid = pid;
 	p.restore_tid = *tid;
 	p.initial = *state;
-	TaskInfo info = host_.task_info(pid);
+	p.device_fds = std::move(device_fds);
 	p.ns_pid = info.ns_pid;
 	p.rss_before = info.rss_bytes;
 	note_gpus(p, info, deadline);
@@ -206,14 +208,11 @@ std::optional<Error> DumpSession::check_inherited(pid_t pid)
 	HeldDeviceFiles held = host_.nvidia_device_files(pid);
 	if (held.fds.empty())
 		return std::nullopt;
-	std::vector<std::pair<pid_t, std::vector<DeviceFd>>> cuda;
-	for (const Proc &p : procs_)
-		cuda.emplace_back(p.pid, host_.nvidia_device_files(p.pid).fds);
 	for (const DeviceFd &f : held.fds) {
 		bool shared = false;
-		for (const auto &[cpid, fds] : cuda)
-			for (const DeviceFd &g : fds)
-				shared = shared || host_.same_open_file(pid, f.fd, cpid, g.fd).value_or(false);
+		for (const Proc &p : procs_)
+			for (const DeviceFd &g : p.device_fds)
+				shared = shared || host_.same_open_file(pid, f.fd, p.pid, g.fd).value_or(false);
 		if (!shared)
 			return make_error(EBUSY,
 					  "pid %d holds the NVIDIA device file %s (fd %d) and has no CUDA state, but did not "
@@ -232,10 +231,9 @@ std::optional<Error> DumpSession::check_inherited(pid_t pid)
 // with cuMemPoolExportToShareableHandle (both sides). The driver checkpoints such a process, but cannot
 // restore one that imported memory (nor return it in place): refused before the lock. Legacy CUDA IPC
 // (cuIpcOpenMemHandle) leaves no such trace (docs/faults.md, "CUDA IPC").
-Status DumpSession::check_no_shared_handles(pid_t pid)
+Status DumpSession::check_no_shared_handles(pid_t pid, const std::vector<DeviceFd> &fds)
 {
-	HeldDeviceFiles held = host_.nvidia_device_files(pid);
-	size_t ctl = static_cast<size_t>(std::count_if(held.fds.begin(), held.fds.end(), [](const DeviceFd &f) {
+	size_t ctl = static_cast<size_t>(std::count_if(fds.begin(), fds.end(), [](const DeviceFd &f) {
 		return f.path.size() >= 9 && f.path.compare(f.path.size() - 9, 9, "nvidiactl") == 0;
 	}));
 	bool nvml = host_.uses_nvml(pid);

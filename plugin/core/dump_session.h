@@ -72,6 +72,7 @@ private:
 		std::optional<Error> checkpoint_error;
 		std::vector<GpuUuid> gpu_uuids;
 		std::vector<GpuUuid> reachable_gpus; // GPUs whose nodes are in its /dev (empty: unknown)
+		std::vector<DeviceFd> device_fds;    // its NVIDIA device files at its pause (before the lock)
 		uint64_t rss_before = 0;
 		uint64_t gpu_bytes = 0; // GPU memory in use before the checkpoint (NVML); 0 = unknown
 		uint64_t state_bytes = 0;
@@ -84,7 +85,7 @@ private:
 	Result<bool> pause_cuda(pid_t pid, uint64_t deadline_us);
 	std::optional<Error> check_inherited(pid_t pid);
 	Status check_not_streamed(pid_t pid) const;
-	Status check_no_shared_handles(pid_t pid);
+	Status check_no_shared_handles(pid_t pid, const std::vector<DeviceFd> &fds);
 	void note_gpus(Proc &p, const TaskInfo &info, uint64_t deadline_us);
 	Status lock(Proc &p, uint64_t deadline_us);
 	Result<unsigned> pause_budget_ms(pid_t pid) const;
