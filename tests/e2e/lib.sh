@@ -88,8 +88,43 @@ restore() { # DIR [criu options...]
 	return $rc
 }
 
-gone() { ! [ -e "/proc/$1" ]; }
-wait_gone() { local p; for p in "$@"; do wait_for "pid $p to exit" 10 gone "$p"; done; }
+# start_time PID: the process's start time (field 22 of /proc/PID/stat); empty when there is none.
+start_time() {
+	local stat
+	stat=$(cat "/proc/$1/stat" 2>/dev/null) || return 0
+	set -- ${stat##*) } # the fields from the third (state) on
+	echo "${20}"
+}
+
+# gone PID [START]: the pid is free (the process exited and was reaped), or (START: its start_time) it is
+# another process's now.
+gone() { ! [ -e "/proc/$1" ] || { [ -n "${2:-}" ] && [ "$(start_time "$1")" != "$2" ]; }; }
+
+# holder PID: what /proc says of a process that does not go (its state and tracer, each thread's state
+# and wait channel, its parent).
+holder() {
+	local t ppid
+	[ -e "/proc/$1" ] || return 0
+	grep -E '^(State|PPid|TracerPid):' "/proc/$1/status" | xargs
+	for t in /proc/"$1"/task/*; do
+		echo "  thread ${t##*/}: $(grep -E '^(State|TracerPid):' "$t/status" 2>/dev/null | xargs) wchan $(cat "$t/wchan" 2>/dev/null)"
+	done
+	ppid=$(sed -n 's/^PPid:\s*//p' "/proc/$1/status" 2>/dev/null)
+	[ -z "$ppid" ] || echo "  parent $ppid: $(tr '\0' ' ' <"/proc/$ppid/cmdline" 2>/dev/null | cut -c1-120)"
+}
+
+# wait_gone PID...: each PID gone within 10 s (a restore needs the pids free again); one that is not is
+# described (holder) before the test fails.
+wait_gone() {
+	local p s end
+	for p in "$@"; do
+		s=$(start_time "$p") end=$((SECONDS + 10))
+		until gone "$p" "$s"; do
+			[ $SECONDS -lt $end ] || fail "timed out after 10s waiting for pid $p to exit: $(holder "$p")"
+			sleep 0.05
+		done
+	done
+}
 
 # healthy_then_gone: the workload of $STATE runs on healthy (expect_healthy), then $pid is killed and gone.
 healthy_then_gone() {
