@@ -26,7 +26,14 @@ Scenarios: 1g, 4g, 16g, 32g (cuda_memcheck with that much device memory), p1, p4
 many CUDA processes of 256 MiB each: growth with processes), 4x2g (a tree of 4 processes x 2 GiB),
 torch (PyTorch with 4 GiB of weights), llm (an LLM server's shape: GPT-2 from GPT2Config() with random weights
 and an 8 GiB KV-cache arena made with torch.zeros, answering with a greedy generation: framework_workload.py),
-1gpu..8gpu (one 4 GiB process per GPU), coldstart (torch.compile start-up against restore-to-ready).
+1gpu..8gpu (one 4 GiB process per GPU), coldstart (torch.compile start-up against restore-to-ready),
+serve and serve16 (an inference server started as vLLM and SGLang start one: a Llama model of ~6 or ~16 GB
+of bf16 weights read from safetensors files written once into /var/tmp, a 16 GiB KV-cache arena of zeros,
+torch.compile and a CUDA graph per decode batch size 1, 2, 4, 8, answering HTTP: serving_workload.py; its
+restore-to-ready is the first answer, which must equal the one before the dump, as must every batch size's;
+before its round trips, three starts from scratch to the first answer: empty compile caches, then warm
+caches with the weights in the page cache, then with the page cache dropped, with the bytes read from disk).
+--fragment-gib F runs everything with F GiB of memory fragmented first (bin/thp_populate --hold).
 --scale multiplies every size.
 
 Figures per run: dump and restore seconds (wall time of `criu dump` / `criu restore`), split into CRIU's own
@@ -48,6 +55,7 @@ import json
 import os
 import shutil
 import signal
+import statistics
 import subprocess
 import sys
 import time
@@ -55,7 +63,7 @@ import time
 import bench_common as C
 from bench_common import (DESCRIPTIONS, KNOWN_VARIANTS, SCENARIOS, UTILITY, VARIANT_ROUNDS, VARIANTS, footprint, log)
 from bench_report import report
-from bench_run import become_subreaper, cold_start, gpu_count, incremental_trip, round_trip
+from bench_run import become_subreaper, cold_start, gpu_count, incremental_trip, round_trip, serve_cold_start
 
 
 # --- the plan and its expected duration ----------------------------------------------------------------
@@ -71,7 +79,7 @@ def estimate(scenario, variant, cold_too):
     gpu, image, zero = footprint(scenario)
     gpu_image = variant in ("ours", "ours-copy")
     mapped = variant in ("ours", "ours-criu")
-    start_s = {"memcheck": 1.5 + 0.3 * gpu, "torch": 12 + 0.5 * size, "llm": 15.0}[kind]
+    start_s = {"memcheck": 1.5 + 0.3 * gpu, "torch": 12 + 0.5 * size, "llm": 15.0, "serve": 40.0 + 2 * gpu}[kind]
     dump_s = 0.3 + 0.96 * image
     restore_s = 0.8 + 0.12 * image if mapped else 0.6 + 0.55 * image
     on_disk = image - gpu * zero if gpu_image else image
@@ -180,6 +188,37 @@ def machine_info(args):
     return info
 
 
+def hold_fragmented(gib, info):
+    """bin/thp_populate --hold: gib GiB fragmented and held for the whole run (killed at its end)."""
+    p = subprocess.Popen([os.path.join(C.BUNDLE, "bin", "thp_populate"), "--fragment-gib", str(gib), "--hold"],
+                         stdout=subprocess.PIPE, text=True)
+    line = p.stdout.readline().strip()
+    if not line.startswith("fragmented"):
+        p.kill()
+        sys.exit(f"bench.py: thp_populate --hold did not fragment memory (exit {p.wait()})")
+    info["fragmented"] = line
+    log(line)
+    return p
+
+
+def first_answers(results):
+    """For the servers: restore to first answer per variant, warm and cold page cache (medians), beside their
+    cold starts."""
+    rows = []
+    for s in dict.fromkeys(r["scenario"] for r in results if SCENARIOS.get(r["scenario"], ("",))[0] == "serve"):
+        for v in VARIANTS:
+            for key, how in (("restore_to_ready_s", "image in the page cache"), ("restore_cold_to_ready_s",
+                                                                                 "page cache dropped")):
+                vals = [r[key] for r in results if r["scenario"] == s and r["variant"] == v and key in r]
+                read = [r["cold_read_gib"] for r in results if r["scenario"] == s and r["variant"] == v and
+                        "cold_read_gib" in r and key.startswith("restore_cold")]
+                if vals:
+                    rows.append({"what": f"{s}: restore to first answer, {v}, {how}", "round": 0,
+                                 "seconds": statistics.median(vals), **({"read_gib": statistics.median(read)}
+                                                                        if read else {})})
+    return rows
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=3)
@@ -211,6 +250,9 @@ def main():
     ap.add_argument("--incremental", default="", metavar="SCENARIOS",
                     help="after the round trips, for each of these scenarios and variants: a full dump left "
                     "running, then a dump against it (--track-mem --prev-images-dir), its restore verified")
+    ap.add_argument("--fragment-gib", type=float, default=0, metavar="F",
+                    help="run everything with F GiB of memory fragmented first and held (bin/thp_populate --hold: "
+                    "the free memory in 4 KiB holes, as on a host that has run a long time)")
     ap.add_argument("--plan", action="store_true", help="print the round trips and the expected duration, then stop")
     ap.add_argument("--from-json", nargs="+", metavar="FILE",
                     help="no runs: report and plot the results.json files of earlier runs together")
@@ -263,6 +305,7 @@ def main():
         log(f"{s}: skipped, this machine has {gpus} GPU(s)")
         wanted.remove(s)
     info = machine_info(args)
+    fragmenter = hold_fragmented(args.fragment_gib, info) if args.fragment_gib > 0 else None
     log(f"machine: {info.get('gpus')}; kernel {info['kernel']}; THP {info.get('thp', '?')}")
     trips = plan(args.rounds, [s for s in wanted if s in SCENARIOS], cold_rounds)
     print_plan(trips, args.rounds, "coldstart" in wanted, args.time_limit)
@@ -275,6 +318,12 @@ def main():
         est, act = done.get(scenario) or [sum(x) for x in zip([0.0, 0.0], *done.values())]
         return min(3.0, max(0.7, act / est)) if est else 1.0
     try:
+        for s in [s for s in wanted if s in SCENARIOS and SCENARIOS[s][0] == "serve"]:
+            try:
+                serve_cold_start(s, cold)
+            except Exception as e:  # noqa: BLE001
+                log(f"{s} cold start: FAILED: {e}")
+                failures.append({"scenario": s, "variant": "cold start", "round": 0, "error": str(e)})
         for n, (rnd, s, v, cold_too) in enumerate(trips):
             corr = correction(s)
             elapsed = time.monotonic() - t_start
@@ -323,16 +372,20 @@ def main():
     except KeyboardInterrupt as e:
         log(f"stopped early ({e}): reporting what was measured")
     finally:
+        cold += first_answers(results)
         info["elapsed_s"] = round(time.monotonic() - t_start, 1)
         if results or cold or failures:
             report(results, cold, args.out, failures,
                    f"machine: {info.get('gpus')}; kernel {info['kernel']}; THP {info.get('thp', '?')}; "
-                   f"{info['elapsed_s']:.0f} s in all")
+                   f"{info['elapsed_s']:.0f} s in all" + (f"; {info['fragmented']}" if "fragmented" in info else ""))
             with open(os.path.join(args.out, "results.json")) as f:
                 data = json.load(f)
             data["meta"] = info
             with open(os.path.join(args.out, "results.json"), "w") as f:
                 json.dump(data, f, indent=1)
+        if fragmenter:
+            fragmenter.kill()
+            fragmenter.wait()
         subprocess.run(["tar", "-czf", os.path.join(args.out, "bench-logs.tar.gz"), "-C", C.WORK, "logs"], check=False)
         log(f"done in {time.monotonic() - t_start:.0f} s; results in {args.out}")
 

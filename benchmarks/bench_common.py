@@ -10,6 +10,7 @@ CRIU = os.path.join(BUNDLE, "sbin", "criu")
 MEMCHECK = os.path.join(BUNDLE, "bin", "cuda_memcheck")
 TORCH = os.path.join(BUNDLE, "torch_workload.py")
 FRAMEWORK = os.path.join(BUNDLE, "framework_workload.py")
+SERVING = os.path.join(BUNDLE, "serving_workload.py")
 # Every variant there is: CRIU's plugin directory, the folder put first in PATH (where the in-tree plugin finds
 # the cuda-checkpoint command line) and the environment of criu. main() fills in the baseline's utility and
 # picks VARIANTS, in order, from --variants.
@@ -42,6 +43,10 @@ SCENARIOS = {
     "torch": ("torch", 4, 1),
     "llm": ("llm", 8192, 1),
     "llm24": ("llm", 24576, 1),  # the same server with a 24 GiB KV-cache arena
+    # An inference server started as vLLM/SGLang start one (serving_workload.py): a Llama model's weights
+    # (GB) loaded from safetensors files, a KV-cache arena (MiB, zeros), torch.compile and CUDA graphs.
+    "serve": ("serve", 16384, 1, ("6",)),
+    "serve16": ("serve", 16384, 1, ("16",)),
 }
 # Scaling: one 4 GiB process per GPU, on 1, 2, 4 and 8 GPUs (those the machine has).
 GPU_COUNTS = (1, 2, 4, 8)
@@ -73,6 +78,10 @@ def footprint(scenario):
         return gpu, gpu + 0.05 * procs, 0.05
     if kind == "torch":
         return size + 0.6, size + 1.6, 0.14
+    if kind == "serve":
+        weights = {"6": 6.0, "16": 15.0}[SCENARIOS[scenario][3][0]]  # GiB
+        gpu = weights + size / 1024 + 1.5
+        return gpu, gpu + 3.0, size / 1024 / gpu
     return size / 1024 + 1.5, size / 1024 + 2.7, 0.8  # llm: GPT-2, the arena, the CUDA context; python
 
 

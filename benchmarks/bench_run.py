@@ -10,7 +10,8 @@ import threading
 import time
 
 import bench_common as C
-from bench_common import (BUNDLE, CRIU, FRAMEWORK, GIB, MEMCHECK, SCENARIOS, TORCH, VARIANTS, footprint, log)
+from bench_common import (BUNDLE, CRIU, FRAMEWORK, GIB, MEMCHECK, SCENARIOS, SERVING, TORCH, VARIANTS, footprint,
+                          log)
 
 def state(path):
     try:
@@ -258,6 +259,59 @@ class MemSampler:
 TMPFS = "/dev/shm/cuda-criu-bench"
 
 
+def free_port():
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def answer(port, batch, quiet=False, timeout=300):
+    """A server's answer to GET /generate?batch=B (parsed JSON); None when quiet and it cannot answer yet."""
+    import json
+    import urllib.request
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/generate?batch={batch}", timeout=timeout) as r:
+            return json.loads(r.read())
+    except OSError:
+        if quiet:
+            return None
+        raise
+
+
+def serving_env(env=None):
+    """The serving workload's environment: offline, and torch.compile's caches in the work folder (kept
+    from one start to the next in a run: the engines keep theirs too), compiled in-process (a pool of
+    compile workers would be dumped with the server)."""
+    cache = os.path.join(C.WORK, "inductor-cache")
+    return dict(env or os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", TRANSFORMERS_VERBOSITY="error",
+                TORCHINDUCTOR_CACHE_DIR=cache, TRITON_CACHE_DIR=os.path.join(cache, "triton"),
+                TORCHINDUCTOR_COMPILE_THREADS="1")
+
+
+def serving_weights(model_gb):
+    """The folder with the serving model's weights (--size model_gb), written once per machine."""
+    folder = os.path.join(os.path.dirname(C.WORK.rstrip("/")), f"cuda-criu-serve-weights-{model_gb}")
+    if not os.path.exists(os.path.join(folder, "config.json")):
+        log(f"writing the {model_gb} GB serving model's weights into {folder}")
+        t0 = time.monotonic()
+        subprocess.run([sys.executable, SERVING, "make", "--dir", folder, "--size", str(model_gb)],
+                       check=True, env=serving_env())
+        log(f"weights written in {time.monotonic() - t0:.0f} s")
+    return folder
+
+
+def disk_read_bytes():
+    """Bytes read from the machine's disks so far (/proc/diskstats, whole devices only)."""
+    total = 0
+    with open("/proc/diskstats") as f:
+        for line in f:
+            x = line.split()
+            if os.path.exists(f"/sys/block/{x[2]}/device"):
+                total += int(x[5]) * 512
+    return total
+
+
 def image_root(scenario):
     """Where a scenario's image goes: the work folder's file system when the image fits there with room to
     spare, else a tmpfs (the report says which)."""
@@ -284,8 +338,15 @@ class Workload:
                    "--state", self.state, "--interval-ms", "50"]
             env = dict(env or os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1",
                        TRANSFORMERS_VERBOSITY="error")
+        elif kind == "serve":
+            self.port, self.batches = free_port(), (1, 2, 4, 8)
+            cmd = [sys.executable, SERVING, "serve", "--dir", serving_weights(extra[0]), "--port", str(self.port),
+                   "--kv-gb", str(size / 1024), "--batches", ",".join(map(str, self.batches)), "--state", self.state]
+            env = serving_env(env)
+            extra = ()
         else:
             cmd = [sys.executable, TORCH, "--gb", str(size), "--state", self.state, "--interval-ms", "50"]
+        self.kind = kind
         self.t0 = time.monotonic()
         self.out = os.path.join(C.WORK, f"{name}.out")
         self.proc = start(cmd + list(extra), self.out, env)
@@ -300,6 +361,12 @@ class Workload:
                 raise RuntimeError(f"{name}: {state(f) or 'no state file'} (exit {code}; output in {self.out})")
         self.pid = self.proc.pid
         self.pids = [int(state(f)["pid"]) for f in self.files]
+        if kind == "serve":  # what every answer after a restore must equal, token for token, logit for logit
+            self.answer_at = None
+            self.answers = {}
+            for b in self.batches:
+                self.answers[b] = answer(self.port, b)
+                self.answer_at = self.answer_at or time.monotonic()
 
     def clear_state(self):
         for f in self.files:
@@ -310,7 +377,17 @@ class Workload:
         return [int(state(f).get("iterations", -1)) for f in self.files]
 
     def healthy_after(self, before, timeout=120):
-        """Seconds until every process has done a verified iteration past `before`."""
+        """Seconds until every process has done a verified iteration past `before`; for a server, until its
+        first answer, which must equal the one before the dump (and so must the answers for every batch
+        size after it)."""
+        if self.kind == "serve":
+            t = wait_for("the server's first answer after the restore",
+                         lambda: answer(self.port, 1, quiet=True) is not None, timeout)
+            for b in self.batches:
+                got = answer(self.port, b)
+                if got != self.answers[b]:
+                    raise RuntimeError(f"answer for batch {b} after the restore differs: {got} != {self.answers[b]}")
+            return t
         t = wait_for("verified iterations after the restore",
                      lambda: all(i > b for i, b in zip(self.iterations(), before)) or
                      any(state(f).get("status", "ok") != "ok" for f in self.files), timeout)
@@ -383,7 +460,9 @@ def dump_and_restore(variant, w, name, scenario, cold_too=False):
                         out.write(data)
                         out.truncate(len(data))
                 r["sync_s"] = drop_page_cache()
+                read0 = disk_read_bytes()
                 restore_s, device_s, restore_rss, ready = restore(variant, w, img, "restore-cold.log", before)
+                r["cold_read_gib"] = (disk_read_bytes() - read0) / GIB  # to the first answer (ready)
                 r.update(restore_cold_s=restore_s, device_restore_cold_s=device_s,
                          criu_restore_cold_s=max(0.0, restore_s - device_s), restore_cold_to_ready_s=ready)
                 r.update(parse_restore_log(os.path.join(img, "restore-cold.log"), "_cold"))
@@ -446,6 +525,31 @@ def cold_start(rounds, out):
             ready = dump_and_restore(variant, Workload("torch", 2, 1, name, compiled, env), name, "torch")["restore_to_ready_s"]
             out.append({"what": f"restore-to-ready, {variant}", "round": rnd, "seconds": ready})
             log(f"{name}: restore-to-ready {ready:.2f} s, data verified")
+    return out
+
+
+def serve_cold_start(scenario, out):
+    """A server's start from scratch to its first answer, as a node that has not run it starts it: with empty
+    compile caches (the first start on the node), then with warm compile caches and the weights in the page
+    cache, then with the page cache dropped. Appends to out (and each start's phases and bytes read)."""
+    kind, size, procs, extra = SCENARIOS[scenario]
+    cache = serving_env()["TORCHINDUCTOR_CACHE_DIR"]
+    for how in ("empty compile caches", "weights in the page cache", "page cache dropped"):
+        if how.startswith("empty"):
+            shutil.rmtree(cache, ignore_errors=True)
+        if how.startswith("page cache"):
+            drop_page_cache()
+        read0 = disk_read_bytes()
+        w = Workload(kind, size, procs, f"{scenario}-start-{len(out)}", extra)
+        st = state(w.state)
+        row = {"what": f"{scenario}: cold start, {how}", "round": 0, "seconds": w.answer_at - w.t0,
+               "read_gib": (disk_read_bytes() - read0) / GIB,
+               **{k: float(st[k]) for k in ("load_s", "kv_s", "compile_s", "ready_s") if k in st}}
+        out.append(row)
+        log(f"{scenario}: cold start ({how}): first answer in {row['seconds']:.2f} s (load {row.get('load_s', 0):.1f}"
+            f" s, KV arena {row.get('kv_s', 0):.1f} s, compile + CUDA graphs {row.get('compile_s', 0):.1f} s), "
+            f"{row['read_gib']:.1f} GiB read from disk")
+        w.kill()
     return out
 
 

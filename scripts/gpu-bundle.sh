@@ -14,6 +14,7 @@
 #     intree/cuda_plugin.so                       CRIU's own CUDA plugin, for comparison
 #     bin/cuda_memcheck, bin/cuda_server          the driver-API test workloads (cuda_server: 80-serving.sh)
 #     bin/cuda-criu, bin/cuda-checkpoint          the CLI, and its cuda-checkpoint-compatible name
+#     bin/thp_populate                            the checkpoint buffer's populate, fragmented memory or not
 #     sbin/runc                                   this machine's runc, when installed (the container test)
 #     bench.py                                    the benchmark (benchmarks/bench.py)
 #     bundle-info.txt                             what went in, and from which sources
@@ -105,7 +106,7 @@ if [ ! -f "$build/CMakeCache.txt" ]; then
 	log "configuring $build"
 	cmake -S "$top" -B "$build" >/dev/null
 fi
-targets=(cuda_plugin cuda_memcheck cuda_server cuda-criu)
+targets=(cuda_plugin cuda_memcheck cuda_server cuda-criu thp_populate)
 has_target() { cmake --build "$build" --target help 2>/dev/null | grep -w "$1" >/dev/null; }
 for w in cuda_memcheck cuda_server; do
 	has_target $w && continue
@@ -136,6 +137,7 @@ install -m 644 "$plugin" "$tmp/plugin/cuda_plugin.so"
 install -m 755 "$memcheck" "$tmp/bin/cuda_memcheck"
 install -m 755 "$server" "$tmp/bin/cuda_server"
 install -m 755 "$cli" "$tmp/bin/cuda-criu"
+install -m 755 "$build/bin/thp_populate" "$tmp/bin/thp_populate"
 # CRIU's in-tree plugin runs `cuda-checkpoint` from PATH: ours answers that command line (benchmarks).
 ln -s cuda-criu "$tmp/bin/cuda-checkpoint"
 install -m 755 "$top/benchmarks/bench.py" "$tmp/bench.py"
@@ -147,10 +149,10 @@ else
 	log "note: no runc here (test-containers/setup.sh installs it): the bundle's container test will skip"
 fi
 strip --strip-debug "$tmp/sbin/criu" "$tmp/intree/cuda_plugin.so" "$tmp/plugin/cuda_plugin.so" "$tmp/bin/cuda_memcheck" \
-	"$tmp/bin/cuda_server" "$tmp/bin/cuda-criu"
+	"$tmp/bin/cuda_server" "$tmp/bin/cuda-criu" "$tmp/bin/thp_populate"
 
 for f in "$tmp/sbin/criu" "$tmp/intree/cuda_plugin.so" "$tmp/plugin/cuda_plugin.so" "$tmp/bin/cuda-criu" \
-	${runc:+"$tmp/sbin/runc"}; do
+	"$tmp/bin/thp_populate" ${runc:+"$tmp/sbin/runc"}; do
 	needed_libs "$f"
 done | sort -u | while read -r lib; do
 	is_system_lib "$lib" && continue
@@ -161,12 +163,12 @@ for f in "$tmp"/lib/*; do
 	case "$(basename "$f")" in libcuda.* | libnvidia*) die "$f would hide the target's driver" ;; esac
 done
 
-for f in "$tmp/sbin/criu" "$tmp/bin/cuda-criu" "$tmp/plugin/cuda_plugin.so" "$tmp/intree/cuda_plugin.so" \
-	${runc:+"$tmp/sbin/runc"}; do
+for f in "$tmp/sbin/criu" "$tmp/bin/cuda-criu" "$tmp/bin/thp_populate" "$tmp/plugin/cuda_plugin.so" \
+	"$tmp/intree/cuda_plugin.so" ${runc:+"$tmp/sbin/runc"}; do
 	set_runpath "$f" '$ORIGIN/../lib'
 done
 for f in "$tmp"/lib/*; do set_runpath "$f" '$ORIGIN'; done
-check_resolved "$tmp/sbin/criu" "$tmp/bin/cuda-criu" "$tmp/plugin/cuda_plugin.so" "$tmp/intree/cuda_plugin.so" \
+check_resolved "$tmp/sbin/criu" "$tmp/bin/cuda-criu" "$tmp/bin/thp_populate" "$tmp/plugin/cuda_plugin.so" "$tmp/intree/cuda_plugin.so" \
 	${runc:+"$tmp/sbin/runc"} "$tmp"/lib/*
 
 # The workloads must use the target's libcuda.so.1 and nothing of ours.

@@ -15,14 +15,14 @@ test-containers/setup.sh
 echo "[test] unit tests under AddressSanitizer + UndefinedBehaviorSanitizer (build/asan)" >&2
 cmake -S . -B build/asan -DCUDA_CRIU_WERROR=ON -DCUDA_CRIU_SANITIZE=address,undefined \
 	-DCRIU_PREFIX="$top/build/criu/4.2.1/install" >build/asan.cmake.log 2>&1 || { cat build/asan.cmake.log; exit 1; }
-cmake --build build/asan -j"$(nproc)" --target unit_tests image_fuzz_replay >build/asan.build.log 2>&1 ||
+cmake --build build/asan -j"$(nproc)" --target unit_tests image_fuzz_replay thp_populate >build/asan.build.log 2>&1 ||
 	{ tail -40 build/asan.build.log; exit 1; }
 ctest --test-dir build/asan -L unit --output-on-failure
 
 echo "[test] unit tests under ThreadSanitizer (build/tsan): driver calls run on worker threads" >&2
 cmake -S . -B build/tsan -DCUDA_CRIU_WERROR=ON -DCUDA_CRIU_SANITIZE=thread \
 	-DCRIU_PREFIX="$top/build/criu/4.2.1/install" >build/tsan.cmake.log 2>&1 || { cat build/tsan.cmake.log; exit 1; }
-cmake --build build/tsan -j"$(nproc)" --target unit_tests image_fuzz_replay >build/tsan.build.log 2>&1 ||
+cmake --build build/tsan -j"$(nproc)" --target unit_tests image_fuzz_replay thp_populate >build/tsan.build.log 2>&1 ||
 	{ tail -40 build/tsan.build.log; exit 1; }
 TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 ctest --test-dir build/tsan -L unit --output-on-failure
 

@@ -1,0 +1,279 @@
+#!/usr/bin/env python3
+"""An inference server started the way vLLM and SGLang start one, for checkpoint/restore on a real GPU.
+
+    serving_workload.py make --dir DIR [--size 6|16]        the model's weights, written once
+    serving_workload.py serve --dir DIR --port PORT [--kv-gb G] [--batches 1,2,4,8] [--new-tokens N]
+                              [--state FILE] [--interval-ms MS] [--eager]
+
+make: a Llama-architecture model (transformers' LlamaConfig: --size 6, about 6.4 GB of bf16 weights, shaped
+like Llama 3.2 3B; --size 16, about 16 GB, like Llama 3 8B) with random weights from a fixed seed, written to
+DIR as config.json and safetensors files of at most 2 GiB each. Nothing is downloaded.
+
+serve, in the engines' order, each phase's seconds on stdout and in the state file:
+  load     the weights read from DIR's safetensors files onto GPU 0, tensor by tensor, as their loaders do;
+  kv       a KV-cache arena of G GiB made with torch.zeros (a paged pool: [layer, key/value, block, 16 tokens,
+           KV head, head dim]), the prompt's keys and values in its first blocks (a prefix cache);
+  compile  the model's forward compiled by torch.compile (mode reduce-overhead: Inductor kernels replayed as
+           CUDA graphs), one graph captured per decode batch size of --batches (--eager: neither);
+then answers HTTP on 127.0.0.1:PORT:
+
+    GET /generate?batch=B   {"batch": B, "tokens": [[...], ...], "logits_sha256": "...", "arena": [sum, nonzero]}
+    GET /health             ok
+
+/generate is a greedy generation of --new-tokens tokens for a fixed prompt (B rows of 128 tokens), the
+SHA-256 of the last step's float32 logits, the checksum of the arena's blocks in use and the count of its
+non-zero 8-byte words (the rest of the arena must stay zeros): a client compares answers token for token and
+logit for logit. All GPU work runs on the main thread (the engine loop: CUDA graphs recorded by
+torch.compile belong to the thread that recorded them); between requests it checks the batch-1 answer
+against the one computed at start, and writes the state file atomically:
+
+    iterations=N  pid=P  status=ok  load_s=..  kv_s=..  compile_s=..  ready_s=..        (one per line)
+
+On a mismatch or an error the state file says "status=FAIL <details>" and the process exits with 2.
+"""
+import argparse
+import glob
+import hashlib
+import http.server
+import json
+import os
+import queue
+import sys
+import threading
+import time
+import urllib.parse
+
+T0 = time.monotonic()
+PROMPT_LEN = 128
+BLOCK = 16  # tokens per KV-cache block (vLLM's default)
+SIZES = {  # --size: LlamaConfig arguments
+    6: dict(hidden_size=3072, intermediate_size=8192, num_hidden_layers=28, num_attention_heads=24,
+            num_key_value_heads=8, vocab_size=128256, tie_word_embeddings=True),
+    16: dict(hidden_size=4096, intermediate_size=14336, num_hidden_layers=32, num_attention_heads=32,
+             num_key_value_heads=8, vocab_size=128256, tie_word_embeddings=False),
+}
+
+
+def make(args):
+    import torch
+    from safetensors.torch import save_file
+    from transformers import LlamaConfig, LlamaForCausalLM
+    torch.manual_seed(1234)
+    config = LlamaConfig(max_position_embeddings=4096, torch_dtype="bfloat16", **SIZES[args.size])
+    torch.set_default_dtype(torch.bfloat16)
+    with torch.device("cuda"):
+        model = LlamaForCausalLM(config)
+    os.makedirs(args.dir, exist_ok=True)
+    for old in glob.glob(os.path.join(args.dir, "*.safetensors")):
+        os.unlink(old)
+    shard, shard_bytes, n, total = {}, 0, 0, 0
+    tensors = [(k, v) for k, v in model.state_dict().items()
+               if not (config.tie_word_embeddings and k == "lm_head.weight")]  # one storage, saved once
+    for i, (name, t) in enumerate(tensors):
+        shard[name] = t.detach().to("cpu").contiguous()
+        shard_bytes += t.numel() * t.element_size()
+        if shard_bytes >= 2 << 30 or i == len(tensors) - 1:
+            save_file(shard, os.path.join(args.dir, f"model-{n:05d}.safetensors"), metadata={"format": "pt"})
+            total += shard_bytes
+            shard, shard_bytes, n = {}, 0, n + 1
+    config.to_json_file(os.path.join(args.dir, "config.json"))
+    os.sync()
+    print(f"weights: {total / 1e9:.2f} GB in {n} file(s) in {args.dir}", flush=True)
+
+
+class Server:
+    def __init__(self, args):
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+        # Compiled in this process: a pool of compile workers would be checkpointed with the server.
+        os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
+        import torch
+        from safetensors import safe_open
+        from transformers import LlamaConfig, LlamaForCausalLM
+        self.torch, self.args, self.phases = torch, args, {}
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.use_deterministic_algorithms(True, warn_only=True)
+        t = time.monotonic()
+        self.config = c = LlamaConfig.from_json_file(os.path.join(args.dir, "config.json"))
+        try:  # the engines allocate the weights without initialising them
+            from transformers.modeling_utils import no_init_weights
+        except ImportError:
+            import contextlib
+            no_init_weights = contextlib.nullcontext
+        torch.set_default_dtype(torch.bfloat16)  # the weights made in bf16 at once, never in float32 first
+        with torch.device("cuda"), no_init_weights():
+            self.model = LlamaForCausalLM(c).eval()
+        torch.set_default_dtype(torch.float32)
+        params = dict(self.model.named_parameters())
+        files = sorted(glob.glob(os.path.join(args.dir, "*.safetensors")))
+        if not files:
+            raise RuntimeError(f"no safetensors files in {args.dir} (run: serving_workload.py make --dir DIR)")
+        loaded = set()
+        with torch.no_grad():
+            for path in files:
+                with safe_open(path, framework="pt", device="cpu") as f:
+                    for name in f.keys():
+                        params[name].copy_(f.get_tensor(name))
+                        loaded.add(name)
+        missing = set(params) - loaded - ({"lm_head.weight"} if c.tie_word_embeddings else set())
+        if missing:
+            raise RuntimeError(f"{len(missing)} weights missing from {args.dir}, e.g. {sorted(missing)[0]}")
+        torch.cuda.synchronize()
+        self.phase("load", t)
+        gen = torch.Generator(device="cuda").manual_seed(5678)
+        self.batches = sorted({int(b) for b in args.batches.split(",")})
+        self.prompt = torch.randint(0, c.vocab_size, (max(self.batches), PROMPT_LEN), device="cuda", generator=gen)
+        t = time.monotonic()
+        self.make_arena()
+        self.phase("kv", t)
+        t = time.monotonic()
+        self.forward = self.model if args.eager else torch.compile(self.model, mode="reduce-overhead")
+        self.expected = {}
+        for b in self.batches:
+            first = self.generate(b)  # compiles and captures (once per size), then replays
+            self.expected[b] = self.generate(b)  # replays only: what every later answer must equal
+            if first != self.expected[b]:
+                print(f"note: batch {b}: the answer while capturing differs from the replayed one", flush=True)
+        self.phase("compile", t)
+
+    def phase(self, name, since):
+        self.phases[f"{name}_s"] = round(time.monotonic() - since, 3)
+        print(f"{name}: {self.phases[name + '_s']:.2f} s", flush=True)
+
+    def make_arena(self):
+        torch, c = self.torch, self.config
+        head_dim = c.hidden_size // c.num_attention_heads
+        block_bytes = c.num_hidden_layers * 2 * BLOCK * c.num_key_value_heads * head_dim * 2
+        blocks = max(1, int(self.args.kv_gb * (1 << 30)) // block_bytes)
+        self.arena = torch.zeros((c.num_hidden_layers, 2, blocks, BLOCK, c.num_key_value_heads, head_dim),
+                                 dtype=torch.bfloat16, device="cuda")
+        rows = min(len(self.prompt), blocks * BLOCK // PROMPT_LEN)
+        self.used = rows * PROMPT_LEN // BLOCK
+        with torch.no_grad():
+            hidden = self.model(self.prompt[:rows], output_hidden_states=True, use_cache=False).hidden_states
+            for i, layer in enumerate(self.model.model.layers):
+                x = layer.input_layernorm(hidden[i])
+                for j, proj in enumerate((layer.self_attn.k_proj, layer.self_attn.v_proj)):
+                    kv = proj(x).reshape(self.used, BLOCK, c.num_key_value_heads, head_dim)
+                    self.arena[i, j, :self.used] = kv
+        print(f"KV-cache arena: {self.arena.numel() * 2 / (1 << 30):.1f} GiB, {blocks} blocks of {BLOCK} "
+              f"tokens, {self.used} in use", flush=True)
+
+    def arena_check(self):
+        torch = self.torch
+        used = float(self.arena[:, :, :self.used].double().sum())
+        nonzero = torch.zeros((), dtype=torch.int64, device="cuda")
+        for part in self.arena.view(-1).view(torch.int64).split(1 << 26):  # 512 MiB at a time
+            nonzero += torch.count_nonzero(part)
+        return [used, int(nonzero)]
+
+    def generate(self, batch):
+        """Greedy generation over a window of PROMPT_LEN tokens (one shape per batch size: one CUDA graph
+        each, replayed for every step)."""
+        torch = self.torch
+        ids, tokens = self.prompt[:batch].clone(), []
+        with torch.no_grad():
+            for _ in range(self.args.new_tokens):
+                if not self.args.eager:
+                    torch.compiler.cudagraph_mark_step_begin()
+                logits = self.forward(input_ids=ids, use_cache=False).logits[:, -1].float().clone()
+                nxt = logits.argmax(-1, keepdim=True)
+                tokens.append(nxt)
+                ids = torch.cat([ids[:, 1:], nxt], dim=1)
+        digest = hashlib.sha256(logits.cpu().numpy().tobytes()).hexdigest()
+        return {"batch": batch, "tokens": torch.cat(tokens, dim=1).tolist(), "logits_sha256": digest,
+                "arena": self.arena_check()}
+
+
+def http_front(port, requests):
+    """The HTTP server's threads hand each /generate to the engine loop (requests) and wait for its answer."""
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            url = urllib.parse.urlparse(self.path)
+            if url.path == "/health":
+                code, body = 200, b"ok"
+            elif url.path == "/generate":
+                batch = int(urllib.parse.parse_qs(url.query).get("batch", ["1"])[0])
+                reply = queue.Queue(1)
+                requests.put((batch, reply))
+                code, answer = reply.get()
+                body = json.dumps(answer).encode()
+            else:
+                code, body = 404, b"GET /generate?batch=B or /health"
+            self.send_response(code)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *_):
+            pass
+
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", port), Handler)
+    srv.daemon_threads = True
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+
+
+def serve(args):
+    iterations, extra = 0, {}
+
+    def write_state(status):
+        if not args.state:
+            return
+        tmp = f"{args.state}.tmp.{os.getpid()}"
+        with open(tmp, "w") as f:
+            f.write(f"iterations={iterations}\npid={os.getpid()}\nstatus={status}\n"
+                    + "".join(f"{k}={v}\n" for k, v in extra.items()))
+        os.replace(tmp, args.state)
+
+    try:
+        server = Server(args)
+        requests = queue.Queue()
+        http_front(args.port, requests)
+        extra = dict(server.phases, ready_s=round(time.monotonic() - T0, 3))
+        print(f"ready pid={os.getpid()} serving on 127.0.0.1:{args.port} in {extra['ready_s']:.2f} s; batch 1: "
+              f"{json.dumps(server.expected[server.batches[0]])}", flush=True)
+        write_state("ok")
+        while True:
+            try:
+                batch, reply = requests.get(timeout=args.interval_ms / 1000.0)
+            except queue.Empty:
+                b = server.batches[0]
+                got = server.generate(b)
+                if got != server.expected[b]:
+                    raise RuntimeError(f"batch {b}: {got} at iteration {iterations + 1}, expected "
+                                       f"{server.expected[b]}")
+                iterations += 1
+                write_state("ok")
+                continue
+            if batch in server.batches:
+                reply.put((200, server.generate(batch)))
+            else:
+                reply.put((400, {"error": f"batch {batch}: the captured sizes are {server.batches}"}))
+    except BaseException as e:  # an import error, a CUDA error after a bad restore, a mismatch
+        why = f"{type(e).__name__}: {e}".replace("\n", " ")
+        print(f"serving_workload[{os.getpid()}]: FAIL {why}", file=sys.stderr, flush=True)
+        write_state(f"FAIL {why}")
+        sys.exit(2)
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = p.add_subparsers(dest="cmd", required=True)
+    m = sub.add_parser("make", help="write the weights")
+    m.add_argument("--dir", required=True)
+    m.add_argument("--size", type=int, choices=sorted(SIZES), default=6, help="GB of bf16 weights, about")
+    s = sub.add_parser("serve", help="load, warm up, answer")
+    s.add_argument("--dir", required=True)
+    s.add_argument("--port", type=int, required=True)
+    s.add_argument("--kv-gb", type=float, default=8.0, help="GiB of KV-cache arena (zeros)")
+    s.add_argument("--batches", default="1,2,4,8", help="decode batch sizes with a CUDA graph each")
+    s.add_argument("--new-tokens", type=int, default=8)
+    s.add_argument("--state", help="state file, rewritten after every self-check")
+    s.add_argument("--interval-ms", type=int, default=200)
+    s.add_argument("--eager", action="store_true", help="no torch.compile, no CUDA graphs")
+    args = p.parse_args()
+    (make if args.cmd == "make" else serve)(args)
+
+
+if __name__ == "__main__":
+    main()
