@@ -544,7 +544,7 @@ void DumpSession::log_buffer(pid_t pid, const BufferReport &r, uint64_t call_us)
 	double s = static_cast<double>(r.populate_us) / 1e6;
 	LOG_INFO("pid %d: the driver's checkpoint buffer (%s) on %s, populated in %.2f s (%.1f GB/s); the call "
 		 "took %.2f s",
-		 pid, human_bytes(r.bytes).c_str(), r.huge_pages ? "huge pages" : "4 KiB pages", s,
+		 pid, human_bytes(r.bytes).c_str(), buffer_pages(r).c_str(), s,
 		 s > 0 ? static_cast<double>(r.bytes) / 1e9 / s : 0.0, static_cast<double>(call_us) / 1e6);
 	if (!r.problem.empty())
 		LOG_WARN("pid %d: %s; the driver touched the rest of its buffer itself", pid, r.problem.c_str());

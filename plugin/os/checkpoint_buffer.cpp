@@ -3,11 +3,13 @@
 #include <sys/mman.h>
 
 #include <algorithm>
+#include <cinttypes>
 #include <atomic>
 #include <mutex>
 #include <thread>
 #include <vector>
 
+#include "base/format.h"
 #include "os/process_memory.h"
 
 namespace cuda_criu {
@@ -42,6 +44,23 @@ bool is_checkpoint_buffer(const MmapRequest &r, uint64_t min_bytes)
 	const uint64_t must_not = MAP_SHARED | MAP_FIXED | MAP_FIXED_NOREPLACE | MAP_HUGETLB | MAP_GROWSDOWN;
 	return r.addr == 0 && (r.flags & must) == must && !(r.flags & must_not) && (r.prot & PROT_WRITE) &&
 	       r.len >= min_bytes && r.fd == -1;
+}
+
+std::string buffer_pages(const BufferReport &r)
+{
+	if (!r.huge_pages)
+		return "4 KiB pages";
+	// The kernel's counters are the machine's: what it gave these buffers is at most their 2 MiB pages.
+	const uint64_t pages = std::max<uint64_t>(1, (r.bytes + kHugePage - 1) / kHugePage);
+	if (r.fallbacks)
+		return format("huge pages for %.0f%% of it (%" PRIu64 " faults fell back to 4 KiB pages, %" PRIu64
+			      " compaction stalls: the host's free memory is fragmented)",
+			      100.0 * static_cast<double>(std::min(r.huge_faults, pages)) / static_cast<double>(pages),
+			      r.fallbacks, r.compact_stalls);
+	if (r.compact_stalls)
+		return format("huge pages (%" PRIu64 " compaction stalls: the host's free memory is fragmented)",
+			      r.compact_stalls);
+	return "huge pages";
 }
 
 Status populate_process_memory(pid_t pid, uint64_t addr, uint64_t len, unsigned threads)

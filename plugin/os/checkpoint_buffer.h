@@ -24,6 +24,9 @@ inline constexpr bool kCanPrepareBuffer = true;
 inline constexpr bool kCanPrepareBuffer = false;
 #endif
 
+// x86-64's PMD-sized huge page, the one MADV_HUGEPAGE gives anonymous memory.
+inline constexpr uint64_t kHugePage = 2ULL << 20;
+
 // The threads that populate the buffer: one per core, up to 16 (the machine's first-touch rate stops
 // growing there: design notes, section 2).
 unsigned default_buffer_threads();
@@ -53,8 +56,15 @@ struct BufferReport {
 	uint64_t bytes = 0;       // their size
 	uint64_t populate_us = 0; // time the plugin's threads took to populate them
 	bool huge_pages = false;  // MADV_HUGEPAGE took on every one
+	// What the kernel did while they were populated (os/thp.h, machine-wide counters): 2 MiB pages given,
+	// faults that fell back to 4 KiB pages, threads that compacted memory first (free memory fragmented).
+	uint64_t huge_faults = 0, fallbacks = 0, compact_stalls = 0;
 	std::string problem;      // where something did not work: what the driver was left to do itself
 };
+
+// The pages the buffers got, for the log line: "huge pages", "4 KiB pages", or huge pages for a share of
+// them with the faults that fell back and the compaction stalls (a host whose free memory is fragmented).
+std::string buffer_pages(const BufferReport &r);
 
 // Writes zeros over [addr, addr + len) of pid's memory from threads threads: the kernel populates the
 // pages as they are written, in parallel. Only for memory that holds nothing yet.

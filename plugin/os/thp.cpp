@@ -72,4 +72,27 @@ Result<ThpSettings> read_thp_settings(const std::string &dir)
 	return s;
 }
 
+ThpCounters parse_thp_counters(std::string_view vmstat)
+{
+	ThpCounters c;
+	std::istringstream lines{std::string(vmstat)};
+	std::string key;
+	uint64_t value = 0;
+	while (lines >> key >> value) {
+		if (key == "thp_fault_alloc")
+			c.faults = value;
+		else if (key == "thp_fault_fallback")
+			c.fallbacks = value;
+		else if (key == "compact_stall")
+			c.compact_stalls = value;
+	}
+	return c;
+}
+
+ThpCounters read_thp_counters()
+{
+	auto text = read_small_file("/proc/vmstat", 64 << 10);
+	return text ? parse_thp_counters(*text) : ThpCounters{};
+}
+
 } // namespace cuda_criu

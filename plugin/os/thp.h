@@ -3,6 +3,7 @@
 // huge pages (no MADV_HUGEPAGE), so only the mode `always` gives them to it (docs/benchmarks.md).
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <string_view>
 
@@ -31,5 +32,17 @@ struct ThpSettings {
 // The settings under dir (kThpSysfsDir; another directory in tests). An error, naming the file, when
 // DIR/enabled cannot be read or parsed (a kernel built without CONFIG_TRANSPARENT_HUGEPAGE has no DIR).
 Result<ThpSettings> read_thp_settings(const std::string &dir = kThpSysfsDir);
+
+// The kernel's counters of huge page faults and of compaction (/proc/vmstat), machine-wide: read before and
+// after the plugin populates a buffer (no other thread of the process runs then), their difference says
+// whether the buffer got huge pages, and what that cost where free memory was fragmented.
+struct ThpCounters {
+	uint64_t faults = 0;         // thp_fault_alloc: a huge page given to a fault
+	uint64_t fallbacks = 0;      // thp_fault_fallback: a fault that asked for one and got 4 KiB pages
+	uint64_t compact_stalls = 0; // compact_stall: a thread that compacted memory itself before it could go on
+};
+ThpCounters parse_thp_counters(std::string_view vmstat);
+// /proc/vmstat's; all zero where it cannot be read.
+ThpCounters read_thp_counters();
 
 } // namespace cuda_criu

@@ -15,6 +15,7 @@
 #include "base/format.h"
 #include "base/log.h"
 #include "os/proc.h"
+#include "os/thp.h"
 
 namespace cuda_criu {
 namespace {
@@ -236,10 +237,17 @@ void ThreadRun::prepare_buffer(uint64_t addr, uint64_t len)
 			report_.problem = std::move(r).error().context("madvise(MADV_HUGEPAGE) in restore thread %d", tid_).message();
 	}
 	report_.huge_pages = (report_.mappings == 1 || report_.huge_pages) && huge;
+	ThpCounters before = huge ? read_thp_counters() : ThpCounters{};
 	uint64_t t0 = now_us();
 	// process_vm_writev takes any thread of a process: it works on the thread's memory map.
 	Status st = populate_process_memory(tid_, addr, len, policy_->threads);
 	report_.populate_us += now_us() - t0;
+	if (huge) {
+		ThpCounters after = read_thp_counters();
+		report_.huge_faults += after.faults - before.faults;
+		report_.fallbacks += after.fallbacks - before.fallbacks;
+		report_.compact_stalls += after.compact_stalls - before.compact_stalls;
+	}
 	if (!st)
 		report_.problem = std::move(st).error().context("populate the driver's buffer").message();
 #else

@@ -94,5 +94,24 @@ TEST(CheckpointBuffer, HugePagesOptionIsAutoOrOff)
 		<< o.error().message();
 }
 
+// The log line's pages: what the kernel's counters say of the populate, a fragmented host named.
+TEST(CheckpointBuffer, ThePagesTheBufferGotAreSaid)
+{
+	BufferReport r;
+	r.bytes = 8 * kHugePage;
+	EXPECT_EQ(buffer_pages(r), "4 KiB pages");
+	r.huge_pages = true;
+	r.huge_faults = 8;
+	EXPECT_EQ(buffer_pages(r), "huge pages");
+	r.compact_stalls = 3;
+	EXPECT_EQ(buffer_pages(r), "huge pages (3 compaction stalls: the host's free memory is fragmented)");
+	r.huge_faults = 6;
+	r.fallbacks = 2;
+	EXPECT_EQ(buffer_pages(r), "huge pages for 75% of it (2 faults fell back to 4 KiB pages, 3 compaction stalls: "
+				   "the host's free memory is fragmented)");
+	r.huge_faults = 20; // another process's faults counted too: never more than all of it
+	EXPECT_EQ(buffer_pages(r).rfind("huge pages for 100% of it", 0), 0U) << buffer_pages(r);
+}
+
 } // namespace
 } // namespace cuda_criu::testing

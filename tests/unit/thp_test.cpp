@@ -1,12 +1,14 @@
 // Transparent huge page settings: the bracketed word of the sysfs files, and which mode applies to
 // PMD-sized pages when the kernel has per-size controls.
 #include <gtest/gtest.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 
 #include <cstdlib>
 #include <fstream>
 #include <string>
 
+#include "os/checkpoint_buffer.h"
 #include "os/thp.h"
 #include "temp_dir.h"
 
@@ -127,6 +129,37 @@ TEST(ThpSettings, ThisMachine)
 	auto s = read_thp_settings();
 	ASSERT_TRUE(s) << s.error().message();
 	EXPECT_TRUE(s->pmd_mode == "always" || s->pmd_mode == "madvise" || s->pmd_mode == "never") << s->pmd_mode;
+}
+
+// The three counters the populate's log line is made of, wherever /proc/vmstat lists them.
+TEST(ThpCounters, FromVmstat)
+{
+	ThpCounters c = parse_thp_counters("nr_free_pages 123\ncompact_stall 7\ncompact_fail 2\nthp_fault_alloc 4096\n"
+					   "thp_fault_fallback 12\nthp_fault_fallback_charge 0\n");
+	EXPECT_EQ(c.faults, 4096U);
+	EXPECT_EQ(c.fallbacks, 12U);
+	EXPECT_EQ(c.compact_stalls, 7U);
+	ThpCounters none = parse_thp_counters("nr_free_pages 1\n");
+	EXPECT_EQ(none.faults + none.fallbacks + none.compact_stalls, 0U);
+}
+
+// This machine's: a huge page fault of this process's own moves thp_fault_alloc or thp_fault_fallback.
+TEST(ThpCounters, ThisMachineCountsAHugePageFault)
+{
+	auto s = read_thp_settings();
+	if (!s || s->pmd_mode == "never")
+		GTEST_SKIP() << "no transparent huge pages for MADV_HUGEPAGE here";
+	ThpCounters before = read_thp_counters();
+	const size_t len = 4 * kHugePage;
+	void *m = mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	ASSERT_NE(m, MAP_FAILED);
+	ASSERT_EQ(madvise(m, len, MADV_HUGEPAGE), 0);
+	auto *p = static_cast<char *>(m);
+	for (size_t off = 0; off < len; off += 4096)
+		p[off] = 1;
+	ThpCounters after = read_thp_counters();
+	munmap(m, len);
+	EXPECT_GT(after.faults + after.fallbacks, before.faults + before.fallbacks);
 }
 
 } // namespace
