@@ -74,6 +74,20 @@
  * service connection is always closed again when the job is done, so between
  * requests a checkpointed process holds no socket at all.
  *
+ * Replicas: one image restored more than once at the same time (each in its
+ * own pid namespace) gives live processes that all hold the same FIFO. A
+ * process is told apart by its key, the same from every pid namespace:
+ * (inode of its pid namespace << 22) | its pid there (fg_proc_key). The
+ * checkpoint half passes the key of the pid it was asked about with every
+ * query and action (and that pid, in the request's status field); when
+ * another live process holds the client already, the daemon clones it for
+ * this key (a client of its own, checkpointed, with the same buffers to be
+ * pushed back, its doorbell still the original's FIFO). A doorbell read from
+ * that FIFO names the client it is for; a service thread gives its own key in
+ * FG_SVC_HELLO, and the daemon answers FG_NOT_YOURS where the client is held
+ * by another process (the thread puts the doorbell back for the others), or
+ * hands the job over, and the thread then takes the clone's id as its own.
+ *
  * Jobs:
  *   lock        set the in-process API gate, wait (up to the lock timeout) for
  *               API calls in flight to finish;
@@ -100,6 +114,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/un.h>
@@ -134,14 +149,15 @@ enum fg_op {
 	FG_MEMSET,      /* a0=dptr a1=byte a2=size */
 	FG_MEMINFO,     /* a0=gpu -> a0=free a1=total */
 	/* service connection */
-	FG_SVC_HELLO = 32, /* a0=id a1=seq -> a0=job op a1=lock timeout ms a2=crash, payload gpu map */
+	FG_SVC_HELLO = 32, /* a0=id a1=seq a2=key -> a0=job op a1=lock timeout ms a2=crash, payload gpu map */
 	FG_SVC_LIST,       /* -> payload fg_buf[] */
 	FG_SVC_PULL,       /* a0=dptr -> payload data */
 	FG_SVC_PUSH,       /* a0=dptr a1=gpu, payload data */
 	FG_SVC_DONE,       /* status=result */
 	/* checkpoint side */
-	FG_CK_QUERY = 64,  /* a0=id -> a0=state a1=tid a2=pid (namespace of the client) */
-	FG_CK_ACTION,      /* a0=id a1=action a2=call timeout ms a3=lock timeout ms a4=crash, payload pairs */
+	FG_CK_QUERY = 64,  /* a0=id a1=key, status=pid -> a0=state a1=tid a2=pid (namespace of the client) */
+	FG_CK_ACTION,      /* a0=id a1=action a2=call timeout ms a3=lock timeout ms a4=crash a5=key, status=pid,
+	                      payload pairs */
 	/* the fake NVML */
 	FG_USAGE = 96,     /* -> a0=count, payload fg_usage[]: device memory per live client */
 };
@@ -160,8 +176,41 @@ enum fg_action {
 	FG_ACT_PING, /* GetState: the real driver asks the restore thread, which must be running */
 };
 
-/* Special status of the FG_SVC_HELLO reply: the doorbell is stale. */
+/* Special statuses of the FG_SVC_HELLO reply: the doorbell is stale; it is another process's (a replica's). */
 #define FG_CANCELLED (-1)
+#define FG_NOT_YOURS (-2)
+
+/* A process's key (see Replicas above): 0 when /proc cannot tell. pid: as this process sees it, or 0 for
+ * itself. */
+static inline uint64_t fg_proc_key(int pid)
+{
+	char path[64], link[64], line[256];
+	if (pid)
+		snprintf(path, sizeof(path), "/proc/%d/ns/pid", pid);
+	else
+		snprintf(path, sizeof(path), "/proc/self/ns/pid");
+	ssize_t n = readlink(path, link, sizeof(link) - 1);
+	if (n <= 0)
+		return 0;
+	link[n] = 0;
+	const char *b = strchr(link, '[');
+	if (!b)
+		return 0;
+	uint64_t ns = strtoull(b + 1, NULL, 10), inner = 0;
+	if (!pid)
+		return (ns << 22) | (uint64_t)getpid();
+	snprintf(path, sizeof(path), "/proc/%d/status", pid);
+	FILE *f = fopen(path, "re");
+	if (!f)
+		return 0;
+	while (fgets(line, sizeof(line), f))
+		if (!strncmp(line, "NSpid:", 6)) {
+			const char *last = strrchr(line, '\t');
+			inner = strtoull(last ? last + 1 : line + 6, NULL, 10);
+		}
+	fclose(f);
+	return inner ? (ns << 22) | inner : 0;
+}
 
 struct fg_msg {
 	uint32_t magic;

@@ -79,6 +79,64 @@ void client_path(char *buf, size_t len, uint64_t id)
 	snprintf(buf, len, "%s/" FG_CLIENTS_DIR "/%llu", g_dir, (unsigned long long)id);
 }
 
+void doorbell_path(char *buf, size_t len, const struct client *cl)
+{
+	client_path(buf, len, cl->origin ? cl->origin : cl->id);
+}
+
+/* Is the process gone (or a zombie)? */
+static int proc_gone(int pid)
+{
+	char path[64], buf[512];
+	snprintf(path, sizeof(path), "/proc/%d/stat", pid);
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return 1;
+	ssize_t n = read(fd, buf, sizeof(buf) - 1);
+	close(fd);
+	if (n <= 0)
+		return 1;
+	buf[n] = 0;
+	const char *p = strrchr(buf, ')');
+	return !p || p[1] != ' ' || p[2] == 'Z' || p[2] == 'X';
+}
+
+struct client *client_of(uint64_t id, uint64_t key, int pid)
+{
+	struct client *cl = find_client(id);
+	if (!cl || !key)
+		return cl;
+	for (struct client *r = g_clients; r; r = r->next)
+		if (r->origin == id && r->holder == key)
+			return r;
+	if (!cl->holder || cl->holder == key || proc_gone(cl->holder_pid)) {
+		cl->holder = key;
+		cl->holder_pid = pid;
+		return cl;
+	}
+	/* Another live process holds this client: pid is a replica, restored from the same image. */
+	struct client *r = calloc(1, sizeof(*r));
+	if (!r)
+		return NULL;
+	pthread_mutex_init(&r->mem_lock, NULL);
+	r->id = g_next_id++;
+	r->origin = id;
+	r->holder = key;
+	r->holder_pid = pid;
+	r->pid = cl->pid;
+	r->tid = cl->tid;
+	r->state = CU_PROCESS_STATE_CHECKPOINTED;
+	r->used_mask = cl->used_mask;
+	memcpy(r->ckpt_bytes, cl->ckpt_bytes, sizeof(r->ckpt_bytes));
+	memcpy(r->next_off, cl->next_off, sizeof(r->next_off));
+	r->next = g_clients;
+	g_clients = r;
+	cl->cloned = 1;
+	dbg("client %llu: pid %d holds it too (a replica): client %llu made for it", (unsigned long long)id, pid,
+	    (unsigned long long)r->id);
+	return r;
+}
+
 /* ---- device memory ---- */
 
 /* Called with cl->mem_lock held. */

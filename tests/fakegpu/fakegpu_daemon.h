@@ -52,6 +52,13 @@ struct client {
 	/* bytes of allocs, read without mem_lock (atomically): a copy holds mem_lock for its whole paced
 	 * transfer, and NVML's per-process query must not wait for it, as the real one does not */
 	uint64_t held;
+	/* replicas (fakegpu.h): the key of the process holding this client (0 while unknown) and its pid as
+	 * the checkpointing side saw it; the client a replica was cloned from (its FIFO is the doorbell), 0
+	 * for an original; whether clones of this client exist (doorbells of its FIFO are then checked) */
+	uint64_t holder;
+	int holder_pid;
+	uint64_t origin;
+	int cloned;
 	/* the current job, protected by g_lock */
 	uint64_t job_seq;
 	enum job_phase job_phase;
@@ -91,6 +98,11 @@ int reply(struct conn *c, int32_t status, uint64_t a0, uint64_t a1, uint64_t a2,
 	  uint64_t len);
 int drain(int fd, uint64_t len);
 struct client *find_client(uint64_t id);
+/* The client of the process with key (pid: the checkpointing side's view of it), found by the FIFO's id:
+ * a replica's clone made where another live process holds that client. Called with g_lock held. */
+struct client *client_of(uint64_t id, uint64_t key, int pid);
+/* The FIFO that rings a client's restore thread. */
+void doorbell_path(char *buf, size_t len, const struct client *cl);
 struct alloc *find_range(struct client *cl, uint64_t ptr, uint64_t len);
 void client_path(char *buf, size_t len, uint64_t id);
 CUresult alloc_mem(struct client *cl, uint32_t gpu, uint64_t size, uint64_t dptr, struct alloc **out);

@@ -11,6 +11,12 @@ int handle_svc_hello(struct conn *c, struct fg_msg *m)
 {
 	pthread_mutex_lock(&g_lock);
 	struct client *cl = find_client(m->a[0]);
+	/* A FIFO shared by replicas: the job is for the thread of the process holding the client. */
+	uint64_t sender = m->a[2];
+	if (cl && (cl->origin || cl->cloned) && cl->holder && sender && sender != cl->holder) {
+		pthread_mutex_unlock(&g_lock);
+		return reply(c, FG_NOT_YOURS, 0, 0, 0, NULL, 0);
+	}
 	if (!cl || cl->job_seq != m->a[1] || cl->job_phase != JOB_PENDING) {
 		pthread_mutex_unlock(&g_lock);
 		dbg("stale doorbell of client %llu seq %llu ignored", (unsigned long long)m->a[0],
@@ -192,7 +198,7 @@ int handle_ck_action(struct conn *c, struct fg_msg *m)
 	}
 
 	pthread_mutex_lock(&g_lock);
-	struct client *cl = find_client(id);
+	struct client *cl = client_of(id, m->a[5], m->status);
 	CUresult r = CUDA_SUCCESS;
 	uint32_t map[FG_MAX_GPUS];
 	for (uint32_t g = 0; g < FG_MAX_GPUS; g++)
@@ -274,9 +280,9 @@ int handle_ck_action(struct conn *c, struct fg_msg *m)
 	memcpy(cl->job_map, map, sizeof(map));
 
 	/* ring the doorbell */
-	client_path(path, sizeof(path), id);
+	doorbell_path(path, sizeof(path), cl);
 	int ffd = open(path, O_WRONLY | O_NONBLOCK | O_CLOEXEC);
-	struct fg_doorbell db = { .id = id, .seq = seq };
+	struct fg_doorbell db = { .id = cl->id, .seq = seq };
 	if (ffd < 0 || write(ffd, &db, sizeof(db)) != (ssize_t)sizeof(db)) {
 		logmsg("cannot ring the doorbell %s: %s", path, strerror(errno));
 		if (ffd >= 0)
@@ -339,7 +345,7 @@ int handle_ck_action(struct conn *c, struct fg_msg *m)
 int handle_ck_query(struct conn *c, struct fg_msg *m)
 {
 	pthread_mutex_lock(&g_lock);
-	struct client *cl = find_client(m->a[0]);
+	struct client *cl = client_of(m->a[0], m->a[1], m->status);
 	CUresult r = cl ? CUDA_SUCCESS : CUDA_ERROR_NOT_FOUND;
 	uint64_t st = cl ? (uint64_t)cl->state : 0, tid = cl ? (uint64_t)cl->tid : 0,
 		 pid = cl ? (uint64_t)cl->pid : 0;

@@ -142,14 +142,14 @@ static int ck_connect(const char **dir)
 	return fd;
 }
 
-static CUresult ck_query(uint64_t id, struct fg_msg *rep)
+static CUresult ck_query(int pid, uint64_t id, struct fg_msg *rep)
 {
 	const char *dir;
 	int fd = ck_connect(&dir);
 	if (fd < 0)
 		return CUDA_ERROR_OPERATING_SYSTEM;
-	uint64_t a[1] = { id };
-	int rc = fg_send(fd, FG_CK_QUERY, 0, a, 1, NULL, 0) || fg_recv(fd, rep);
+	uint64_t a[2] = { id, fg_proc_key(pid) };
+	int rc = fg_send(fd, FG_CK_QUERY, pid, a, 2, NULL, 0) || fg_recv(fd, rep);
 	close(fd);
 	if (rc) {
 		fg_err("no answer from the daemon in %s", dir);
@@ -166,9 +166,9 @@ static CUresult ck_action(int op, int pid, uint64_t id, int action, uint32_t loc
 	int fd = ck_connect(&dir);
 	if (fd < 0)
 		return CUDA_ERROR_OPERATING_SYSTEM;
-	uint64_t a[5] = { id, (uint64_t)action, call_timeout, lock_timeout,
-			  (uint64_t)env_matches("FAKEGPU_CRASH_TARGET", op, pid) };
-	if (fg_send(fd, FG_CK_ACTION, 0, a, 5, pairs, npairs * sizeof(*pairs))) {
+	uint64_t a[6] = { id, (uint64_t)action, call_timeout, lock_timeout,
+			  (uint64_t)env_matches("FAKEGPU_CRASH_TARGET", op, pid), fg_proc_key(pid) };
+	if (fg_send(fd, FG_CK_ACTION, pid, a, 6, pairs, npairs * sizeof(*pairs))) {
 		close(fd);
 		fg_err("cannot talk to the daemon in %s", dir);
 		return CUDA_ERROR_OPERATING_SYSTEM;
@@ -269,7 +269,7 @@ static CUresult ck_lookup(int op, int pid, int ping, struct fg_msg *rep)
 	if (r == CUDA_SUCCESS && ping)
 		r = ck_action(op, pid, id, FG_ACT_PING, 0, NULL, 0);
 	if (r == CUDA_SUCCESS)
-		r = ck_query(id, rep);
+		r = ck_query(pid, id, rep);
 	return r;
 }
 

@@ -22,6 +22,14 @@ static int svc_call(int fd, uint32_t op, int32_t status, uint64_t a0, uint64_t a
 	return 0;
 }
 
+static int svc_hello(int fd, uint64_t id, uint64_t seq, uint64_t key, struct fg_msg *rep)
+{
+	uint64_t a[3] = { id, seq, key };
+	if (fg_send(fd, FG_SVC_HELLO, 0, a, 3, NULL, 0) || fg_recv(fd, rep))
+		return -1;
+	return 0;
+}
+
 static void drop_copies(void)
 {
 	for (size_t i = 0; i < g_ncopies; i++)
@@ -260,7 +268,9 @@ static CUresult svc_restore(int sfd, const uint32_t *map)
 	return CUDA_SUCCESS;
 }
 
-static void svc_job(uint64_t seq)
+/* The job of a doorbell: taken, stale, or (a FIFO shared by replicas, fakegpu.h) another process's, put
+ * back into the FIFO for the others. A replica's first job makes the daemon's clone its own client. */
+static void svc_job(const struct fg_doorbell *db)
 {
 	struct fg_msg m;
 	uint32_t map[FG_MAX_GPUS];
@@ -269,11 +279,20 @@ static void svc_job(uint64_t seq)
 		fg_err("restore thread: cannot connect to the daemon: %s", strerror(errno));
 		return;
 	}
-	if (svc_call(sfd, FG_SVC_HELLO, 0, g_id, seq, NULL, 0, &m) || m.status == FG_CANCELLED ||
-	    m.status != CUDA_SUCCESS || m.len != sizeof(map) || fg_read_full(sfd, map, sizeof(map))) {
+	int hello = svc_hello(sfd, db->id, db->seq, fg_proc_key(0), &m);
+	if (!hello && m.status == FG_NOT_YOURS) {
+		close(sfd);
+		if (write(g_fifo_fd, db, sizeof(*db)) != (ssize_t)sizeof(*db))
+			fg_err("restore thread: cannot put back a doorbell for client %llu", (unsigned long long)db->id);
+		fg_sleep_ms(2);
+		return;
+	}
+	if (hello || m.status == FG_CANCELLED || m.status != CUDA_SUCCESS || m.len != sizeof(map) ||
+	    fg_read_full(sfd, map, sizeof(map))) {
 		close(sfd);
 		return;
 	}
+	g_id = db->id;
 	int action = (int)m.a[0];
 	uint32_t lock_timeout = (uint32_t)m.a[1];
 	if (m.a[2]) {
@@ -313,9 +332,9 @@ void *svc_main(void *arg)
 			continue;
 		if (n < 0 && errno == EBADF)
 			return NULL;
-		if (n != (ssize_t)sizeof(db) || db.id != g_id)
+		if (n != (ssize_t)sizeof(db))
 			continue;
-		svc_job(db.seq);
+		svc_job(&db);
 	}
 	return NULL;
 }
