@@ -110,6 +110,7 @@
 #define FAKEGPU_H
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -179,6 +180,23 @@ enum fg_action {
 /* Special statuses of the FG_SVC_HELLO reply: the doorbell is stale; it is another process's (a replica's). */
 #define FG_CANCELLED (-1)
 #define FG_NOT_YOURS (-2)
+
+/* Is the process gone (or a zombie)? pid: as this process sees it. */
+static inline int fg_pid_gone(int pid)
+{
+	char path[64], buf[512];
+	snprintf(path, sizeof(path), "/proc/%d/stat", pid);
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return 1;
+	ssize_t n = read(fd, buf, sizeof(buf) - 1);
+	close(fd);
+	if (n <= 0)
+		return 1;
+	buf[n] = 0;
+	const char *p = strrchr(buf, ')');
+	return !p || p[1] != ' ' || p[2] == 'Z' || p[2] == 'X';
+}
 
 /* A process's key (see Replicas above): 0 when /proc cannot tell. pid: as this process sees it, or 0 for
  * itself. */

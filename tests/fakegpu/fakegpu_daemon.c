@@ -84,23 +84,6 @@ void doorbell_path(char *buf, size_t len, const struct client *cl)
 	client_path(buf, len, cl->origin ? cl->origin : cl->id);
 }
 
-/* Is the process gone (or a zombie)? */
-static int proc_gone(int pid)
-{
-	char path[64], buf[512];
-	snprintf(path, sizeof(path), "/proc/%d/stat", pid);
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
-		return 1;
-	ssize_t n = read(fd, buf, sizeof(buf) - 1);
-	close(fd);
-	if (n <= 0)
-		return 1;
-	buf[n] = 0;
-	const char *p = strrchr(buf, ')');
-	return !p || p[1] != ' ' || p[2] == 'Z' || p[2] == 'X';
-}
-
 struct client *client_of(uint64_t id, uint64_t key, int pid)
 {
 	struct client *cl = find_client(id);
@@ -109,7 +92,7 @@ struct client *client_of(uint64_t id, uint64_t key, int pid)
 	for (struct client *r = g_clients; r; r = r->next)
 		if (r->origin == id && r->holder == key)
 			return r;
-	if (!cl->holder || cl->holder == key || proc_gone(cl->holder_pid)) {
+	if (!cl->holder || cl->holder == key || fg_pid_gone(cl->holder_pid)) {
 		cl->holder = key;
 		cl->holder_pid = pid;
 		return cl;

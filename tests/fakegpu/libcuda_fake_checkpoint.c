@@ -72,23 +72,6 @@ static uint64_t resolve_pid(int pid)
 	return id;
 }
 
-/* Is the process gone (or a zombie)? */
-static int pid_dead(int pid)
-{
-	char path[64], buf[512];
-	snprintf(path, sizeof(path), "/proc/%d/stat", pid);
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
-		return 1;
-	ssize_t n = read(fd, buf, sizeof(buf) - 1);
-	close(fd);
-	if (n <= 0)
-		return 1;
-	buf[n] = 0;
-	const char *p = strrchr(buf, ')');
-	return !p || p[1] != ' ' || p[2] == 'Z' || p[2] == 'X';
-}
-
 /* FAKEGPU_KILL_CALLER: SIGKILLs this process the first time it (or any
  * process) calls op for pid. */
 static void maybe_kill_caller(int op, int pid)
@@ -181,7 +164,7 @@ static CUresult ck_action(int op, int pid, uint64_t id, int action, uint32_t loc
 			break;
 		if (n < 0 && errno != EINTR)
 			break;
-		if (pid_dead(pid)) {
+		if (fg_pid_gone(pid)) {
 			close(fd);
 			fg_err("%s: process %d died", g_op_names[op], pid);
 			return CUDA_ERROR_OPERATING_SYSTEM;
