@@ -77,9 +77,10 @@
  * Replicas: one image restored more than once at the same time (each in its
  * own pid namespace) gives live processes that all hold the same FIFO. A
  * process is told apart by its key, the same from every pid namespace:
- * (inode of its pid namespace << 22) | its pid there (fg_proc_key). The
- * checkpoint half passes the key of the pid it was asked about with every
- * query and action (and that pid, in the request's status field); when
+ * (inode of its pid namespace << 22) | its pid there (fg_proc_key; a
+ * thread's key is its process's). The checkpoint half passes the key of the
+ * pid it was asked about with every query and action (and that pid, in the
+ * request's status field); when
  * another live process holds the client already, the daemon clones it for
  * this key (a client of its own, checkpointed, with the same buffers to be
  * pushed back, its doorbell still the original's FIFO). A doorbell read from
@@ -222,9 +223,9 @@ static inline uint64_t fg_proc_key(int pid)
 	if (!f)
 		return 0;
 	while (fgets(line, sizeof(line), f))
-		if (!strncmp(line, "NSpid:", 6)) {
+		if (!strncmp(line, "NStgid:", 7)) { /* the process's, also where pid is one of its threads */
 			const char *last = strrchr(line, '\t');
-			inner = strtoull(last ? last + 1 : line + 6, NULL, 10);
+			inner = strtoull(last ? last + 1 : line + 7, NULL, 10);
 		}
 	fclose(f);
 	return inner ? (ns << 22) | inner : 0;
