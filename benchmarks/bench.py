@@ -207,11 +207,11 @@ def first_answers(results):
     rows = []
     for s in dict.fromkeys(r["scenario"] for r in results if SCENARIOS.get(r["scenario"], ("",))[0] == "serve"):
         for v in VARIANTS:
-            for key, how in (("restore_to_ready_s", "image in the page cache"), ("restore_cold_to_ready_s",
-                                                                                 "page cache dropped")):
-                vals = [r[key] for r in results if r["scenario"] == s and r["variant"] == v and key in r]
-                read = [r["cold_read_gib"] for r in results if r["scenario"] == s and r["variant"] == v and
-                        "cold_read_gib" in r and key.startswith("restore_cold")]
+            runs = [r for r in results if r["scenario"] == s and r["variant"] == v]
+            for key, how, read_key in (("restore_to_ready_s", "image in the page cache", None),
+                                       ("restore_cold_to_ready_s", "page cache dropped", "cold_read_gib")):
+                vals = [r[key] for r in runs if key in r]
+                read = [r[read_key] for r in runs if read_key in r]
                 if vals:
                     rows.append({"what": f"{s}: restore to first answer, {v}, {how}", "round": 0,
                                  "seconds": statistics.median(vals), **({"read_gib": statistics.median(read)}

@@ -279,14 +279,23 @@ def answer(port, batch, quiet=False, timeout=300):
         raise
 
 
+COMPILE_CACHE = os.path.join(C.WORK, "inductor-cache")  # torch.compile's, kept from one start to the next
+
+
+def offline_env(env=None):
+    """Hugging Face libraries with no network and no chatter."""
+    return dict(env or os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", TRANSFORMERS_VERBOSITY="error")
+
+
+def compile_env(env=None):
+    """torch.compile's caches in the work folder (the engines keep theirs from one start to the next too),
+    compiled in-process (a pool of compile workers would be dumped with the workload)."""
+    return dict(env or os.environ, TORCHINDUCTOR_CACHE_DIR=COMPILE_CACHE,
+                TRITON_CACHE_DIR=os.path.join(COMPILE_CACHE, "triton"), TORCHINDUCTOR_COMPILE_THREADS="1")
+
+
 def serving_env(env=None):
-    """The serving workload's environment: offline, and torch.compile's caches in the work folder (kept
-    from one start to the next in a run: the engines keep theirs too), compiled in-process (a pool of
-    compile workers would be dumped with the server)."""
-    cache = os.path.join(C.WORK, "inductor-cache")
-    return dict(env or os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", TRANSFORMERS_VERBOSITY="error",
-                TORCHINDUCTOR_CACHE_DIR=cache, TRITON_CACHE_DIR=os.path.join(cache, "triton"),
-                TORCHINDUCTOR_COMPILE_THREADS="1")
+    return compile_env(offline_env(env))
 
 
 def serving_weights(model_gb):
@@ -336,8 +345,7 @@ class Workload:
         elif kind == "llm":
             cmd = [sys.executable, FRAMEWORK, "transformers", "--config", "gpt2", "--kv-mb", str(size),
                    "--state", self.state, "--interval-ms", "50"]
-            env = dict(env or os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1",
-                       TRANSFORMERS_VERBOSITY="error")
+            env = offline_env(env)
         elif kind == "serve":
             self.port, self.batches = free_port(), (1, 2, 4, 8)
             cmd = [sys.executable, SERVING, "serve", "--dir", serving_weights(extra[0]), "--port", str(self.port),
@@ -362,11 +370,9 @@ class Workload:
         self.pid = self.proc.pid
         self.pids = [int(state(f)["pid"]) for f in self.files]
         if kind == "serve":  # what every answer after a restore must equal, token for token, logit for logit
-            self.answer_at = None
-            self.answers = {}
-            for b in self.batches:
-                self.answers[b] = answer(self.port, b)
-                self.answer_at = self.answer_at or time.monotonic()
+            self.answers = {self.batches[0]: answer(self.port, self.batches[0])}
+            self.answer_at = time.monotonic()  # the first answer
+            self.answers.update({b: answer(self.port, b) for b in self.batches[1:]})
 
     def clear_state(self):
         for f in self.files:
@@ -508,14 +514,12 @@ def round_trip(variant, scenario, rnd, cold_too):
 def cold_start(rounds, out):
     """Start-up of a PyTorch workload with an expensive start (torch.compile + CUDA graphs) from scratch,
     with empty and with warm compile caches, against restore-to-ready with each plugin. Appends to out."""
-    cache = os.path.join(C.WORK, "inductor-cache")
-    env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=cache, TRITON_CACHE_DIR=os.path.join(cache, "triton"),
-               TORCHINDUCTOR_COMPILE_THREADS="1")
+    env = compile_env()
     compiled = ["--compile", "reduce-overhead"]
     for rnd in range(rounds):
         for caches in ("empty", "warm"):
             if caches == "empty":
-                shutil.rmtree(cache, ignore_errors=True)
+                shutil.rmtree(COMPILE_CACHE, ignore_errors=True)
             w = Workload("torch", 2, 1, f"cold-{caches}-{rnd}", compiled, env)
             out.append({"what": f"cold start, {caches} caches", "round": rnd, "seconds": w.ready_at - w.t0})
             log(f"cold start with {caches} compile caches: {w.ready_at - w.t0:.2f} s")
@@ -533,10 +537,9 @@ def serve_cold_start(scenario, out):
     compile caches (the first start on the node), then with warm compile caches and the weights in the page
     cache, then with the page cache dropped. Appends to out (and each start's phases and bytes read)."""
     kind, size, procs, extra = SCENARIOS[scenario]
-    cache = serving_env()["TORCHINDUCTOR_CACHE_DIR"]
     for how in ("empty compile caches", "weights in the page cache", "page cache dropped"):
         if how.startswith("empty"):
-            shutil.rmtree(cache, ignore_errors=True)
+            shutil.rmtree(COMPILE_CACHE, ignore_errors=True)
         if how.startswith("page cache"):
             drop_page_cache()
         read0 = disk_read_bytes()

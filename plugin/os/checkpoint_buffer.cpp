@@ -3,8 +3,8 @@
 #include <sys/mman.h>
 
 #include <algorithm>
-#include <cinttypes>
 #include <atomic>
+#include <cinttypes>
 #include <mutex>
 #include <thread>
 #include <vector>

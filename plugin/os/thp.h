@@ -33,9 +33,10 @@ struct ThpSettings {
 // DIR/enabled cannot be read or parsed (a kernel built without CONFIG_TRANSPARENT_HUGEPAGE has no DIR).
 Result<ThpSettings> read_thp_settings(const std::string &dir = kThpSysfsDir);
 
-// The kernel's counters of huge page faults and of compaction (/proc/vmstat), machine-wide: read before and
-// after the plugin populates a buffer (no other thread of the process runs then), their difference says
-// whether the buffer got huge pages, and what that cost where free memory was fragmented.
+// The kernel's counters of huge page faults and of compaction (/proc/vmstat): read before and after the
+// plugin populates a buffer, their difference says whether the buffer got huge pages, and what that cost
+// where free memory was fragmented. They are the machine's: another process's faults in that time (another
+// dumped process's populate, checkpointed in parallel) count too.
 struct ThpCounters {
 	uint64_t faults = 0;         // thp_fault_alloc: a huge page given to a fault
 	uint64_t fallbacks = 0;      // thp_fault_fallback: a fault that asked for one and got 4 KiB pages

@@ -80,10 +80,10 @@
  * (inode of its pid namespace << 22) | its pid there (fg_proc_key; a
  * thread's key is its process's). The checkpoint half passes the key of the
  * pid it was asked about with every query and action (and that pid, in the
- * request's status field); when
- * another live process holds the client already, the daemon clones it for
- * this key (a client of its own, checkpointed, with the same buffers to be
- * pushed back, its doorbell still the original's FIFO). A doorbell read from
+ * request's status field); when another live process holds the client
+ * already, the daemon clones it for this key (a client of its own,
+ * checkpointed, with the same buffers to be pushed back, its doorbell still
+ * the original's FIFO). A doorbell read from
  * that FIFO names the client it is for; a service thread gives its own key in
  * FG_SVC_HELLO, and the daemon answers FG_NOT_YOURS where the client is held
  * by another process (the thread puts the doorbell back for the others), or
