@@ -167,6 +167,12 @@ static void set_fault(const char *var, const char *op, int pid)
 	setenv(var, v, 1);
 }
 
+/* How long the daemon waits for the restore thread to take, then to finish, each following call. */
+static void call_timeout_ms(const char *ms)
+{
+	setenv("FAKEGPU_CALL_TIMEOUT_MS", ms, 1);
+}
+
 static void full_cycle(int pid, const char *state)
 {
 	long long before = wait_progress(state, iterations_ok(state), 10000);
@@ -414,7 +420,7 @@ usage:
 	/* like CRIU: lock, ptrace-stop all threads, let only the restore thread
 	 * run for checkpoint and restore, then detach and unlock; repeated, so
 	 * that API calls are caught in flight */
-	setenv("FAKEGPU_CALL_TIMEOUT_MS", "5000", 1);
+	call_timeout_ms("5000");
 	for (int i = 0; i < 10; i++) {
 		int tids[16], n, rtid;
 		EXPECT(p_tid(wpid, &rtid), CUDA_SUCCESS);
@@ -438,9 +444,10 @@ usage:
 	printf("fakegpu_smoke: 10 cycles under ptrace with only the restore thread running ok (iteration %lld)\n",
 	       after);
 
-	/* the restore thread is stopped: calls time out, nothing changes */
-	setenv("FAKEGPU_CALL_TIMEOUT_MS", "400", 1);
+	/* the restore thread is stopped: calls time out, nothing changes. Calls that must time out get
+	 * 400 ms, those that must succeed 5 s (a loaded machine can take longer than 400 ms to copy). */
 	stop_all(wpid);
+	call_timeout_ms("400");
 	t0 = fg_now_ms();
 	EXPECT(p_lock(wpid, NULL), CUDA_ERROR_TIMEOUT);
 	if (fg_now_ms() - t0 < 400)
@@ -454,21 +461,28 @@ usage:
 	if (fg_now_ms() - t0 > 390)
 		die("lock did not honour timeoutMs");
 	kill(wpid, SIGCONT);
+	call_timeout_ms("5000");
 	EXPECT_STATE(wpid, CU_PROCESS_STATE_RUNNING); /* the stale doorbells are ignored */
 	EXPECT(p_lock(wpid, NULL), CUDA_SUCCESS);
 	stop_all(wpid);
+	call_timeout_ms("400");
 	EXPECT(p_ckpt(wpid, NULL), CUDA_ERROR_TIMEOUT);
 	kill(wpid, SIGCONT);
+	call_timeout_ms("5000");
 	EXPECT_STATE(wpid, CU_PROCESS_STATE_LOCKED);
 	EXPECT(p_ckpt(wpid, NULL), CUDA_SUCCESS);
 	stop_all(wpid);
+	call_timeout_ms("400");
 	EXPECT(p_restore(wpid, NULL), CUDA_ERROR_TIMEOUT);
 	kill(wpid, SIGCONT);
+	call_timeout_ms("5000");
 	EXPECT_STATE(wpid, CU_PROCESS_STATE_CHECKPOINTED);
 	EXPECT(p_restore(wpid, NULL), CUDA_SUCCESS);
 	stop_all(wpid);
+	call_timeout_ms("400");
 	EXPECT(p_unlock(wpid, NULL), CUDA_ERROR_TIMEOUT);
 	kill(wpid, SIGCONT);
+	call_timeout_ms("5000");
 	EXPECT(p_unlock(wpid, NULL), CUDA_SUCCESS);
 	unsetenv("FAKEGPU_CALL_TIMEOUT_MS");
 	after = wait_progress(state, after + 3, 10000);
