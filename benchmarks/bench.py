@@ -5,7 +5,7 @@ Runs on a machine with an NVIDIA GPU, from the root of the bundle that scripts/g
 
     python3 build/gpu-bundle/bench.py --cuda-checkpoint PATH [--rounds 3]
         [--scenarios 1g,4g,16g,32g,4x2g,p1,p4,p16,p32,torch,llm,coldstart] [--variants ours,in-tree,ours-criu:1]
-        [--cold-rounds N] [--time-limit S] [--plan] [--out DIR]
+        [--cold-rounds N] [--replicas N] [--time-limit S] [--plan] [--out DIR]
 
 Each scenario is dumped and restored --rounds times with each variant, alternating the order from round to
 round; every round trip starts its workload afresh. The baseline is CRIU's in-tree plugin built from the same
@@ -33,6 +33,10 @@ torch.compile and a CUDA graph per decode batch size 1, 2, 4, 8, answering HTTP:
 restore-to-ready is the first answer, which must equal the one before the dump, as must every batch size's;
 before its round trips, three starts from scratch to the first answer: empty compile caches, then warm
 caches with the weights in the page cache, then with the page cache dropped, with the bytes read from disk).
+--replicas N, for the serving scenarios, after their round trips: with each variant, a server started as pid 1
+of its own pid namespace is dumped and its image restored N times at once, each in a new pid namespace, all
+serving one port (SO_REUSEPORT), until each replica has answered as the server did before its dump; against
+it, N cold starts at once (warm caches) until each has answered.
 --fragment-gib F runs everything with F GiB of memory fragmented first (bin/thp_populate --hold).
 --scale multiplies every size.
 
@@ -63,7 +67,7 @@ import time
 import bench_common as C
 from bench_common import (DESCRIPTIONS, KNOWN_VARIANTS, SCENARIOS, UTILITY, VARIANT_ROUNDS, VARIANTS, footprint, log)
 from bench_report import report
-from bench_run import become_subreaper, cold_start, gpu_count, incremental_trip, round_trip, serve_cold_start
+from bench_run import become_subreaper, cold_start, gpu_count, incremental_trip, replicas, round_trip, serve_cold_start
 
 
 # --- the plan and its expected duration ----------------------------------------------------------------
@@ -92,6 +96,11 @@ def estimate(scenario, variant, cold_too):
     return t + restore_s + ((sync_s + cold_s + 1.0) if cold_too else 0.0)
 
 
+def replicas_estimate(scenario, n):
+    """--replicas n: per variant a start, a dump and n restores at once; then n cold starts at once."""
+    return sum(estimate(scenario, v, False) + 10.0 * n for v in VARIANTS) + 60.0 + 20.0 * n
+
+
 def plan(rounds, scenarios, cold_rounds):
     """The round trips in the order they run: (round, scenario, variant, cold too). Rounds outermost, so
     that a run cut short still has whole rounds; the order of the variants alternates from round to round;
@@ -108,7 +117,7 @@ def plan(rounds, scenarios, cold_rounds):
     return trips
 
 
-def print_plan(trips, rounds, coldstart, time_limit=0):
+def print_plan(trips, rounds, coldstart, time_limit=0, replicas=0):
     total = sum(estimate(s, v, c) for _, s, v, c in trips)
     log(f"plan: {len(trips)} round trip(s) (each starts its workload, dumps it, restores it"
         f"{', and restores it again from a cold page cache in the last rounds' if any(c for *_, c in trips) else ''}):")
@@ -119,6 +128,10 @@ def print_plan(trips, rounds, coldstart, time_limit=0):
     if coldstart:
         extra = rounds * (25 + 20 * len(VARIANTS))
         log(f"  coldstart: ~{extra:.0f} s")
+        total += extra
+    for s in [s for s in dict.fromkeys(s for _, s, _, _ in trips) if replicas and SCENARIOS[s][0] == "serve"]:
+        extra = replicas_estimate(s, replicas)
+        log(f"  {s}, {replicas} replicas of one image against {replicas} cold starts: ~{extra:.0f} s")
         total += extra
     log(f"expected duration: about {total / 60:.1f} min ({total:.0f} s) on the H200 machine")
     if time_limit and total > time_limit:
@@ -253,6 +266,9 @@ def main():
     ap.add_argument("--fragment-gib", type=float, default=0, metavar="F",
                     help="run everything with F GiB of memory fragmented first and held (bin/thp_populate --hold: "
                     "the free memory in 4 KiB holes, as on a host that has run a long time)")
+    ap.add_argument("--replicas", type=int, default=0, metavar="N",
+                    help="for the serving scenarios: N replicas restored at once from one image, against N cold "
+                    "starts at once")
     ap.add_argument("--plan", action="store_true", help="print the round trips and the expected duration, then stop")
     ap.add_argument("--from-json", nargs="+", metavar="FILE",
                     help="no runs: report and plot the results.json files of earlier runs together")
@@ -284,7 +300,7 @@ def main():
     cold_rounds = min(max(0, args.cold_rounds), args.rounds)
     if args.plan:
         trips = plan(args.rounds, [s for s in wanted if s in SCENARIOS], cold_rounds)
-        print_plan(trips, args.rounds, "coldstart" in wanted, args.time_limit)
+        print_plan(trips, args.rounds, "coldstart" in wanted, args.time_limit, args.replicas)
         return
     if os.geteuid() != 0:
         sys.exit("bench.py: run as root (CRIU needs it)")
@@ -308,7 +324,7 @@ def main():
     fragmenter = hold_fragmented(args.fragment_gib, info) if args.fragment_gib > 0 else None
     log(f"machine: {info.get('gpus')}; kernel {info['kernel']}; THP {info.get('thp', '?')}")
     trips = plan(args.rounds, [s for s in wanted if s in SCENARIOS], cold_rounds)
-    print_plan(trips, args.rounds, "coldstart" in wanted, args.time_limit)
+    print_plan(trips, args.rounds, "coldstart" in wanted, args.time_limit, args.replicas)
     results, cold, failures = [], [], []
     done = {}  # scenario -> [expected, measured] seconds of its round trips so far
     reserve = 20.0  # the report, the plot and the logs' archive
@@ -361,6 +377,13 @@ def main():
             d[1] += r["trip_s"]
         if "coldstart" in wanted:
             cold_start(args.rounds, cold)
+        for s in [s for s in wanted if args.replicas > 0 and SCENARIOS.get(s, ("",))[0] == "serve"]:
+            try:
+                replicas(s, args.replicas, cold, failures)
+            except Exception as e:  # noqa: BLE001
+                log(f"{s} cold starts at once: FAILED: {e}")
+                failures.append({"scenario": f"{s} ({args.replicas} cold starts)", "variant": "cold start",
+                                 "round": 0, "error": str(e)})
         for s in [x for x in args.incremental.split(",") if x]:
             for rnd in range(args.rounds):
                 for v in VARIANTS:

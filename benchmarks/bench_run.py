@@ -266,13 +266,15 @@ def free_port():
         return s.getsockname()[1]
 
 
-def answer(port, batch, quiet=False, timeout=300):
-    """A server's answer to GET /generate?batch=B (parsed JSON); None when quiet and it cannot answer yet."""
+def answer(port, batch, quiet=False, timeout=300, who=False):
+    """A server's answer to GET /generate?batch=B (parsed JSON); with who, (the answering server's pid, the
+    answer); None when quiet and it cannot answer yet."""
     import json
     import urllib.request
     try:
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/generate?batch={batch}", timeout=timeout) as r:
-            return json.loads(r.read())
+            body = json.loads(r.read())
+            return (int(r.headers["X-Server"]), body) if who else body
     except OSError:
         if quiet:
             return None
@@ -308,6 +310,14 @@ def serving_weights(model_gb):
                        check=True, env=serving_env())
         log(f"weights written in {time.monotonic() - t0:.0f} s")
     return folder
+
+
+BATCHES = (1, 2, 4, 8)  # the serving scenarios' decode batch sizes, a CUDA graph each
+
+
+def serve_cmd(kv_mib, model_gb, port, state_file):
+    return [sys.executable, SERVING, "serve", "--dir", serving_weights(model_gb), "--port", str(port),
+            "--kv-gb", str(kv_mib / 1024), "--batches", ",".join(map(str, BATCHES)), "--state", state_file]
 
 
 def disk_read_bytes():
@@ -347,9 +357,8 @@ class Workload:
                    "--state", self.state, "--interval-ms", "50"]
             env = offline_env(env)
         elif kind == "serve":
-            self.port, self.batches = free_port(), (1, 2, 4, 8)
-            cmd = [sys.executable, SERVING, "serve", "--dir", serving_weights(extra[0]), "--port", str(self.port),
-                   "--kv-gb", str(size / 1024), "--batches", ",".join(map(str, self.batches)), "--state", self.state]
+            self.port, self.batches = free_port(), BATCHES
+            cmd = serve_cmd(size, extra[0], self.port, self.state)
             env = serving_env(env)
             extra = ()
         else:
@@ -553,6 +562,116 @@ def serve_cold_start(scenario, out):
             f" s, KV arena {row.get('kv_s', 0):.1f} s, compile + CUDA graphs {row.get('compile_s', 0):.1f} s), "
             f"{row['read_gib']:.1f} GiB read from disk")
         w.kill()
+    return out
+
+
+def kill_by_argument(marker):
+    """SIGKILLs every process whose command line holds marker (replicas of one image share theirs), waits
+    until they are gone."""
+    pids = []
+    for p in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{p}/cmdline", "rb") as f:
+                if marker.encode() in f.read().split(b"\0"):
+                    os.kill(int(p), signal.SIGKILL)
+                    pids.append(int(p))
+        except (OSError, ProcessLookupError):
+            pass
+    wait_for(f"the processes of {marker} to exit", lambda: all(gone(p) for p in pids), 60)
+
+
+def servers_answering(port, n, expected, what, timeout=600):
+    """Waits until n distinct servers behind port (bound with SO_REUSEPORT: the kernel hands each new
+    connection to one of them) have each answered batch 1 with expected; returns the time of the last one's
+    first answer. Any other answer fails."""
+    seen = set()
+
+    def all_answered():
+        got = answer(port, BATCHES[0], quiet=True, timeout=60, who=True)
+        if got:
+            if got[1] != expected:
+                raise ValueError(f"{what}: server {got[0]} answers {got[1]}, expected {expected}")
+            seen.add(got[0])
+        return len(seen) >= n
+    try:
+        return wait_for(f"{n} servers answering ({what})", all_answered, timeout)
+    except RuntimeError as e:  # the time ran out (a wrong answer is a ValueError)
+        raise RuntimeError(f"{e}: {len(seen)} of them answered") from None
+
+
+def replicas(scenario, n, out, failures):
+    """One image, n replicas: for each variant, a server started as pid 1 of its own pid namespace (as in a
+    container) is dumped, then its image restored n times at once, each restore in a new pid namespace, all
+    serving one port side by side; the time from the restores' start until every replica has answered, and
+    answered as the server did before its dump. Against it, n cold starts at once (warm compile caches, the
+    weights in the page cache) until every server has answered. Appends to out, and a variant that fails
+    to failures."""
+    kind, size, _, extra = SCENARIOS[scenario]
+    port, marker = free_port(), os.path.join(C.WORK, f"{scenario}-replica.state")
+    expected = None
+    for variant in VARIANTS:
+        name = f"{scenario}-replicas-{variant}"
+        img = os.path.join(image_root(scenario)[0], "img-" + name)
+        shutil.rmtree(img, ignore_errors=True)
+        os.makedirs(img)
+        libdir = VARIANTS[variant]["libdir"]
+        try:
+            if os.path.exists(marker):
+                os.unlink(marker)
+            # stdio on /dev/null: a file that grows after the dump (the replicas' output, unshare's own when
+            # its child ends) would fail CRIU's size check of the next restore. Errors are in the state file.
+            src = start(["unshare", "--pid", "--fork", "setsid"] + serve_cmd(size, extra[0], port, marker),
+                        os.devnull, serving_env())
+            wait_for(f"{name}: the server to be ready", lambda: state(marker).get("status") or src.poll() is not None, 600)
+            if state(marker).get("status") != "ok":
+                raise RuntimeError(f"{name}: the server did not start: {state(marker) or 'no state file'}")
+            pid, first = answer(port, BATCHES[0], who=True)
+            answers = {b: answer(port, b) for b in BATCHES}
+            if expected is not None and first != expected:
+                raise RuntimeError(f"{name}: the server answers {first}, an earlier one {expected}")
+            expected = first
+            rc, dump_s, _ = run_criu(variant, ["dump", "-t", str(pid), "-D", img, "-L", libdir, "-v4", "-o", "dump.log"])
+            if rc != 0:
+                raise RuntimeError(f"{name}: criu dump failed (exit {rc}); see {name}-dump.log")
+            wait_for("the dumped server to exit", lambda: gone(pid), 60)
+            t0 = time.monotonic()
+            restores = [subprocess.Popen([CRIU, "restore", "-D", img, "-d", "-L", libdir, "-v4", "-o", f"restore-{i}.log"],
+                                         env=criu_env(variant), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                         stderr=subprocess.DEVNULL) for i in range(n)]
+            codes = [p.wait(timeout=bounded(600)) for p in restores]
+            restored = time.monotonic() - t0
+            if any(codes):
+                raise RuntimeError(f"{name}: criu restore exit codes {codes}; see {name}-restore-I.log")
+            ready = servers_answering(port, n, expected, f"{n} replicas of one image") - t0
+            for b in BATCHES:
+                if answer(port, b) != answers[b]:
+                    raise RuntimeError(f"{name}: a replica's answer for batch {b} differs from the server's before its dump")
+            out.append({"what": f"{scenario}: {n} replicas restored at once from one image, {variant}", "round": 0,
+                        "seconds": ready, "restore_s": restored, "dump_s": dump_s})
+            log(f"{name}: {n} restores at once {restored:.2f} s, every replica answering as before the dump "
+                f"{ready:.2f} s after their start")
+        except Exception as e:  # noqa: BLE001 (what stops replicas is a finding: the next variant runs)
+            log(f"{name}: FAILED: {e}")
+            failures.append({"scenario": f"{scenario} ({n} replicas)", "variant": variant, "round": 0, "error": str(e)})
+        finally:
+            kill_by_argument(marker)
+            for logname in ["dump.log"] + [f"restore-{i}.log" for i in range(n)]:
+                if os.path.exists(os.path.join(img, logname)):
+                    shutil.copy(os.path.join(img, logname), os.path.join(C.WORK, "logs", f"{name}-{logname}"))
+            shutil.rmtree(img, ignore_errors=True)
+    if expected is None:
+        return out
+    states = [os.path.join(C.WORK, f"{scenario}-cold-{i}.state") for i in range(n)]
+    try:
+        t0 = time.monotonic()
+        for i, st in enumerate(states):
+            start(serve_cmd(size, extra[0], port, st), os.path.join(C.WORK, f"{scenario}-cold-{i}.out"), serving_env())
+        ready = servers_answering(port, n, expected, f"{n} cold starts") - t0
+    finally:
+        for st in states:
+            kill_by_argument(st)
+    out.append({"what": f"{scenario}: {n} cold starts at once (warm caches)", "round": 0, "seconds": ready})
+    log(f"{scenario}: {n} cold starts at once: every server answering {ready:.2f} s after their start")
     return out
 
 

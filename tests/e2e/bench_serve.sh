@@ -2,8 +2,9 @@
 # scripts/gpu-bundle.sh lays it out, real CRIU and our plugin, and a stand-in server with
 # serving_workload.py's command line and answers (serving_standin.py). The three starts from scratch to the
 # first answer, the round trip with its restore to the first answer, warm and with the page cache dropped,
-# each answer after the restore compared with the one before, the report's rows; and a server whose answers
-# change across the restore fails its round trip by name.
+# each answer after the restore compared with the one before, the report's rows; two replicas restored at
+# once from one image, each pid 1 of its own pid namespace, serving one port, against two cold starts at
+# once; and a server whose answers change across the restore fails its round trip and its replicas by name.
 source "$(dirname "$0")/lib.sh"
 e2e_setup
 
@@ -23,7 +24,7 @@ bench_run() {
 	local name=$1
 	shift
 	env "$@" timeout 300 python3 "$B/bench.py" --scenarios serve --variants ours --rounds 1 --cold-rounds 1 \
-		--out "$T/$name" >"$T/$name.log" 2>&1 || fail "$name: bench.py failed: $(tail -5 "$T/$name.log")"
+		--replicas 2 --out "$T/$name" >"$T/$name.log" 2>&1 || fail "$name: bench.py failed: $(tail -5 "$T/$name.log")"
 	[ -f "$T/$name/results.json" ] || fail "$name: no results.json"
 }
 
@@ -41,16 +42,20 @@ for how in ("empty compile caches", "weights in the page cache", "page cache dro
     assert 0 < c["seconds"] < 60 and c["compile_s"] == 0.1 and "read_gib" in c, c
 for how in ("image in the page cache", "page cache dropped"):
     assert rows["serve: restore to first answer, ours, " + how]["seconds"] > 0, rows
+for what in ("serve: 2 replicas restored at once from one image, ours", "serve: 2 cold starts at once (warm caches)"):
+    assert 0 < rows[what]["seconds"] < 60, (what, rows)
 ' <"$T/ok/results.json" || fail "results.json lacks figures: $(head -c 2000 "$T/ok/results.json")"
 expect_log "$T/ok/results.txt" "serve: restore to first answer, ours, page cache dropped +[0-9.]+  \([0-9.]+ GiB read from disk\)" \
 	"the report has no restore-to-first-answer row"
 log "round trip: restore to first answer $(py 'print(round(d["runs"][0]["restore_to_ready_s"], 2))' <"$T/ok/results.json") s warm, $(py 'print(round(d["runs"][0]["restore_cold_to_ready_s"], 2))' <"$T/ok/results.json") s cold; cold starts and report rows: ok"
+log "2 replicas of one image answering in $(py 'print(round({c["what"]: c for c in d["cold_start"]}["serve: 2 replicas restored at once from one image, ours"]["seconds"], 2))' <"$T/ok/results.json") s"
 
 bench_run lies STANDIN_LIE_AFTER_RESTORE=1
 py '
 f = d["failures"]
-assert len(f) == 1 and f[0]["scenario"] == "serve" and "after the restore differs" in f[0]["error"], f
+assert len(f) == 2 and f[0]["scenario"] == "serve" and "after the restore differs" in f[0]["error"], f
+assert f[1]["scenario"] == "serve (2 replicas)" and "answers" in f[1]["error"], f
 assert not d["runs"], d["runs"]
 ' <"$T/lies/results.json" || fail "an answer changed across the restore was not caught: $(head -c 2000 "$T/lies/results.json")"
-log "a server whose answer changes across the restore: its round trip fails by name"
+log "a server whose answer changes across the restore: its round trip and its replicas fail by name"
 log PASS

@@ -7,7 +7,8 @@ and no GPU: for the benchmark's serving scenario on a machine without one (e2e b
 
 serve reads the weights, holds a 64 MiB buffer filled from them, and answers GET /generate?batch=B with
 {"batch": B, "tokens": ..., "sum": ...} computed from that buffer, the same before a dump and after its
-restore. With STANDIN_LIE_AFTER_RESTORE=1 it answers otherwise once it has been restored (its start time in
+restore, with the header X-Server (its pid as /proc names it) on a port bound with SO_REUSEPORT, as
+serving_workload.py does (replicas serve one port side by side). With STANDIN_LIE_AFTER_RESTORE=1 it answers otherwise once it has been restored (its start time in
 /proc/self/stat is not the one it had at start): what a restore that lost data looks like to a client.
 """
 import argparse
@@ -15,6 +16,7 @@ import hashlib
 import http.server
 import json
 import os
+import socket
 import threading
 import time
 import urllib.parse
@@ -58,6 +60,7 @@ def main():
                 digest = digest[::-1]
             body = json.dumps({"batch": b, "tokens": [[buf[i] for i in range(8)]] * b, "sum": digest}).encode()
             self.send_response(200 if b in batches else 400)
+            self.send_header("X-Server", os.readlink("/proc/self"))
             self.send_header("Content-Length", str(len(body)))
             self.end_headers()
             self.wfile.write(body)
@@ -65,12 +68,18 @@ def main():
         def log_message(self, *_):
             pass
 
-    srv = http.server.ThreadingHTTPServer(("127.0.0.1", int(args.port)), Handler)
-    srv.daemon_threads = True
+    class Front(http.server.ThreadingHTTPServer):
+        daemon_threads = True
+
+        def server_bind(self):
+            self.socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+            super().server_bind()
+
+    srv = Front(("127.0.0.1", int(args.port)), Handler)
     threading.Thread(target=srv.serve_forever, daemon=True).start()
     iterations = 0
     while True:
-        tmp = f"{args.state}.tmp"
+        tmp = f"{args.state}.tmp.{os.readlink('/proc/self')}"  # replicas share the state file
         with open(tmp, "w") as f:
             f.write(f"iterations={iterations}\npid={os.getpid()}\nstatus=ok\nload_s=0.1\nkv_s=0.1\ncompile_s=0.1\n"
                     f"ready_s={time.monotonic() - T0:.3f}\n")

@@ -20,6 +20,11 @@ then answers HTTP on 127.0.0.1:PORT:
     GET /generate?batch=B   {"batch": B, "tokens": [[...], ...], "logits_sha256": "...", "arena": [sum, nonzero]}
     GET /health             ok
 
+Every answer carries the header X-Server: the server's pid as /proc names it. The port is bound with
+SO_REUSEPORT, so that several servers (cold starts, or replicas restored from one image, each pid 1 of its
+own pid namespace) can serve one port side by side, as replicas behind one address do; that header tells
+which one answered.
+
 /generate is a greedy generation of --new-tokens tokens for a fixed prompt (B rows of 128 tokens), the
 SHA-256 of the last step's float32 logits, the checksum of the arena's blocks in use and the count of its
 non-zero 8-byte words (the rest of the arena must stay zeros): a client compares answers token for token and
@@ -38,6 +43,7 @@ import http.server
 import json
 import os
 import queue
+import socket
 import sys
 import threading
 import time
@@ -184,6 +190,12 @@ class Server:
                 "arena": self.arena_check()}
 
 
+def host_pid():
+    """This process's pid as /proc names it: the machine's, also for a replica that is pid 1 of its own pid
+    namespace (os.getpid() says 1 in every replica)."""
+    return int(os.readlink("/proc/self"))
+
+
 def http_front(port, requests):
     """The HTTP server's threads hand each /generate to the engine loop (requests) and wait for its answer."""
 
@@ -201,6 +213,7 @@ def http_front(port, requests):
             else:
                 code, body = 404, b"GET /generate?batch=B or /health"
             self.send_response(code)
+            self.send_header("X-Server", str(host_pid()))
             self.send_header("Content-Length", str(len(body)))
             self.end_headers()
             self.wfile.write(body)
@@ -208,8 +221,14 @@ def http_front(port, requests):
         def log_message(self, *_):
             pass
 
-    srv = http.server.ThreadingHTTPServer(("127.0.0.1", port), Handler)
-    srv.daemon_threads = True
+    class Front(http.server.ThreadingHTTPServer):
+        daemon_threads = True
+
+        def server_bind(self):
+            self.socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+            super().server_bind()
+
+    srv = Front(("127.0.0.1", port), Handler)
     threading.Thread(target=srv.serve_forever, daemon=True).start()
 
 
@@ -219,7 +238,7 @@ def serve(args):
     def write_state(status):
         if not args.state:
             return
-        tmp = f"{args.state}.tmp.{os.getpid()}"
+        tmp = f"{args.state}.tmp.{host_pid()}"  # replicas share the state file
         with open(tmp, "w") as f:
             f.write(f"iterations={iterations}\npid={os.getpid()}\nstatus={status}\n"
                     + "".join(f"{k}={v}\n" for k, v in extra.items()))
