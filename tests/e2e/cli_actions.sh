@@ -114,7 +114,25 @@ grep -q "is not OLD=NEW" "$T/err" || fail "bad map: $(cat "$T/err")"
 expect_rc 2 cuda_criu lock --device-map "$1=$2" "$b"
 log "--device-map by UUID and by index restores onto another GPU; bad maps refused: ok"
 
-# 8. Usage errors.
+# 8. resume while another caller acts on the same process (the dump guard returns a process that a failed
+# dump left behind while the dump's log tells the user to run cuda-criu resume): the driver refuses a call
+# while another one is in progress (CUDA_ERROR_ILLEGAL_STATE), and resume takes the process again from its
+# state then, to running. Here the other caller is a cuda-criu restore of a slow copy (1.5 s).
+FAKEGPU_COPY_MBPS=32 start_memcheck slow 48
+slow=$LAST_PID
+cuda_criu suspend "$slow" >/dev/null || fail "suspend of the slowly copying process failed"
+cuda_criu restore "$slow" >"$T/other.out" 2>&1 &
+other=$!
+sleep 0.3
+cuda_criu resume "$slow" >"$T/resume.out" 2>&1 || fail "resume alongside another restore failed: $(cat "$T/resume.out")"
+wait "$other" || fail "the other restore failed: $(cat "$T/other.out")"
+[ "$(cuda_state "$slow")" = running ] || fail "after resume alongside a restore: $(cuda_state "$slow")"
+expect_healthy "$STATE"
+kill -9 "$slow"
+wait_gone "$slow"
+log "resume alongside another caller's restore: waits it out, then running, data intact: ok"
+
+# 9. Usage errors.
 expect_rc 2 cuda_criu lock
 expect_rc 2 cuda_criu unlock 12x
 expect_rc 2 cuda_criu frobnicate 1
