@@ -266,7 +266,8 @@ for others until `resume`.)",
 	 "PID...",
 	 R"(Brings each process back to running: a checkpointed process is restored and unlocked, a locked one
 unlocked, a running one left alone. This is also the way out for a process an interrupted dump left
-locked or checkpointed.)",
+locked or checkpointed. Where another caller acts on a process at the same time (the dump's guard
+bringing it back too), it is taken again from its state then, for up to 10 s.)",
 	 R"(--timeout SECONDS how long to wait for the driver (default: the plugin's restore-timeout option)
 --device-map OLD=NEW,...
                   as for `restore`: restore onto other GPUs (UUIDs or indices)
