@@ -13,19 +13,11 @@
  * the application: a locked process has no API call in flight).
  * ====================================================================== */
 
-static int svc_call(int fd, uint32_t op, int32_t status, uint64_t a0, uint64_t a1, const void *in,
+static int svc_call(int fd, uint32_t op, int32_t status, uint64_t a0, uint64_t a1, uint64_t a2, const void *in,
 		    uint64_t inlen, struct fg_msg *rep)
 {
-	uint64_t a[2] = { a0, a1 };
-	if (fg_send(fd, op, status, a, 2, in, inlen) || fg_recv(fd, rep))
-		return -1;
-	return 0;
-}
-
-static int svc_hello(int fd, uint64_t id, uint64_t seq, uint64_t key, struct fg_msg *rep)
-{
-	uint64_t a[3] = { id, seq, key };
-	if (fg_send(fd, FG_SVC_HELLO, 0, a, 3, NULL, 0) || fg_recv(fd, rep))
+	uint64_t a[3] = { a0, a1, a2 };
+	if (fg_send(fd, op, status, a, 3, in, inlen) || fg_recv(fd, rep))
 		return -1;
 	return 0;
 }
@@ -136,7 +128,7 @@ static CUresult svc_checkpoint(int sfd)
 		return CUDA_ERROR_NOT_SUPPORTED;
 	}
 	struct fg_msg m;
-	if (svc_call(sfd, FG_SVC_LIST, 0, 0, 0, NULL, 0, &m) || m.status)
+	if (svc_call(sfd, FG_SVC_LIST, 0, 0, 0, 0, NULL, 0, &m) || m.status)
 		return CUDA_ERROR_OPERATING_SYSTEM;
 	size_t n = (size_t)m.a[0];
 	if (m.len != n * sizeof(struct fg_buf))
@@ -167,7 +159,7 @@ static CUresult svc_checkpoint(int sfd)
 		copies[i].gpu = bufs[i].gpu;
 		copies[i].data = data;
 		g_ncopies = i + 1;
-		if (svc_call(sfd, FG_SVC_PULL, 0, bufs[i].dptr, 0, NULL, 0, &m) || m.status ||
+		if (svc_call(sfd, FG_SVC_PULL, 0, bufs[i].dptr, 0, 0, NULL, 0, &m) || m.status ||
 		    m.len != bufs[i].size || pull_paced(sfd, data, m.len))
 			r = CUDA_ERROR_OPERATING_SYSTEM;
 	}
@@ -238,7 +230,7 @@ static CUresult svc_restore(int sfd, const uint32_t *map)
 		struct host_copy *c = &g_copies[i];
 		uint32_t gpu = c->gpu < FG_MAX_GPUS ? map[c->gpu] : c->gpu;
 		pace(c->size);
-		if (svc_call(sfd, FG_SVC_PUSH, 0, c->dptr, gpu, c->data, c->size, &m))
+		if (svc_call(sfd, FG_SVC_PUSH, 0, c->dptr, gpu, 0, c->data, c->size, &m))
 			r = CUDA_ERROR_OPERATING_SYSTEM;
 		else
 			r = (CUresult)m.status;
@@ -279,7 +271,7 @@ static void svc_job(const struct fg_doorbell *db)
 		fg_err("restore thread: cannot connect to the daemon: %s", strerror(errno));
 		return;
 	}
-	int hello = svc_hello(sfd, db->id, db->seq, fg_proc_key(0), &m);
+	int hello = svc_call(sfd, FG_SVC_HELLO, 0, db->id, db->seq, fg_proc_key(0), NULL, 0, &m);
 	if (!hello && m.status == FG_NOT_YOURS) {
 		close(sfd);
 		if (write(g_fifo_fd, db, sizeof(*db)) != (ssize_t)sizeof(*db))
@@ -308,7 +300,7 @@ static void svc_job(const struct fg_doorbell *db)
 	case FG_ACT_PING: r = CUDA_SUCCESS; break;
 	default: r = CUDA_ERROR_INVALID_VALUE;
 	}
-	svc_call(sfd, FG_SVC_DONE, (int32_t)r, 0, 0, NULL, 0, &m);
+	svc_call(sfd, FG_SVC_DONE, (int32_t)r, 0, 0, 0, NULL, 0, &m);
 	close(sfd);
 }
 
