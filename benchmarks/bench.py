@@ -297,6 +297,8 @@ def main():
     unknown = [s for s in wanted + args.incremental.split(",") if s and s not in SCENARIOS and s != "coldstart"]
     if unknown:
         sys.exit(f"bench.py: unknown scenario(s) {', '.join(unknown)} (known: {', '.join(SCENARIOS)}, coldstart)")
+    if args.replicas > 0 and not any(SCENARIOS.get(s, ("",))[0] == "serve" for s in wanted):
+        sys.exit("bench.py: --replicas needs a serving scenario (serve, serve16) in --scenarios")
     cold_rounds = min(max(0, args.cold_rounds), args.rounds)
     if args.plan:
         trips = plan(args.rounds, [s for s in wanted if s in SCENARIOS], cold_rounds)
