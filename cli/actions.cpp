@@ -278,11 +278,11 @@ std::vector<ActionResult> ActionRun::run(const std::vector<pid_t> &pids)
 // Runs plan on every pid at once, showing the progress of the copies (prefix: "cuda-criu: ").
 // abandoned: set when a driver call was still running at its deadline or stalled (its worker thread
 // cannot be stopped; the caller must not run static destructors under it).
-// suspend and resume take each process from its state to theirs. Another caller acting on it at the same
-// time (the dump guard returning a process that a failed dump left behind, while its log tells the user to
-// run cuda-criu resume; or a second cuda-criu) makes a step fail (the driver: CUDA_ERROR_ILLEGAL_STATE) or
-// moves the state under it: a process that failed so, and answers a state query that is not failed, is
-// taken again from its state then, every 100 ms for up to kConcurrentRetryMs.
+// suspend and resume take each process from its state to theirs, so a step of theirs is refused in the
+// process's state (CUDA_ERROR_ILLEGAL_STATE) only where another caller acts on it at the same time: the
+// dump guard returning a process that a failed dump left behind, while the dump's log tells the user to
+// run cuda-criu resume, or a second cuda-criu. Such a process, if it still answers a state query with a
+// state other than failed, is taken again from its state then, every 100 ms for up to kConcurrentRetryMs.
 constexpr uint64_t kConcurrentRetryMs = 10000;
 
 std::vector<ActionResult> run_plan(Driver &d, const std::vector<pid_t> &pids, const Plan &plan, const Options &options,
@@ -293,7 +293,8 @@ std::vector<ActionResult> run_plan(Driver &d, const std::vector<pid_t> &pids, co
 	for (const uint64_t end = now_us() + kConcurrentRetryMs * 1000; from_state && now_us() < end;) {
 		std::vector<pid_t> again;
 		for (const ActionResult &r : out)
-			if (!r.status && r.returned && r.state_after && *r.state_after != CudaState::Failed)
+			if (!r.status && r.status.error().errno_value() == kWrongState && r.returned && r.state_after &&
+			    *r.state_after != CudaState::Failed)
 				again.push_back(r.pid);
 		if (again.empty())
 			break;

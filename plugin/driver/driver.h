@@ -21,6 +21,9 @@ namespace cuda_criu {
 // for it: seen on r580 for a process that never initialised CUDA, and for a child forked after its
 // parent did).
 constexpr int kNoCudaState = ENODATA;
+// The errno of a call the driver refuses in the process's present state (CUDA_ERROR_ILLEGAL_STATE): the
+// process is not in the state the call needs, or another call on it is in progress.
+constexpr int kWrongState = EBUSY;
 
 // GPU memory each process uses, and the GPUs on which each has a CUDA context, by pid.
 using ProcessBytes = std::map<pid_t, uint64_t>;

@@ -174,7 +174,13 @@ public:
 			name = "CUDA_ERROR_UNKNOWN_CODE";
 		if (api_.get_error_string(res, &text) != CUDA_SUCCESS || !text)
 			text = "no description";
-		int err = res == CUDA_ERROR_TIMEOUT ? ETIMEDOUT : res == CUDA_ERROR_NOT_INITIALIZED ? kNoCudaState : EIO;
+		int err = EIO;
+		if (res == CUDA_ERROR_TIMEOUT)
+			err = ETIMEDOUT;
+		else if (res == CUDA_ERROR_NOT_INITIALIZED)
+			err = kNoCudaState;
+		else if (res == CUDA_ERROR_ILLEGAL_STATE)
+			err = kWrongState;
 		return make_error(err, "%s failed: %s (%d): %s", call, name, static_cast<int>(res), text);
 	}
 

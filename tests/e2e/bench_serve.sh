@@ -1,10 +1,11 @@
 # The benchmark's serving scenario end to end without a GPU: bench.py from a bundle laid out as
 # scripts/gpu-bundle.sh lays it out, real CRIU and our plugin, and a stand-in server with
-# serving_workload.py's command line and answers (serving_standin.py). The three starts from scratch to the
-# first answer, the round trip with its restore to the first answer, warm and with the page cache dropped,
-# each answer after the restore compared with the one before, the report's rows; two replicas restored at
-# once from one image, each pid 1 of its own pid namespace, serving one port, against two cold starts at
-# once; and a server whose answers change across the restore fails its round trip and its replicas by name.
+# serving_workload.py's command line, answers and HTTP front (serving_standin.py). The three starts from
+# scratch to the first answer, the round trip with its restore to the first answer, warm and with the page
+# cache dropped, each answer after the restore compared with the one before, the report's rows; two
+# replicas restored at once from one image, each pid 1 of its own pid namespace, serving one port, against
+# two cold starts at once; and a server whose answers change across the restore fails its round trip and
+# its replicas by name.
 source "$(dirname "$0")/lib.sh"
 e2e_setup
 
@@ -16,7 +17,7 @@ ln -s "$CUDA_CRIU" "$B/bin/cuda-criu"
 top=$(cd "$(dirname "$0")/../.." && pwd)
 cp "$top"/benchmarks/bench*.py "$B/"
 cp "$top/tests/e2e/serving_standin.py" "$B/serving_workload.py"
-export BENCH_WORK=$T/work
+export BENCH_WORK=$T/work STANDIN_FRONT=$top/tests/gpu/serving_workload.py
 
 # bench_run NAME [env...]: bench.py --scenarios serve --variants ours, one round with a cold restore, into
 # $T/NAME; its output in $T/NAME.log.

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""A stand-in for tests/gpu/serving_workload.py with its command line, its state file and its HTTP answers,
+"""A stand-in for tests/gpu/serving_workload.py with its command line, its state file and its HTTP front,
 and no GPU: for the benchmark's serving scenario on a machine without one (e2e bench_serve).
 
     serving_standin.py make --dir DIR --size N        writes DIR/config.json and 16 MiB of random "weights"
@@ -7,19 +7,19 @@ and no GPU: for the benchmark's serving scenario on a machine without one (e2e b
 
 serve reads the weights, holds a 64 MiB buffer filled from them, and answers GET /generate?batch=B with
 {"batch": B, "tokens": ..., "sum": ...} computed from that buffer, the same before a dump and after its
-restore, with the header X-Server (its pid as /proc names it) on a port bound with SO_REUSEPORT, as
-serving_workload.py does (replicas serve one port side by side). With STANDIN_LIE_AFTER_RESTORE=1 it answers otherwise once it has been restored (its start time in
-/proc/self/stat is not the one it had at start): what a restore that lost data looks like to a client.
+restore. It answers through serving_workload.py's own HTTP front (the file STANDIN_FRONT names: the port
+bound with SO_REUSEPORT, the header X-Server), handing each request to its main loop as the real engine
+loop takes them. With STANDIN_LIE_AFTER_RESTORE=1 it answers otherwise once it has been restored (its
+start time in /proc/self/stat is not the one it had at start): what a restore that lost data looks like to
+a client.
 """
 import argparse
 import hashlib
-import http.server
+import importlib.util
 import json
 import os
-import socket
-import threading
+import queue
 import time
-import urllib.parse
 
 T0 = time.monotonic()
 
@@ -27,6 +27,13 @@ T0 = time.monotonic()
 def start_time():
     with open("/proc/self/stat") as f:
         return f.read().rsplit(")", 1)[1].split()[19]
+
+
+def real_front():
+    spec = importlib.util.spec_from_file_location("serving_front", os.environ["STANDIN_FRONT"])
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.http_front
 
 
 def main():
@@ -52,31 +59,14 @@ def main():
     born = start_time()
     batches = [int(b) for b in args.batches.split(",")]
 
-    class Handler(http.server.BaseHTTPRequestHandler):
-        def do_GET(self):
-            b = int(urllib.parse.parse_qs(urllib.parse.urlparse(self.path).query).get("batch", ["1"])[0])
-            digest = hashlib.sha256(memoryview(buf)[: b << 20]).hexdigest()
-            if os.environ.get("STANDIN_LIE_AFTER_RESTORE") == "1" and start_time() != born:
-                digest = digest[::-1]
-            body = json.dumps({"batch": b, "tokens": [[buf[i] for i in range(8)]] * b, "sum": digest}).encode()
-            self.send_response(200 if b in batches else 400)
-            self.send_header("X-Server", os.readlink("/proc/self"))
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
+    def generate(b):
+        digest = hashlib.sha256(memoryview(buf)[: b << 20]).hexdigest()
+        if os.environ.get("STANDIN_LIE_AFTER_RESTORE") == "1" and start_time() != born:
+            digest = digest[::-1]
+        return {"batch": b, "tokens": [[buf[i] for i in range(8)]] * b, "sum": digest}
 
-        def log_message(self, *_):
-            pass
-
-    class Front(http.server.ThreadingHTTPServer):
-        daemon_threads = True
-
-        def server_bind(self):
-            self.socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
-            super().server_bind()
-
-    srv = Front(("127.0.0.1", int(args.port)), Handler)
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    requests = queue.Queue()
+    real_front()(int(args.port), requests)
     iterations = 0
     while True:
         tmp = f"{args.state}.tmp.{os.readlink('/proc/self')}"  # replicas share the state file
@@ -84,8 +74,12 @@ def main():
             f.write(f"iterations={iterations}\npid={os.getpid()}\nstatus=ok\nload_s=0.1\nkv_s=0.1\ncompile_s=0.1\n"
                     f"ready_s={time.monotonic() - T0:.3f}\n")
         os.replace(tmp, args.state)
-        iterations += 1
-        time.sleep(0.2)
+        try:
+            b, reply = requests.get(timeout=0.2)
+        except queue.Empty:
+            iterations += 1
+            continue
+        reply.put((200, generate(b)) if b in batches else (400, {"error": f"batch {b}"}))
 
 
 if __name__ == "__main__":

@@ -48,7 +48,7 @@ Status FakeDriver::step(const char *op, pid_t pid, CudaState from, CudaState to,
 	if (it == procs.end())
 		return make_error(kNoCudaState, "%s failed: CUDA_ERROR_NOT_INITIALIZED (3)", op);
 	if (it->second.state != from)
-		return make_error(EIO, "%s failed: CUDA_ERROR_ILLEGAL_STATE (401): process is %s", op,
+		return make_error(kWrongState, "%s failed: CUDA_ERROR_ILLEGAL_STATE (401): process is %s", op,
 				  to_string(it->second.state));
 	if (needs_thread && running_threads && !running_threads->count(it->second.tid))
 		return make_error(EIO, "%s failed: restore thread %d is not running", op, it->second.tid);
