@@ -291,18 +291,22 @@ std::vector<ActionResult> run_plan(Driver &d, const std::vector<pid_t> &pids, co
 	std::vector<ActionResult> out = ActionRun(d, plan, options, prefix).run(pids);
 	const bool from_state = plan.action == "suspend" || plan.action == "resume";
 	for (const uint64_t end = now_us() + kConcurrentRetryMs * 1000; from_state && now_us() < end;) {
-		std::vector<pid_t> again;
-		for (const ActionResult &r : out)
+		std::vector<size_t> again;
+		std::vector<pid_t> pids_again;
+		for (size_t i = 0; i < out.size(); i++) {
+			const ActionResult &r = out[i];
 			if (!r.status && r.status.error().errno_value() == kWrongState && r.returned && r.state_after &&
-			    *r.state_after != CudaState::Failed)
-				again.push_back(r.pid);
+			    *r.state_after != CudaState::Failed) {
+				again.push_back(i);
+				pids_again.push_back(r.pid);
+			}
+		}
 		if (again.empty())
 			break;
 		std::this_thread::sleep_for(std::chrono::milliseconds(100));
-		for (ActionResult &r : ActionRun(d, plan, options, prefix).run(again))
-			for (ActionResult &o : out)
-				if (o.pid == r.pid)
-					o = std::move(r);
+		std::vector<ActionResult> more = ActionRun(d, plan, options, prefix).run(pids_again);
+		for (size_t k = 0; k < again.size(); k++)
+			out[again[k]] = std::move(more[k]);
 	}
 	abandoned = std::any_of(out.begin(), out.end(), [](const ActionResult &r) { return !r.returned; });
 	return out;
