@@ -615,6 +615,7 @@ def replicas(scenario, n, out, failures):
         shutil.rmtree(img, ignore_errors=True)
         os.makedirs(img)
         libdir = VARIANTS[variant]["libdir"]
+        restores = []
         try:
             if os.path.exists(marker):
                 os.unlink(marker)
@@ -640,8 +641,10 @@ def replicas(scenario, n, out, failures):
                                          stderr=subprocess.DEVNULL) for i in range(n)]
             codes = [p.wait(timeout=bounded(600)) for p in restores]
             restored = time.monotonic() - t0
-            if any(codes):
-                raise RuntimeError(f"{name}: criu restore exit codes {codes}; see {name}-restore-I.log")
+            failed = [i for i, c in enumerate(codes) if c]
+            if failed:
+                raise RuntimeError(f"{name}: criu restore of replica(s) {', '.join(map(str, failed))} failed (exit "
+                                   f"codes {codes}); see {name}-restore-{failed[0]}.log")
             ready = servers_answering(port, n, expected, f"{n} replicas of one image") - t0
             for b in BATCHES:
                 if answer(port, b) != answers[b]:
@@ -654,6 +657,10 @@ def replicas(scenario, n, out, failures):
             log(f"{name}: FAILED: {e}")
             failures.append({"scenario": f"{scenario} ({n} replicas)", "variant": variant, "round": 0, "error": str(e)})
         finally:
+            for p in restores:  # a restore past its time
+                if p.poll() is None:
+                    p.kill()
+                    p.wait()
             kill_by_argument(marker)
             for logname in ["dump.log"] + [f"restore-{i}.log" for i in range(n)]:
                 if os.path.exists(os.path.join(img, logname)):

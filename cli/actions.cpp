@@ -275,9 +275,6 @@ std::vector<ActionResult> ActionRun::run(const std::vector<pid_t> &pids)
 	return std::move(results_);
 }
 
-// Runs plan on every pid at once, showing the progress of the copies (prefix: "cuda-criu: ").
-// abandoned: set when a driver call was still running at its deadline or stalled (its worker thread
-// cannot be stopped; the caller must not run static destructors under it).
 // suspend and resume take each process from its state to theirs, so a step of theirs is refused in the
 // process's state (CUDA_ERROR_ILLEGAL_STATE) only where another caller acts on it at the same time: the
 // dump guard returning a process that a failed dump left behind, while the dump's log tells the user to
@@ -285,6 +282,9 @@ std::vector<ActionResult> ActionRun::run(const std::vector<pid_t> &pids)
 // state other than failed, is taken again from its state then, every 100 ms for up to kConcurrentRetryMs.
 constexpr uint64_t kConcurrentRetryMs = 10000;
 
+// Runs plan on every pid at once, showing the progress of the copies (prefix: "cuda-criu: ").
+// abandoned: set when a driver call was still running at its deadline or stalled (its worker thread
+// cannot be stopped; the caller must not run static destructors under it).
 std::vector<ActionResult> run_plan(Driver &d, const std::vector<pid_t> &pids, const Plan &plan, const Options &options,
 				   const std::string &prefix, bool &abandoned)
 {
