@@ -53,6 +53,7 @@ ct_setup() {
 	on_exit 'rm -rf "$FAKEGPU_DIR"'
 	on_exit 'kill "$DAEMON_PID"; wait "$DAEMON_PID"'
 	mkdir -p "$T/state" "$CT_RUN"
+	start_watchdog
 	start_fake_gpu_daemon "$(mktemp -d "$CT_RUN/XXXXXX")"
 }
 

@@ -150,8 +150,7 @@ check_copies "$FAKEGPU_DIR/restore-maps.$pid" anonymous || fail "lazy pages: cop
 healthy_then_gone
 log "CUDA_CRIU_MAP_IMAGE=off, --auto-dedup, --lazy-pages: normal restore: ok"
 
-CRIU411=$BUILD_DIR/criu/4.1.1/install/sbin/criu
-if [ -x "$CRIU411" ]; then
+if stock_criu; then
 	CRIU=$CRIU411 dump_one stock
 	CRIU=$CRIU411 restore "$img" || fail "CRIU 4.1.1: restore failed"
 	expect_log "$T/restore.log" "normal restore: this CRIU cannot map pages from the image" "CRIU 4.1.1: no reason logged"
@@ -159,6 +158,6 @@ if [ -x "$CRIU411" ]; then
 	healthy_then_gone
 	log "stock CRIU 4.1.1: normal restore: ok"
 else
-	log "CRIU 4.1.1 not built (scripts/build-criu.sh 4.1.1): skipped that part"
+	log "$STOCK_WHY: skipped that part"
 fi
 log PASS

@@ -49,13 +49,12 @@ healthy_then_gone
 log "image without cuda-plugin.img: ok"
 
 # 4. CRIU 4.1.1 (stock, plugin ABI with 12 hooks) dumps and restores with the same plugin.
-CRIU411=${CRIU_411:-$BUILD_DIR/criu/4.1.1/install/sbin/criu} # CRIU_411=none: this part is skipped
-if [ -x "$CRIU411" ]; then
+if stock_criu; then
 	CRIU=$CRIU411 dump_one criu411
 	CRIU=$CRIU411 restore "$img" || fail "CRIU 4.1.1: restore failed"
 	healthy_then_gone
 	log "CRIU 4.1.1: ok"
 else
-	log "CRIU 4.1.1 not built (scripts/build-criu.sh 4.1.1): skipped that part"
+	log "$STOCK_WHY: skipped that part"
 fi
 log PASS

@@ -10,7 +10,6 @@
 source "$(dirname "$0")/lib.sh"
 e2e_setup
 FORK_WORKERS=$BUILD_DIR/tests/workloads/cuda_fork_workers
-CRIU_411=${CRIU_411:-$BUILD_DIR/criu/4.1.1/install/sbin/criu}
 command -v losetup >/dev/null || { echo "SKIP: no losetup"; exit 77; }
 start_fake_gpu --gpus 2
 
@@ -183,15 +182,17 @@ log "failed dump: tree rolled back and going on"
 kill -9 "$pid" $workers; wait_gone "$pid" $workers
 
 # 5. Stock CRIU 4.1.1 (the same hooks exist there): works too.
-if [ -x "$CRIU_411" ]; then
+if stock_criu; then
 	start_tree stock
-	CRIU=$CRIU_411 dump "$pid" "$T/img-411" || fail "CRIU 4.1.1: dump failed"
+	CRIU=$CRIU411 dump "$pid" "$T/img-411" || fail "CRIU 4.1.1: dump failed"
 	wait_gone "$pid" $workers
-	CRIU=$CRIU_411 restore "$T/img-411" || fail "CRIU 4.1.1: restore failed"
+	CRIU=$CRIU411 restore "$T/img-411" || fail "CRIU 4.1.1: restore failed"
 	for w in $pid $workers; do alive "$w" || fail "CRIU 4.1.1: pid $w not running after restore"; done
 	expect_progress "CRIU 4.1.1"
 	log "CRIU 4.1.1: dump and restore work"
 	kill -9 "$pid" $workers; wait_gone "$pid" $workers
+else
+	log "$STOCK_WHY: skipped that part"
 fi
 # 6. A CUDA process that still maps a device file after its checkpoint (a faulty driver): the dump fails
 # naming it, and the tree is returned to running.

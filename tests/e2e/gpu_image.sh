@@ -220,8 +220,7 @@ expect_log "$T/restore.log" "GPU image is written into the processes by the plug
 	"written: no reason logged"
 healthy_then_gone
 log "GPU image written into the process by the plugin: ok"
-CRIU411=$BUILD_DIR/criu/4.1.1/install/sbin/criu
-if [ -x "$CRIU411" ]; then
+if stock_criu; then
 	CRIU=$CRIU411 dump_gpu stock-dump
 	expect_log "$T/dump.log" "this CRIU cannot leave pages to a plugin" "4.1.1 dump: no reason logged"
 	[ ! -e "$img/cuda-gpu-0.img" ] || fail "4.1.1: GPU image data was written"
@@ -229,6 +228,6 @@ if [ -x "$CRIU411" ]; then
 	healthy_then_gone
 	log "stock CRIU 4.1.1: the GPU state stays in its pages images: ok"
 else
-	log "CRIU 4.1.1 not built (scripts/build-criu.sh 4.1.1): skipped that part"
+	log "$STOCK_WHY: skipped that part"
 fi
 log PASS

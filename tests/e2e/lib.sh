@@ -30,6 +30,7 @@ e2e_setup() {
 	[ -n "${KEEP_TMP:-}" ] || on_exit 'rm -rf "$T"'
 	on_exit '[ -z "$DAEMON_PID" ] || kill "$DAEMON_PID"'
 	on_exit kill_started
+	start_watchdog
 	[ -z "${KEEP_TMP:-}" ] || log "temporary files kept in $T"
 }
 
@@ -73,7 +74,7 @@ dump() { # PID DIR [criu options...]
 	local pid=$1 dir=$2
 	shift 2
 	mkdir -p "$dir"
-	"$CRIU" dump -t "$pid" -D "$dir" -L "$PLUGIN_DIR" -v4 -o dump.log "$@" && cp "$dir/dump.log" "$T/dump.log"
+	env $(criu_env "$CRIU") "$CRIU" dump -t "$pid" -D "$dir" -L "$PLUGIN_DIR" -v4 -o dump.log "$@" && cp "$dir/dump.log" "$T/dump.log"
 	local rc=$?
 	cp "$dir/dump.log" "$T/dump.log" 2>/dev/null || true
 	return $rc
@@ -83,10 +84,79 @@ restore() { # DIR [criu options...]
 	local dir=$1
 	shift
 	local rc=0
-	"$CRIU" restore -D "$dir" -d -L "$PLUGIN_DIR" -v4 -o restore.log "$@" || rc=$?
+	env $(criu_env "$CRIU") "$CRIU" restore -D "$dir" -d -L "$PLUGIN_DIR" -v4 -o restore.log "$@" || rc=$?
 	cp "$dir/restore.log" "$T/restore.log" 2>/dev/null || true
 	return $rc
 }
+
+# The stock CRIU of the compatibility sections (scripts/build-criu.sh 4.1.1; CRIU_411=none skips them).
+CRIU411=${CRIU_411:-$BUILD_DIR/criu/4.1.1/install/sbin/criu}
+STOCK_FAULT="" # CRIU_FAULT=130 where the stock CRIU needs it on this host (stock_criu)
+
+# stock_criu: whether the stock CRIU can dump and restore a plain process on this host; when it cannot,
+# STOCK_WHY says why, for the caller's line saying it skipped its part. Probed once per boot (a `sleep`
+# dumped and restored without plugins, each bounded at 10 s) under a lock; the answer is kept beside that
+# CRIU (host-probe). CRIU before 4.2 stops the parasite with a hardware breakpoint at its cure; on a host
+# whose breakpoints never fire (a hypervisor that does not virtualise the debug registers) the task runs
+# past it untraced and every dump hangs. CRIU's own CRIU_FAULT=130 (no breakpoints) is then what users of
+# such a CRIU must set: the sections run it so, saying so (docs/faults.md). CRIU 4.2 probes this itself.
+stock_criu() {
+	STOCK_WHY="" STOCK_FAULT=""
+	[ "$CRIU411" != none ] || { STOCK_WHY="stock CRIU: CRIU_411=none"; return 1; }
+	[ -x "$CRIU411" ] || { STOCK_WHY="CRIU 4.1.1 not built (scripts/build-criu.sh 4.1.1)"; return 1; }
+	local probe boot verdict why
+	probe=$(dirname "$(dirname "$(dirname "$CRIU411")")")/host-probe boot=$(cat /proc/sys/kernel/random/boot_id)
+	exec {PROBE_LOCK}>>"$probe.lock"
+	flock "$PROBE_LOCK"
+	if [ "$(sed -n 1p "$probe" 2>/dev/null)" != "$boot" ]; then
+		if probe_plain_dump; then
+			verdict=ok why=""
+		elif CRIU_FAULT=130 probe_plain_dump; then
+			verdict=no-breakpoints why="its dump of a plain process hangs here: hardware breakpoints do not fire on this host"
+		else
+			verdict=broken why="it cannot dump and restore a plain process here: $PROBE_WHY"
+		fi
+		printf '%s\n%s\n%s\n' "$boot" "$verdict" "$why" >"$probe"
+	fi
+	exec {PROBE_LOCK}>&-
+	verdict=$(sed -n 2p "$probe") why=$(sed -n 3p "$probe")
+	case $verdict in
+	ok) return 0 ;;
+	no-breakpoints)
+		STOCK_FAULT=CRIU_FAULT=130
+		log "stock CRIU 4.1.1: $why; it runs with CRIU_FAULT=130 (no breakpoints), as its users must here"
+		return 0 ;;
+	*) STOCK_WHY="stock CRIU 4.1.1: $why"; return 1 ;;
+	esac
+}
+
+# probe_plain_dump: stock_criu's probe (the environment's CRIU_FAULT goes to CRIU); PROBE_WHY on failure.
+probe_plain_dump() {
+	local d pid rc=0
+	d=$(mktemp -d /tmp/cuda-criu-probe.XXXXXX)
+	mkdir "$d/img" "$d/no-plugins"
+	setsid sleep 600 </dev/null >/dev/null 2>&1 {PROBE_LOCK}>&- & # (CRIU refuses a task holding a lock)
+	pid=$!
+	timeout -s KILL 10 "$CRIU411" dump -t "$pid" -D "$d/img" -L "$d/no-plugins" -v4 -o dump.log \
+		</dev/null >/dev/null 2>&1 || rc=$?
+	if [ $rc -eq 0 ]; then
+		wait "$pid" 2>/dev/null || true
+		timeout -s KILL 10 "$CRIU411" restore -D "$d/img" -d -L "$d/no-plugins" -v4 -o restore.log \
+			</dev/null >/dev/null 2>&1 || rc=$?
+	fi
+	kill -9 "$pid" 2>/dev/null || true
+	wait "$pid" 2>/dev/null || true
+	case $rc in
+	0) PROBE_WHY="" ;;
+	137) PROBE_WHY="no answer within 10 s ($(tail -n1 "$d"/img/*.log 2>/dev/null | tail -n1))" ;;
+	*) PROBE_WHY="exit $rc ($(tail -n1 "$d"/img/*.log 2>/dev/null | tail -n1))" ;;
+	esac
+	rm -rf "$d"
+	[ $rc -eq 0 ]
+}
+
+# criu_env CRIU: what this CRIU needs in its environment on this host (stock_criu), for env.
+criu_env() { [ "$1" != "$CRIU411" ] || echo $STOCK_FAULT; }
 
 # start_time PID: the process's start time (field 22 of /proc/PID/stat); empty when there is none.
 start_time() {

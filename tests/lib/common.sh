@@ -44,10 +44,78 @@ on_exit() {
 run_exit_cmds() {
 	local rc=$? i
 	set +e
+	# A call that the watchdog had to kill fails the test, whatever the test made of its exit status.
+	if [ -n "$WATCHDOG_HITS" ] && [ -s "$WATCHDOG_HITS" ] && [ $rc -ne 1 ]; then
+		log "FAIL: the watchdog killed a call that hung: $(head -n1 "$WATCHDOG_HITS")"
+		rc=1
+	fi
 	for ((i = ${#EXIT_CMDS[@]} - 1; i >= 0; i--)); do
 		eval "${EXIT_CMDS[$i]}" >/dev/null 2>&1
 	done
-	return $rc
+	exit $rc # (in the EXIT trap: the shell's exit status)
+}
+
+# Every CRIU, container runtime, cuda-criu and workload call a test makes in its own session is bounded:
+# start_watchdog (in the suites' setup) watches the test's descendants in the test's session (workloads
+# started in sessions of their own, and the trees CRIU restores, are not calls) with these names. One
+# still running after CALL_BOUND seconds, or when the test's own time (TEST_TIMEOUT, ctest's, set by the
+# CMake files) is 15 s from running out, is described and killed with what it started: the call fails
+# where it hung and says what it waited for, never at ctest's timeout, where nothing would say it.
+CALL_BOUND=${CALL_BOUND:-100}
+WATCHED_CALLS='^(criu|cuda-criu|cuda-checkpoint|runc|crun|podman|ctr|python3|cuda_.*|counter_tree|nvml_monitor)$'
+WATCHDOG_HITS=""
+
+# describe_call PID: a hung call's command line, state and wait channel, those of the tasks it traces
+# (CRIU's), and the end of the CRIU log its command line names (-o LOG in -D DIR).
+describe_call() {
+	local pid=$1 args dir="" out="" t
+	args=$(tr '\0' '\n' <"/proc/$pid/cmdline" 2>/dev/null) || return 0
+	echo "'$(echo "$args" | xargs | cut -c1-300)' (pid $pid, $(sed -n 's/^State:\s*//p' "/proc/$pid/status"), waiting in $(cat "/proc/$pid/wchan" 2>/dev/null))"
+	for t in $(grep -l "^TracerPid:\s*$pid$" /proc/[0-9]*/task/[0-9]*/status 2>/dev/null); do
+		t=${t%/status}
+		echo "  it traces task ${t##*/}: $(sed -n 's/^State:\s*//p' "$t/status") in $(cat "$t/wchan" 2>/dev/null)"
+	done
+	dir=$(echo "$args" | sed -n '/^\(-D\|--images-dir\)$/{n;p}' | head -n1)
+	out=$(echo "$args" | sed -n '/^\(-o\|--log-file\)$/{n;p}' | head -n1)
+	[ -n "$out" ] && [ "${out#/}" = "$out" ] && out=$dir/$out
+	[ -z "$out" ] || [ ! -f "$out" ] || { echo "  its log $out ends:"; tail -n 3 "$out" | sed 's/^/    /'; }
+}
+
+# watch_calls ROOT START: the watchdog's loop (start_watchdog).
+watch_calls() {
+	local root=$1 start=$2 sid deadline=0 line pid etimes comm why kids
+	sid=$(ps -o sid= -p "$root" | tr -d ' ')
+	[ -z "${TEST_TIMEOUT:-}" ] || deadline=$((start + TEST_TIMEOUT - 15))
+	while kill -0 "$root" 2>/dev/null; do
+		# The test's descendants in its session: pid, elapsed seconds, name.
+		ps -e -o pid=,ppid=,sid=,etimes=,comm= | awk -v root="$root" -v sid="$sid" '
+			{ ppid[$1] = $2; s[$1] = $3; e[$1] = $4; c[$1] = $5 }
+			END { for (p in ppid) { if (s[p] != sid) continue
+				for (q = ppid[p]; q > 1 && q != root; q = ppid[q]) ;
+				if (q == root) print p, e[p], c[p] } }' |
+			while read -r pid etimes comm; do
+				[[ $comm =~ $WATCHED_CALLS ]] || continue
+				why=""
+				[ "$etimes" -lt "$CALL_BOUND" ] || why="ran past its bound of ${CALL_BOUND}s"
+				[ "$deadline" = 0 ] || [ "$(date +%s)" -lt "$deadline" ] ||
+					why="still ran 15 s before the test's ${TEST_TIMEOUT}s run out"
+				[ -n "$why" ] || continue
+				{ echo "[${TEST_NAME:-test}] watchdog: a call $why, killed: $(describe_call "$pid")"; } |
+					tee -a "$WATCHDOG_HITS" >&2
+				kids=$(ps -e -o pid=,ppid= | awk -v p="$pid" '$2 == p {print $1}')
+				kill -9 "$pid" $kids 2>/dev/null
+			done
+		sleep 1
+	done
+}
+
+# start_watchdog: bounds this test's calls (above) until it exits; needs $T.
+start_watchdog() {
+	WATCHDOG_HITS=$T/.watchdog-hits
+	: >"$WATCHDOG_HITS"
+	watch_calls $$ "$(date +%s)" </dev/null &
+	WATCHDOG_PID=$!
+	on_exit 'kill "$WATCHDOG_PID"'
 }
 
 # alive PID...: every PID exists and is not a zombie.
