@@ -1,6 +1,7 @@
-# One image, several replicas: a CUDA process dumped in a pid namespace of its own (its init, as in a
-# container) is restored three times at once from the same image directory, each restore in a new pid
-# namespace, as container runtimes start replicas of one checkpoint. Every replica must come back as its
+# One image, several replicas: a CUDA process dumped in pid, mount and network namespaces of its own (their
+# init, as in a container; ns_exec, tests/lib/common.sh) is restored three times at once from the same image
+# directory by plain CRIU, each restore in new namespaces (ns_criu_opts), as container runtimes start
+# replicas of one checkpoint. Every replica must come back as its
 # own CUDA process (the fake driver tells them apart: tests/fakegpu/fakegpu.h, "Replicas"), running, its
 # device data verified, each restore's summary clean; then each is killed.
 source "$(dirname "$0")/lib.sh"
@@ -9,22 +10,24 @@ start_fake_gpu
 
 N=3
 STATE=$T/replica.state
-# Its own session inside its own pid namespace (CRIU dumps a namespace whose init leads its session);
-# stdio on /dev/null: no file of this shell's that grows after the dump.
-LD_LIBRARY_PATH=$(dirname "$FAKE_LIB") setsid unshare --pid --fork setsid "$MEMCHECK" --mb 16 --zero-mb 32 \
-	--state "$STATE" --interval-ms 20 </dev/null >/dev/null 2>&1 &
+LD_LIBRARY_PATH=$(dirname "$FAKE_LIB") ns_exec "$MEMCHECK" --mb 16 --zero-mb 32 --state "$STATE" \
+	--interval-ms 20 </dev/null >/dev/null 2>&1 &
 PIDS+=($!)
 disown
 wait_for "the workload to fill its device memory" 20 test -f "$STATE"
 pid=$(pgrep -f -- "--state $STATE" | while read -r p; do grep -q "^NSpid:.*[[:space:]]1$" /proc/$p/status && echo $p; done)
 [ -n "$pid" ] || fail "no workload that is pid 1 of its namespace"
-dump "$pid" "$T/img" || fail "dump failed"
+ns_criu_opts "$pid" "$T"
+mapfile -t dump_opts <"$T/dump.opts"
+mapfile -t restore_opts <"$T/restore.opts"
+dump "$pid" "$T/img" "${dump_opts[@]}" || fail "dump failed"
 wait_gone "$pid"
 
 t0=$SECONDS
 restores=()
 for i in $(seq $N); do
-	"$CRIU" restore -D "$T/img" -d -L "$PLUGIN_DIR" -v4 -o "$T/restore-$i.log" </dev/null >/dev/null 2>&1 &
+	"$CRIU" restore -D "$T/img" -d -L "$PLUGIN_DIR" -v4 -o "$T/restore-$i.log" "${restore_opts[@]}" \
+		</dev/null >/dev/null 2>&1 &
 	restores+=($!)
 done
 for i in $(seq $N); do
@@ -34,8 +37,8 @@ done
 mapfile -t replicas < <(pgrep -f -- "--state $STATE")
 PIDS+=("${replicas[@]}")
 [ ${#replicas[@]} -eq $N ] || fail "${#replicas[@]} replicas run, expected $N: ${replicas[*]}"
-namespaces=$(for p in "${replicas[@]}"; do readlink "/proc/$p/ns/pid"; done | sort -u | wc -l)
-[ "$namespaces" -eq $N ] || fail "the replicas share pid namespaces ($namespaces for $N)"
+namespaces=$(for p in "${replicas[@]}"; do readlink "/proc/$p/ns/pid" "/proc/$p/ns/mnt" "/proc/$p/ns/net"; done | sort -u | wc -l)
+[ "$namespaces" -eq $((3 * N)) ] || fail "the replicas share namespaces ($namespaces pid, mount and network namespaces for $N)"
 for p in "${replicas[@]}"; do
 	grep -q "^NSpid:.*[[:space:]]1$" "/proc/$p/status" || fail "replica $p is not pid 1 of its namespace"
 	[ "$(cuda_state "$p")" = running ] || fail "replica $p: CUDA state $(cuda_state "$p")"
@@ -44,7 +47,7 @@ done
 # every iteration and exits with status=FAIL on a mismatch, so all alive and the file ok is all of them ok.
 expect_healthy "$STATE"
 alive "${replicas[@]}" || fail "a replica died: $(cat "$STATE")"
-log "$N replicas restored at once from one image in $((SECONDS - t0)) s, each in its own pid namespace, running, data verified"
+log "$N replicas restored at once from one image in $((SECONDS - t0)) s, each in its own pid, mount and network namespaces, running, data verified"
 kill -9 "${replicas[@]}"
 wait_gone "${replicas[@]}"
 log PASS

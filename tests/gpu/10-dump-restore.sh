@@ -167,27 +167,33 @@ test_stopped() {
 	rm -rf "$dir/img"
 }
 
-# One image, several replicas: a CUDA process that is pid 1 of its own pid namespace (as in a container) is
-# dumped, then its image restored three times at once, each restore in a new pid namespace (as container
-# runtimes start replicas of one checkpoint). Each replica must be its own CUDA process, running, with its
+# One image, several replicas with plain CRIU: a CUDA process that is pid 1 of its own pid, mount and network
+# namespaces, with its own /proc (ns_exec, common.sh: as in a container), is dumped, then its image restored
+# three times at once, each restore in new namespaces (ns_criu_opts: the driver's mounts and the others it
+# inherited external, --empty-ns net), as container runtimes start replicas of one checkpoint. Each replica must be its own CUDA process, running, with its
 # own device memory; they share the state file the image names, and each verifies its device data at every
 # iteration (a mismatch writes status=FAIL and ends it), so all alive and the file advancing with status=ok
 # is all of them verified.
 test_replicas() {
 	local name=replicas dir=$work/replicas n=3 pid p i t0 base failed_restores="" gpu
 	local -a restores=() replicas=()
-	start_in "$dir" unshare --pid --fork setsid "$bundle/bin/cuda_memcheck" --mb 1024 --state "$dir/state" --interval-ms 100
+	local dump_opts restore_opts
+	mkdir -p "$dir"
+	(cd "$dir" && ns_exec "$bundle/bin/cuda_memcheck" --mb 1024 --state "$dir/state" --interval-ms 100 </dev/null >/dev/null 2>&1 &)
 	wait_state "$dir/state" 120 1 || { failed $name "before the dump: $why"; show_workload "$dir"; return; }
 	pid=$(for p in $(pids_in "$dir"); do grep -q "^NSpid:.*[[:space:]]1$" "/proc/$p/status" && echo "$p"; done)
 	[ -n "$pid" ] || { failed $name "no workload that is pid 1 of its pid namespace"; return; }
 	started+=("$pid")
-	criu_dump "$dir" "$pid" || { failed $name "dump: $why"; show_log "$dir/dump.log"; kill_pids "$pid"; return; }
+	ns_criu_opts "$pid" "$dir"
+	mapfile -t dump_opts <"$dir/dump.opts"
+	mapfile -t restore_opts <"$dir/restore.opts"
+	criu_dump "$dir" "$pid" "${dump_opts[@]}" || { failed $name "dump: $why"; show_log "$dir/dump.log"; kill_pids "$pid"; return; }
 	gone_within 30 "$pid" || { failed $name "pid $pid still exists after the dump"; kill_pids "$pid"; return; }
 	base=$(state_value "$dir/state" iterations)
 	t0=$(now)
 	for i in $(seq $n); do
 		timeout -k 10 "$criu_timeout" "${criu_cmd[@]}" restore -D "$dir/img" -d -L "$bundle/plugin" -v4 \
-			-o "$dir/restore-$i.log" </dev/null >/dev/null 2>&1 &
+			-o "$dir/restore-$i.log" "${restore_opts[@]}" </dev/null >/dev/null 2>&1 &
 		restores+=($!)
 	done
 	for i in $(seq $n); do
@@ -204,8 +210,8 @@ test_replicas() {
 		return
 	fi
 	[ ${#replicas[@]} -eq $n ] || { failed $name "${#replicas[@]} replicas run, expected $n"; kill_pids "${replicas[@]}"; return; }
-	[ "$(for p in "${replicas[@]}"; do readlink "/proc/$p/ns/pid"; done | sort -u | wc -l)" -eq $n ] ||
-		{ failed $name "the replicas share pid namespaces"; kill_pids "${replicas[@]}"; return; }
+	[ "$(for p in "${replicas[@]}"; do readlink "/proc/$p/ns/pid" "/proc/$p/ns/mnt" "/proc/$p/ns/net"; done | sort -u | wc -l)" -eq $((3 * n)) ] ||
+		{ failed $name "the replicas share namespaces"; kill_pids "${replicas[@]}"; return; }
 	for p in "${replicas[@]}"; do
 		[ "$(cli status "$p" 2>&1 | awk '{print $2}')" = running ] ||
 			{ failed $name "replica $p: $(cli status "$p" 2>&1)"; kill_pids "${replicas[@]}"; return; }
@@ -215,7 +221,7 @@ test_replicas() {
 		[ -d "/proc/$p" ] || { failed $name "replica $p ended (state: $(state_value "$dir/state" status))"; kill_pids "${replicas[@]}"; return; }
 	done
 	gpu=$(gpu_gib "${replicas[@]}")
-	passed $name "$n restores at once from one image in $restored_s s; $n CUDA processes, each pid 1 of its own pid namespace, running, data verified (iterations $after), $gpu GiB on the GPU together"
+	passed $name "$n restores at once from one image in $restored_s s; $n CUDA processes, each pid 1 of its own pid, mount and network namespaces, running, data verified (iterations $after), $gpu GiB on the GPU together"
 	kill_pids "${replicas[@]}"
 	rm -rf "$dir/img"
 }

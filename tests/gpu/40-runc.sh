@@ -68,6 +68,12 @@ runc_config() {
 		dsts+=" ${binds[i + 1]}"
 	done
 	for p in "$@"; do opts+=(--device "$p"); done
+	if [ -n "${RUNC_NETNS:-}" ]; then
+		# A network namespace of its own (a loopback only), as runtimes give a container: CRIU locks it with
+		# nftables (that machine has no iptables), set in a CRIU configuration file runc passes for it.
+		echo "network-lock nftables" >"$dir/criu.conf"
+		opts+=(--netns --annotation "org.criu.config=$dir/criu.conf")
+	fi
 	cmd="exec ${RUNC_WORKLOAD:-/opt/bin/cuda_memcheck --mb 1024 --state /state/one --interval-ms 100} 2>>/state/one.err"
 	if [ -n "$devdir" ]; then
 		# runc reopens stdio that is the host's /dev/null inside the container only when it sets up /dev
@@ -79,7 +85,7 @@ runc_config() {
 	# No network namespace: CRIU would need iptables to lock it, and that machine has none.
 	oci_config "$bundle/config.json" --root "$dir/rootfs" --hostname cuda-gpu-ct --cmd "$cmd" \
 		--env PATH=/usr/bin:/bin --cap CAP_KILL "${opts[@]}" || return 1
-	echo "  runc: devices $*${devdir:+ in /dev from $devdir}; bind mounts${dsts}"
+	echo "  runc: devices $*${devdir:+ in /dev from $devdir}; bind mounts${dsts}${RUNC_NETNS:+; its own network namespace}"
 }
 
 # The container commands of the runc tests; they use name, dir and runc_bin of the calling test.
@@ -150,6 +156,88 @@ test_runc() {
 	done
 	rc_remove_all
 	passed $name "checkpoint $dump_s s, image $(gib "$img_bytes") GiB; restored as ct-gpu and as ct-gpu-new, data intact"
+	rm -rf "$dir/img"
+}
+
+# mem_of PID: what a replica holds in host memory, from /proc/PID/status and smaps_rollup: its resident set,
+# how much of it is file pages (the image's GPU state mapped from the page cache, shared by the replicas),
+# and its proportional share (Pss: shared pages divided among those that map them), in GiB.
+mem_of() {
+	awk '/^VmRSS:/ { r = $2 } /^RssFile:/ { f = $2 } END { printf "rss %.2f GiB (file %.2f)", r / 1048576, f / 1048576 }' \
+		"/proc/$1/status"
+	awk '/^Pss:/ { printf ", pss %.2f GiB", $2 / 1048576 }' "/proc/$1/smaps_rollup" 2>/dev/null
+}
+
+# replica_bundle DIR REPLICA_DIR: a runtime bundle for one replica of the container of DIR: its config.json,
+# with a root file system of its own (a copy of DIR/rootfs: mount points and links only), as runtimes give
+# each container its own (runc restoring two containers on one root folder at once fails to mount there).
+replica_bundle() {
+	rm -rf "$2" && mkdir -p "$2" && cp -a "$1/rootfs" "$2/rootfs" || return 1
+	python3 - "$1/config.json" "$2" <<'PY'
+import json, sys
+c = json.load(open(sys.argv[1]))
+c["root"]["path"] = sys.argv[2] + "/rootfs"
+json.dump(c, open(sys.argv[2] + "/config.json", "w"), indent=1)
+PY
+}
+
+# One checkpoint, N replicas, as runtimes make them: a runc container (as in test_runc) is checkpointed once
+# and its image restored as N containers at once (N = 1, 2 and 4; GPU_TESTS_REPLICAS), each under its own
+# name, bundle and work folder, so with its own pid, mount and network namespaces and its own /proc. The
+# network namespace is needed: the driver listens on an abstract unix socket named after the process's pid
+# namespace and pid (@cuda-uvmfd-<pid ns inode>-<pid>), which CRIU restores under the same name, so two
+# replicas in one network namespace collide (bind: Address already in use). Each replica is a CUDA
+# process verifying its device data at every iteration into the state file they share (/state/one; a
+# mismatch writes status=FAIL and ends it): all of them alive and the file advancing with status=ok is all
+# of them verified. Per N: the wall time of the N restores, each one's own time, and what each holds.
+test_runc_replicas() {
+	local name=runc-replicas dir=$work/runc-replicas runc_bin=$bundle/sbin/runc n devs=() host_pid k i t0 s
+	local summary="" one_s="" id rc took ids pids
+	[ -x "$runc_bin" ] || { skipped $name "no runc in the bundle"; return; }
+	runc_prepare "$dir" || return
+	for n in /dev/nvidiactl /dev/nvidia-uvm /dev/nvidia-uvm-tools /dev/nvidia[0-9]*; do [ -c "$n" ] && devs+=("$n"); done
+	RUNC_NETNS=1 RUNC_BINDIR=$bundle/bin runc_config "$dir" "$dir" "" "${devs[@]}" || { failed $name "cannot write config.json"; return; }
+	rc_ run -d --bundle "$dir" ct-src </dev/null >/dev/null 2>&1 || { rc_fail "runc run failed (runc.log below)"; return; }
+	wait_state "$dir/state/one" 120 1 || { rc_fail "in the container: $why"; return; }
+	host_pid=$(rc_state ct-src pid)
+	echo "  $name: container ct-src, host pid $host_pid, $(gpu_gib "$host_pid") GiB on the GPU; its listening unix sockets:"
+	awk 'NR > 1 && $4 == "00010000" { print "    " $0 }' "/proc/$host_pid/net/unix"
+	rc_checkpoint ct-src "$host_pid" || return
+	for k in ${GPU_TESTS_REPLICAS:-1 2 4}; do
+		t0=$(now) ids=() pids=()
+		for i in $(seq "$k"); do
+			id=r$k-$i ids+=("$id")
+			replica_bundle "$dir" "$dir/$id" || { rc_fail "cannot make the bundle of replica $id"; return; }
+			(t1=$(now); rc_ restore -d --bundle "$dir/$id" --image-path "$dir/img" --work-path "$dir/work-$id" "$id" \
+				</dev/null >/dev/null 2>&1; echo "$? $(since "$t1")" >"$dir/$id.rc") &
+			pids+=($!)
+		done
+		wait "${pids[@]}"
+		s=$(since "$t0")
+		local each="" hosts=() nss=""
+		for id in "${ids[@]}"; do
+			read -r rc took <"$dir/$id.rc"
+			[ "$rc" = 0 ] || { rc_fail "$k at once: replica $id: runc restore exited $rc after $took s" "$dir/work-$id/restore.log"; return; }
+			[ "$(rc_state "$id" status)" = running ] || { rc_fail "$k at once: replica $id is $(rc_state "$id" status)" "$dir/work-$id/restore.log"; return; }
+			hosts+=("$(rc_state "$id" pid)")
+			each+=" $took"
+		done
+		nss=$(for p in "${hosts[@]}"; do readlink "/proc/$p/ns/pid" "/proc/$p/ns/mnt" "/proc/$p/ns/net"; done | sort -u | wc -l)
+		[ "$nss" -eq $((3 * k)) ] || { rc_fail "$k at once: the replicas share namespaces ($nss pid, mount and network namespaces for $k)"; return; }
+		advance 60 "$dir/state/one" "$at_dump" || { rc_fail "$k at once: after the restores: $why" "$dir/work-${ids[0]}/restore.log"; return; }
+		for i in "${!hosts[@]}"; do
+			[ -d "/proc/${hosts[$i]}" ] || { rc_fail "$k at once: replica ${ids[$i]} ended (state: $(state_value "$dir/state/one" status))"; return; }
+			echo "  $name: $k at once: ${ids[$i]} host pid ${hosts[$i]} (pid $(awk '/^NSpid:/ { print $NF }' "/proc/${hosts[$i]}/status") inside), $(mem_of "${hosts[$i]}"), $(gpu_gib "${hosts[$i]}") GiB on the GPU"
+		done
+		plugin_line "$dir/work-${ids[0]}/restore.log" restore | sed 's/^/  /'
+		echo "  $name: $k replica(s) restored at once in $s s (each restore:$each s), all running, data verified (iterations $after)"
+		[ -n "$one_s" ] || one_s=$s
+		summary+="${summary:+; }$k at once ${s} s ($(awk -v a="$s" -v b="$one_s" 'BEGIN { printf "%.2f", a / b }')x one)"
+		for id in "${ids[@]}"; do rc_remove "$id"; done
+		blank_state "$dir/state/one" # the next restores must write it
+	done
+	rc_remove_all
+	passed $name "checkpoint $dump_s s, image $(gib "$img_bytes") GiB; $summary; each replica its own container, namespaces and /proc, data verified"
 	rm -rf "$dir/img"
 }
 

@@ -211,6 +211,35 @@ print(best[0] + best[1] * 4096 // 2 + int(sys.argv[2]))
 PY
 }
 
+# Replicas with plain CRIU (no runtime), as docs/containers.md describes them. A replica source runs in
+# pid, mount and network namespaces of its own, with a /proc of its own: the driver needs that /proc (cuInit
+# fails with 304, CUDA_ERROR_OPERATING_SYSTEM, in a pid namespace that sees the host's), and the network
+# namespace keeps replicas apart (the driver listens on @cuda-uvmfd-<pid ns inode>-<pid>, which CRIU
+# restores under the same name: two replicas in one network namespace collide).
+#
+# ns_exec CMD...: CMD as pid 1 of such namespaces, leading its own session, stdio on /dev/null opened
+# inside and no other fd (CRIU cannot dump a file of a mount that the new namespace does not have).
+ns_exec() {
+	unshare --pid --fork --mount --mount-proc --net bash -c 'for fd in $(ls /proc/$$/fd); do
+		[ "$fd" -gt 2 ] && eval "exec $fd>&-"; done; exec </dev/null >/dev/null 2>&1; exec setsid "$@"' ns "$@"
+}
+
+# ns_criu_opts PID DIR: the CRIU options for a process that ns_exec started, one per line, in DIR/dump.opts
+# and DIR/restore.opts (mapfile -t reads them back): each mount it has but its root and /proc is external
+# (key mN), restored as a bind of the same host path into a root bound from the host's (--root /); its
+# network namespace is made anew and left empty (--empty-ns net: nothing of it is dumped, as runc does),
+# so there is nothing to lock either (--network-lock skip: CRIU would lock it with iptables by default).
+ns_criu_opts() {
+	local pid=$1 dir=$2 m i=0
+	printf '%s\n' --empty-ns net --network-lock skip >"$dir/dump.opts"
+	printf '%s\n' --empty-ns net --network-lock skip --root / >"$dir/restore.opts"
+	for m in $(awk '$5 != "/" && $5 != "/proc" { print $5 }' "/proc/$pid/mountinfo" | sort -u); do
+		i=$((i + 1))
+		printf '%s\n' --external "mnt[$m]:m$i" >>"$dir/dump.opts"
+		printf '%s\n' --external "mnt[m$i]:$m" >>"$dir/restore.opts"
+	done
+}
+
 # oci_config FILE OPTIONS...: the one writer of a test container's OCI config.json (runc, crun), shared by
 # the container tests and the real-GPU runc tests: /bin/sh -c CMD as root in a read-only ROOT, its own
 # pid, ipc, uts and mount namespaces, /proc, /dev, /dev/shm, /sys and /tmp, every device denied but those
@@ -221,6 +250,8 @@ PY
 #   --device PATH                           a host character device the container has (repeated)
 #   --dev-dir DIR                           /dev is a bind mount of DIR (default: a tmpfs runc fills)
 #   --devpts, --netns                       /dev/pts mounted; a network namespace (a loopback only)
+#   --annotation KEY=VALUE                  an OCI annotation (repeated; runc: org.criu.config, CRIU's
+#                                           configuration file for this container)
 oci_config() {
 	python3 - "$@" <<'PY'
 import argparse, json, os
@@ -237,6 +268,7 @@ ap.add_argument("--device", action="append", default=[])
 ap.add_argument("--dev-dir")
 ap.add_argument("--devpts", action="store_true")
 ap.add_argument("--netns", action="store_true")
+ap.add_argument("--annotation", action="append", default=[])
 a = ap.parse_args()
 devices, allow = [], [{"allow": False, "access": "rwm"}]
 if a.dev_dir:
@@ -278,6 +310,8 @@ config = {
     "mounts": mounts,
     "linux": linux,
 }
+if a.annotation:
+    config["annotations"] = dict(kv.split("=", 1) for kv in a.annotation)
 os.makedirs(os.path.dirname(os.path.abspath(a.file)), exist_ok=True)
 with open(a.file, "w") as f:
     json.dump(config, f, indent=1)
