@@ -34,9 +34,11 @@ restore-to-ready is the first answer, which must equal the one before the dump, 
 before its round trips, three starts from scratch to the first answer: empty compile caches, then warm
 caches with the weights in the page cache, then with the page cache dropped, with the bytes read from disk).
 --replicas N, for the serving scenarios, after their round trips: with each variant, a server started as pid 1
-of its own pid namespace is dumped and its image restored N times at once, each in a new pid namespace, all
-serving one port (SO_REUSEPORT), until each replica has answered as the server did before its dump; against
-it, N cold starts at once (warm caches) until each has answered.
+of its own pid, mount and network namespaces (with its own /proc) is dumped and its image restored N times at
+once by plain CRIU, each replica in new namespaces (bench_replicas.py; docs/containers.md), until each replica
+has answered, in its own network namespace, as the server did before its dump; what each replica holds in
+memory is reported. Against it, N cold starts at once (warm caches, serving one port with SO_REUSEPORT) until
+each has answered.
 --fragment-gib F runs everything with F GiB of memory fragmented first (bin/thp_populate --hold).
 --scale multiplies every size.
 
@@ -67,7 +69,8 @@ import time
 import bench_common as C
 from bench_common import (DESCRIPTIONS, KNOWN_VARIANTS, SCENARIOS, UTILITY, VARIANT_ROUNDS, VARIANTS, footprint, log)
 from bench_report import report
-from bench_run import become_subreaper, cold_start, gpu_count, incremental_trip, replicas, round_trip, serve_cold_start
+from bench_replicas import replicas
+from bench_run import become_subreaper, cold_start, gpu_count, incremental_trip, round_trip, serve_cold_start
 
 
 # --- the plan and its expected duration ----------------------------------------------------------------

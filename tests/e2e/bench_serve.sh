@@ -3,8 +3,8 @@
 # serving_workload.py's command line, answers and HTTP front (serving_standin.py). The three starts from
 # scratch to the first answer, the round trip with its restore to the first answer, warm and with the page
 # cache dropped, each answer after the restore compared with the one before, the report's rows; two
-# replicas restored at once from one image, each pid 1 of its own pid namespace, serving one port, against
-# two cold starts at once; and a server whose answers change across the restore fails its round trip and
+# replicas restored at once from one image, each pid 1 of its own pid, mount and network namespaces
+# (bench_replicas.py), each asked in its own network namespace, against two cold starts at once; and a server whose answers change across the restore fails its round trip and
 # its replicas by name.
 source "$(dirname "$0")/lib.sh"
 e2e_setup

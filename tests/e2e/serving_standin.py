@@ -69,7 +69,7 @@ def main():
     real_front()(int(args.port), requests)
     iterations = 0
     while True:
-        tmp = f"{args.state}.tmp.{os.readlink('/proc/self')}"  # replicas share the state file
+        tmp = f"{args.state}.tmp.{os.stat('/proc/self/ns/pid').st_ino}-{os.getpid()}"  # replicas share the state file
         with open(tmp, "w") as f:
             f.write(f"iterations={iterations}\npid={os.getpid()}\nstatus=ok\nload_s=0.1\nkv_s=0.1\ncompile_s=0.1\n"
                     f"ready_s={time.monotonic() - T0:.3f}\n")

@@ -21,9 +21,9 @@ then answers HTTP on 127.0.0.1:PORT:
     GET /health             ok
 
 Every answer carries the header X-Server: the server's pid as /proc names it. The port is bound with
-SO_REUSEPORT, so that several servers (cold starts, or replicas restored from one image, each pid 1 of its
-own pid namespace) can serve one port side by side, as replicas behind one address do; that header tells
-which one answered.
+SO_REUSEPORT, so that several servers (cold starts) can serve one port side by side, as replicas behind one
+address do; that header tells which one answered. Replicas restored from one image each have a network
+namespace of their own (bench_replicas.py), and are asked there.
 
 /generate is a greedy generation of --new-tokens tokens for a fixed prompt (B rows of 128 tokens), the
 SHA-256 of the last step's float32 logits, the checksum of the arena's blocks in use and the count of its
@@ -191,9 +191,16 @@ class Server:
 
 
 def host_pid():
-    """This process's pid as /proc names it: the machine's, also for a replica that is pid 1 of its own pid
-    namespace (os.getpid() says 1 in every replica)."""
+    """This process's pid as /proc names it: the machine's, also for a process that is pid 1 of its own pid
+    namespace (os.getpid() says 1 in every replica) but sees the host's /proc."""
     return int(os.readlink("/proc/self"))
+
+
+def process_key():
+    """A name of this process unique on the machine, also among replicas that are each pid 1 of their own pid
+    namespace with a /proc of their own (where /proc/self says 1 too): its pid namespace's inode and its pid
+    there, read anew each time (a restored replica is in another namespace than its image's)."""
+    return f"{os.stat('/proc/self/ns/pid').st_ino}-{os.getpid()}"
 
 
 def http_front(port, requests):
@@ -238,7 +245,7 @@ def serve(args):
     def write_state(status):
         if not args.state:
             return
-        tmp = f"{args.state}.tmp.{host_pid()}"  # replicas share the state file
+        tmp = f"{args.state}.tmp.{process_key()}"  # replicas share the state file
         with open(tmp, "w") as f:
             f.write(f"iterations={iterations}\npid={os.getpid()}\nstatus={status}\n"
                     + "".join(f"{k}={v}\n" for k, v in extra.items()))
