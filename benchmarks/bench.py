@@ -32,7 +32,10 @@ of bf16 weights read from safetensors files written once into /var/tmp, a 16 GiB
 torch.compile and a CUDA graph per decode batch size 1, 2, 4, 8, answering HTTP: serving_workload.py; its
 restore-to-ready is the first answer, which must equal the one before the dump, as must every batch size's;
 before its round trips, three starts from scratch to the first answer: empty compile caches, then warm
-caches with the weights in the page cache, then with the page cache dropped, with the bytes read from disk).
+caches with the weights in the page cache, then with the page cache dropped, with the bytes read from disk
+(--no-cold-starts: none);
+serve2 (serve in two processes, as vLLM V1 and SGLang run it: an HTTP front without CUDA and the engine, a
+Unix socket between them and the token ids in a ring in /dev/shm; the whole tree is dumped and restored).
 --replicas N, for the serving scenarios, after their round trips: with each variant, a server started as pid 1
 of its own pid, mount and network namespaces (with its own /proc) is dumped and its image restored N times at
 once by plain CRIU, each replica in new namespaces (bench_replicas.py; docs/containers.md), until each replica
@@ -272,6 +275,9 @@ def main():
     ap.add_argument("--replicas", type=int, default=0, metavar="N",
                     help="for the serving scenarios: N replicas restored at once from one image, against N cold "
                     "starts at once")
+    ap.add_argument("--no-cold-starts", action="store_true",
+                    help="the serving scenarios without their three starts from scratch (their round trips and "
+                    "replicas only)")
     ap.add_argument("--plan", action="store_true", help="print the round trips and the expected duration, then stop")
     ap.add_argument("--from-json", nargs="+", metavar="FILE",
                     help="no runs: report and plot the results.json files of earlier runs together")
@@ -339,7 +345,7 @@ def main():
         est, act = done.get(scenario) or [sum(x) for x in zip([0.0, 0.0], *done.values())]
         return min(3.0, max(0.7, act / est)) if est else 1.0
     try:
-        for s in [s for s in wanted if s in SCENARIOS and SCENARIOS[s][0] == "serve"]:
+        for s in [s for s in wanted if s in SCENARIOS and SCENARIOS[s][0] == "serve" and not args.no_cold_starts]:
             try:
                 serve_cold_start(s, cold)
             except Exception as e:  # noqa: BLE001

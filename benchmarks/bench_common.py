@@ -47,6 +47,9 @@ SCENARIOS = {
     # (GB) loaded from safetensors files, a KV-cache arena (MiB, zeros), torch.compile and CUDA graphs.
     "serve": ("serve", 16384, 1, ("6",)),
     "serve16": ("serve", 16384, 1, ("16",)),
+    # The same server in two processes, as vLLM V1 and SGLang run it: an HTTP front without CUDA and the
+    # engine, talking over a Unix socket, the token ids in a ring in /dev/shm (--processes 2).
+    "serve2": ("serve", 16384, 1, ("6", "--processes", "2")),
 }
 # Scaling: one 4 GiB process per GPU, on 1, 2, 4 and 8 GPUs (those the machine has).
 GPU_COUNTS = (1, 2, 4, 8)

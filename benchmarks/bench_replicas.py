@@ -199,7 +199,7 @@ def replicas(scenario, n, out, failures):
         try:
             if os.path.exists(marker):
                 os.unlink(marker)
-            src = ns_start(serve_cmd(size, extra[0], port, marker), serving_env())
+            src = ns_start(serve_cmd(size, extra, port, marker), serving_env())
             wait_for(f"{name}: the server to be ready", lambda: state(marker).get("status") or src.poll() is not None, 600)
             if state(marker).get("status") != "ok":
                 raise RuntimeError(f"{name}: the server did not start: {state(marker) or 'no state file'}")
@@ -256,7 +256,7 @@ def replicas(scenario, n, out, failures):
     try:
         t0 = time.monotonic()
         for i, st in enumerate(states):
-            start(serve_cmd(size, extra[0], port, st), os.path.join(C.WORK, f"{scenario}-cold-{i}.out"), serving_env())
+            start(serve_cmd(size, extra, port, st), os.path.join(C.WORK, f"{scenario}-cold-{i}.out"), serving_env())
         ready = servers_answering(port, n, expected, f"{n} cold starts") - t0
     finally:
         for st in states:

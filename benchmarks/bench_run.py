@@ -315,9 +315,11 @@ def serving_weights(model_gb):
 BATCHES = (1, 2, 4, 8)  # the serving scenarios' decode batch sizes, a CUDA graph each
 
 
-def serve_cmd(kv_mib, model_gb, port, state_file):
-    return [sys.executable, SERVING, "serve", "--dir", serving_weights(model_gb), "--port", str(port),
-            "--kv-gb", str(kv_mib / 1024), "--batches", ",".join(map(str, BATCHES)), "--state", state_file]
+def serve_cmd(kv_mib, extra, port, state_file):
+    """The serving scenario's server: extra is its scenario's (the model's GB, then more arguments)."""
+    return [sys.executable, SERVING, "serve", "--dir", serving_weights(extra[0]), "--port", str(port),
+            "--kv-gb", str(kv_mib / 1024), "--batches", ",".join(map(str, BATCHES)), "--state", state_file,
+            *extra[1:]]
 
 
 def disk_read_bytes():
@@ -358,7 +360,7 @@ class Workload:
             env = offline_env(env)
         elif kind == "serve":
             self.port, self.batches = free_port(), BATCHES
-            cmd = serve_cmd(size, extra[0], self.port, self.state)
+            cmd = serve_cmd(size, extra, self.port, self.state)
             env = serving_env(env)
             extra = ()
         else:
@@ -377,7 +379,9 @@ class Workload:
                 self.kill()
                 raise RuntimeError(f"{name}: {state(f) or 'no state file'} (exit {code}; output in {self.out})")
         self.pid = self.proc.pid
-        self.pids = [int(state(f)["pid"]) for f in self.files]
+        # The processes that write the state files, and the tree's root (a server's front, whose engine
+        # writes its state file).
+        self.pids = sorted({self.proc.pid, *(int(state(f)["pid"]) for f in self.files)})
         if kind == "serve":  # what every answer after a restore must equal, token for token, logit for logit
             self.answers = {self.batches[0]: answer(self.port, self.batches[0])}
             self.answer_at = time.monotonic()  # the first answer

@@ -29,11 +29,12 @@ def start_time():
         return f.read().rsplit(")", 1)[1].split()[19]
 
 
-def real_front():
+def real_front(port, requests):
+    """serving_workload.py's own HTTP front, each request handed to the main loop through requests."""
     spec = importlib.util.spec_from_file_location("serving_front", os.environ["STANDIN_FRONT"])
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    return module.http_front
+    module.http_front(port, module.handoff(requests))
 
 
 def main():
@@ -66,7 +67,7 @@ def main():
         return {"batch": b, "tokens": [[buf[i] for i in range(8)]] * b, "sum": digest}
 
     requests = queue.Queue()
-    real_front()(int(args.port), requests)
+    real_front(int(args.port), requests)
     iterations = 0
     while True:
         tmp = f"{args.state}.tmp.{os.stat('/proc/self/ns/pid').st_ino}-{os.getpid()}"  # replicas share the state file

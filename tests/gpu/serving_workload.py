@@ -3,7 +3,7 @@
 
     serving_workload.py make --dir DIR [--size 6|16]        the model's weights, written once
     serving_workload.py serve --dir DIR --port PORT [--kv-gb G] [--batches 1,2,4,8] [--new-tokens N]
-                              [--state FILE] [--interval-ms MS] [--eager]
+                              [--state FILE] [--interval-ms MS] [--eager] [--processes 1|2]
 
 make: a Llama-architecture model (transformers' LlamaConfig: --size 6, about 6.4 GB of bf16 weights, shaped
 like Llama 3.2 3B; --size 16, about 16 GB, like Llama 3 8B) with random weights from a fixed seed, written to
@@ -35,15 +35,27 @@ against the one computed at start, and writes the state file atomically:
     iterations=N  pid=P  status=ok  load_s=..  kv_s=..  compile_s=..  ready_s=..        (one per line)
 
 On a mismatch or an error the state file says "status=FAIL <details>" and the process exits with 2.
+
+--processes 2 splits the server as vLLM V1 and SGLang do: this process is the HTTP front and never imports
+torch or touches CUDA; it starts the engine (serving_workload.py engine, the same arguments), which loads,
+compiles and answers as above. They talk over a Unix socket pair (SOCK_SEQPACKET: a request's batch size one
+way, its answer the other, the engine's readiness first), and the token ids of every request go through a
+ring in a file of /dev/shm that both map (RING_SLOTS slots of the largest batch's prompt; its name unlinked
+once both hold it, as shared-memory segments are). The engine writes the state file; the front ends, with
+status=FAIL, when the engine does.
 """
 import argparse
 import glob
 import hashlib
 import http.server
 import json
+import mmap
 import os
 import queue
+import random
 import socket
+import struct
+import subprocess
 import sys
 import threading
 import time
@@ -87,8 +99,46 @@ def make(args):
     print(f"weights: {total / 1e9:.2f} GB in {n} file(s) in {args.dir}", flush=True)
 
 
+RING_SLOTS = 8
+
+
+class Ring:
+    """The requests' token ids, in a file of /dev/shm mapped by the front and the engine: slot i holds the
+    prompt rows of request i (int32, a row of PROMPT_LEN tokens per batch entry) while the engine reads it."""
+
+    def __init__(self, path, rows, create):
+        self.slot = rows * PROMPT_LEN * 4
+        fd = os.open(path, os.O_RDWR | (os.O_CREAT | os.O_EXCL if create else 0), 0o600)
+        try:
+            if create:
+                os.ftruncate(fd, RING_SLOTS * self.slot)
+            self.map = mmap.mmap(fd, RING_SLOTS * self.slot)
+        finally:
+            os.close(fd)
+
+    def put(self, i, rows):
+        flat = [t for row in rows for t in row]
+        off = (i % RING_SLOTS) * self.slot
+        self.map[off:off + 4 * len(flat)] = struct.pack(f"{len(flat)}i", *flat)
+
+    def get(self, i, batch):
+        off = (i % RING_SLOTS) * self.slot
+        flat = struct.unpack_from(f"{batch * PROMPT_LEN}i", self.map, off)
+        return [list(flat[r * PROMPT_LEN:(r + 1) * PROMPT_LEN]) for r in range(batch)]
+
+
+def front_prompt(args):
+    """The front's prompt (the largest batch's rows), from a fixed seed and the model's vocabulary: without
+    torch, as a front tokenizes without the engine's libraries."""
+    with open(os.path.join(args.dir, "config.json")) as f:
+        vocab = json.load(f)["vocab_size"]
+    rng = random.Random(5678)
+    rows = max(int(b) for b in args.batches.split(","))
+    return [[rng.randrange(vocab) for _ in range(PROMPT_LEN)] for _ in range(rows)]
+
+
 class Server:
-    def __init__(self, args):
+    def __init__(self, args, prompt=None):
         os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
         # Compiled in this process: a pool of compile workers would be checkpointed with the server.
         os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
@@ -127,7 +177,8 @@ class Server:
         self.phase("load", t)
         gen = torch.Generator(device="cuda").manual_seed(5678)
         self.batches = sorted({int(b) for b in args.batches.split(",")})
-        self.prompt = torch.randint(0, c.vocab_size, (max(self.batches), PROMPT_LEN), device="cuda", generator=gen)
+        self.prompt = (torch.tensor(prompt, device="cuda") if prompt is not None else
+                       torch.randint(0, c.vocab_size, (max(self.batches), PROMPT_LEN), device="cuda", generator=gen))
         t = time.monotonic()
         self.make_arena()
         self.phase("kv", t)
@@ -172,11 +223,12 @@ class Server:
             nonzero += torch.count_nonzero(part)
         return [used, int(nonzero)]
 
-    def generate(self, batch):
+    def generate(self, batch, rows=None):
         """Greedy generation over a window of PROMPT_LEN tokens (one shape per batch size: one CUDA graph
-        each, replayed for every step)."""
+        each, replayed for every step), from the prompt's first rows or the given token ids."""
         torch = self.torch
-        ids, tokens = self.prompt[:batch].clone(), []
+        ids = self.prompt[:batch].clone() if rows is None else torch.tensor(rows, device="cuda")
+        tokens = []
         with torch.no_grad():
             for _ in range(self.args.new_tokens):
                 if not self.args.eager:
@@ -203,8 +255,8 @@ def process_key():
     return f"{os.stat('/proc/self/ns/pid').st_ino}-{os.getpid()}"
 
 
-def http_front(port, requests):
-    """The HTTP server's threads hand each /generate to the engine loop (requests) and wait for its answer."""
+def http_front(port, handle):
+    """The HTTP server; its threads hand each /generate to handle(batch), which returns (code, answer)."""
 
     class Handler(http.server.BaseHTTPRequestHandler):
         def do_GET(self):
@@ -212,10 +264,7 @@ def http_front(port, requests):
             if url.path == "/health":
                 code, body = 200, b"ok"
             elif url.path == "/generate":
-                batch = int(urllib.parse.parse_qs(url.query).get("batch", ["1"])[0])
-                reply = queue.Queue(1)
-                requests.put((batch, reply))
-                code, answer = reply.get()
+                code, answer = handle(int(urllib.parse.parse_qs(url.query).get("batch", ["1"])[0]))
                 body = json.dumps(answer).encode()
             else:
                 code, body = 404, b"GET /generate?batch=B or /health"
@@ -239,7 +288,81 @@ def http_front(port, requests):
     threading.Thread(target=srv.serve_forever, daemon=True).start()
 
 
+def handoff(requests):
+    """A handle for http_front that passes each request to the loop reading requests (the engine loop: CUDA
+    graphs belong to the thread that recorded them) and waits for its answer."""
+    def handle(batch):
+        reply = queue.Queue(1)
+        requests.put((batch, reply))
+        return reply.get()
+    return handle
+
+
 def serve(args):
+    if args.processes == 2:
+        return front(args)
+    requests = queue.Queue()
+    run_engine(args, lambda: Server(args), lambda: http_front(args.port, handoff(requests)), requests.get,
+               lambda reply, answer: reply.put(answer))
+
+
+def front(args):
+    """The HTTP front of --processes 2: no torch, no CUDA; it starts the engine and relays each request."""
+    prompt = front_prompt(args)
+    path = f"/dev/shm/serving-ring-{process_key()}"
+    ring = Ring(path, len(prompt), create=True)
+    ring.put(0, prompt)  # the engine's start-up prompt (its expected answers)
+    mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    eng = subprocess.Popen([sys.executable, os.path.abspath(__file__), "engine", *sys.argv[2:], "--fd",
+                            str(theirs.fileno()), "--ring", path], pass_fds=(theirs.fileno(),))
+    theirs.close()
+    msg = mine.recv(16)
+    os.unlink(path)  # both hold it now
+    if msg != b"ready":
+        sys.exit(f"serving_workload front: the engine exited with {eng.wait()} before it was ready (its state file says why)")
+    lock, seq = threading.Lock(), [0]
+
+    def relay(batch):
+        with lock:
+            seq[0] += 1
+            ring.put(seq[0], prompt[:batch])
+            mine.send(json.dumps([seq[0], batch]).encode())
+            msg = mine.recv(1 << 20)
+        if not msg:
+            os._exit(2)  # the engine is gone, and so is the server
+        return tuple(json.loads(msg))
+
+    http_front(args.port, relay)
+    print(f"front pid={os.getpid()} serving on 127.0.0.1:{args.port}, engine pid={eng.pid}", flush=True)
+    sys.exit(eng.wait())
+
+
+def engine(args):
+    """The engine process of --processes 2: its requests come over the socket from the front, their token
+    ids through the ring."""
+    sock = socket.socket(fileno=args.fd)
+    rows = max(int(b) for b in args.batches.split(","))
+    ring = Ring(args.ring, rows, create=False)
+
+    def get(timeout):
+        sock.settimeout(timeout)
+        try:
+            msg = sock.recv(256)
+        except socket.timeout:
+            raise queue.Empty from None
+        if not msg:
+            raise RuntimeError("the front closed its socket")
+        i, batch = json.loads(msg)
+        return batch, i
+
+    run_engine(args, lambda: Server(args, prompt=ring.get(0, rows)), lambda: sock.send(b"ready"), get,
+               lambda i, answer: sock.send(json.dumps(answer).encode()), ring)
+
+
+def run_engine(args, make_server, ready, get, put, ring=None):
+    """The engine loop: the server made, ready() once it is (the HTTP front up, or the front told), then the
+    requests from get(timeout) (queue.Empty when none came: the batch-1 self-check instead), each answered
+    with put(request, (code, answer)); with a ring, a request's token ids are read from it."""
     iterations, extra = 0, {}
 
     def write_state(status):
@@ -252,16 +375,15 @@ def serve(args):
         os.replace(tmp, args.state)
 
     try:
-        server = Server(args)
-        requests = queue.Queue()
-        http_front(args.port, requests)
+        server = make_server()
+        ready()
         extra = dict(server.phases, ready_s=round(time.monotonic() - T0, 3))
         print(f"ready pid={os.getpid()} serving on 127.0.0.1:{args.port} in {extra['ready_s']:.2f} s; batch 1: "
               f"{json.dumps(server.expected[server.batches[0]])}", flush=True)
         write_state("ok")
         while True:
             try:
-                batch, reply = requests.get(timeout=args.interval_ms / 1000.0)
+                batch, reply = get(args.interval_ms / 1000.0)
             except queue.Empty:
                 b = server.batches[0]
                 got = server.generate(b)
@@ -272,9 +394,9 @@ def serve(args):
                 write_state("ok")
                 continue
             if batch in server.batches:
-                reply.put((200, server.generate(batch)))
+                put(reply, (200, server.generate(batch, ring.get(reply, batch) if ring else None)))
             else:
-                reply.put((400, {"error": f"batch {batch}: the captured sizes are {server.batches}"}))
+                put(reply, (400, {"error": f"batch {batch}: the captured sizes are {server.batches}"}))
     except BaseException as e:  # an import error, a CUDA error after a bad restore, a mismatch
         why = f"{type(e).__name__}: {e}".replace("\n", " ")
         print(f"serving_workload[{os.getpid()}]: FAIL {why}", file=sys.stderr, flush=True)
@@ -288,17 +410,22 @@ def main():
     m = sub.add_parser("make", help="write the weights")
     m.add_argument("--dir", required=True)
     m.add_argument("--size", type=int, choices=sorted(SIZES), default=6, help="GB of bf16 weights, about")
-    s = sub.add_parser("serve", help="load, warm up, answer")
-    s.add_argument("--dir", required=True)
-    s.add_argument("--port", type=int, required=True)
-    s.add_argument("--kv-gb", type=float, default=8.0, help="GiB of KV-cache arena (zeros)")
-    s.add_argument("--batches", default="1,2,4,8", help="decode batch sizes with a CUDA graph each")
-    s.add_argument("--new-tokens", type=int, default=8)
-    s.add_argument("--state", help="state file, rewritten after every self-check")
-    s.add_argument("--interval-ms", type=int, default=200)
-    s.add_argument("--eager", action="store_true", help="no torch.compile, no CUDA graphs")
+    for name in ("serve", "engine"):
+        s = sub.add_parser(name, help="load, warm up, answer" if name == "serve" else "--processes 2's engine")
+        s.add_argument("--dir", required=True)
+        s.add_argument("--port", type=int, required=True)
+        s.add_argument("--kv-gb", type=float, default=8.0, help="GiB of KV-cache arena (zeros)")
+        s.add_argument("--batches", default="1,2,4,8", help="decode batch sizes with a CUDA graph each")
+        s.add_argument("--new-tokens", type=int, default=8)
+        s.add_argument("--state", help="state file, rewritten after every self-check")
+        s.add_argument("--interval-ms", type=int, default=200)
+        s.add_argument("--eager", action="store_true", help="no torch.compile, no CUDA graphs")
+        s.add_argument("--processes", type=int, choices=(1, 2), default=1,
+                       help="2: an HTTP front without CUDA and an engine process")
+    sub.choices["engine"].add_argument("--fd", type=int, required=True, help="the socket to the front")
+    sub.choices["engine"].add_argument("--ring", required=True, help="the token ids' ring in /dev/shm")
     args = p.parse_args()
-    (make if args.cmd == "make" else serve)(args)
+    {"make": make, "serve": serve, "engine": engine}[args.cmd](args)
 
 
 if __name__ == "__main__":
