@@ -2,17 +2,18 @@
 # Kubernetes checkpoint images: a podman checkpoint archive of a container running a CUDA workload (fake
 # GPU) - the same kind of archive the kubelet's checkpoint API writes - is wrapped into an OCI checkpoint
 # image the way Kubernetes' documentation does it (buildah from scratch, the archive added, the
-# annotation io.kubernetes.cri-o.annotations.checkpoint.name), and that image is restored with
-# `podman container restore IMAGE` on a "second host": a private mount namespace in which podman's and
-# runc's directories are empty ones (a store with only the base image and the checkpoint image, loaded
-# from an OCI archive as if pulled from a registry). The workload verifies its device memory after the
-# restore and counts on from where it was checkpointed. Our plugin is enabled only through
-# /etc/criu/runc.conf and /etc/criu/cuda_plugin.conf (lib.sh's podman_setup).
+# annotation io.kubernetes.cri-o.annotations.checkpoint.name), pushed to the test's registry
+# (docker-registry on 127.0.0.1, lib.sh's registry_start) and removed here; that image is pulled from the
+# registry and restored with `podman container restore IMAGE` on a "second host": a private mount
+# namespace in which podman's and runc's directories are empty ones (a store with only the base image and
+# the checkpoint images). The workload verifies its device memory after the restore and counts on from
+# where it was checkpointed. Our plugin is enabled only through /etc/criu/runc.conf and
+# /etc/criu/cuda_plugin.conf (lib.sh's podman_setup).
 source "$(dirname "$0")/lib.sh"
 
-# The checkpoint archive as an image, as Kubernetes builds it, and with podman's own annotation too.
-K8S_IMAGE=localhost/cuda-criu-ct-checkpoint:k8s
-PODMAN_IMAGE=localhost/cuda-criu-ct-checkpoint:podman
+# The checkpoint archive as an image in the test's registry: tag k8s as Kubernetes builds it, tag podman
+# with podman's own annotation too.
+CKPT_REPO=cuda-criu-ct/pk-one
 
 ms_since() { echo $((($(date +%s%N) - $1) / 1000000)); }
 
@@ -32,39 +33,38 @@ restore_image() {
 }
 
 second_host() {
-	# podman on this host has runc as its runtime (named runc, as the image asks; its path our wrapper).
-	printf '[engine]\nruntime = "runc"\n[engine.runtimes]\nrunc = ["%s"]\n' "$T/bin/runc" >"$T/containers.conf"
-	export CONTAINERS_CONF=$T/containers.conf
+	local k8s=$REGISTRY/$CKPT_REPO:k8s podman=$REGISTRY/$CKPT_REPO:podman img
+	pod_runtime_conf
 	[ -z "$(pod ps -aq)" ] || fail "the second host's store is not empty"
 	pod_import_image
-	local img
-	for img in "$K8S_IMAGE" "$PODMAN_IMAGE"; do
-		pod load -i "$T/${img##*:}.tar" >"$T/load.log" 2>&1 || fail "podman load of $img failed: $(cat "$T/load.log")"
+	for img in "$k8s" "$podman"; do
 		on_pod_exit rmi -f "$img"
+		pod pull --tls-verify=false "$img" >"$T/pull.log" 2>&1 || fail "podman pull $img failed: $(cat "$T/pull.log")"
 	done
-	[ "$(pod image inspect -f '{{index .Annotations "io.kubernetes.cri-o.annotations.checkpoint.name"}}' "$K8S_IMAGE")" = pk-one ] ||
-		fail "the checkpoint image $K8S_IMAGE lost its annotation io.kubernetes.cri-o.annotations.checkpoint.name"
+	[ "$(pod image inspect -f '{{index .Annotations "io.kubernetes.cri-o.annotations.checkpoint.name"}}' "$k8s")" = pk-one ] ||
+		fail "the checkpoint image $k8s lost its annotation io.kubernetes.cri-o.annotations.checkpoint.name"
 
 	# 1. The image as Kubernetes builds it.
-	if restore_image "$K8S_IMAGE"; then
+	if restore_image "$k8s"; then
 		echo ok >"$T/k8s_image_restored"
 	else
 		# podman finds its checkpoint images by its own annotation only (podman 4.3: "image is not a
 		# checkpoint"); anything else is a failure.
 		grep -q "image is not a checkpoint" "$T/restore-cmd.log" ||
-			fail "podman container restore $K8S_IMAGE failed: $(cat "$T/restore-cmd.log")"
+			fail "podman container restore $k8s failed: $(cat "$T/restore-cmd.log")"
 		log "podman refuses the Kubernetes checkpoint image: $(cat "$T/restore-cmd.log")"
 	fi
 	# 2. The same archive as an image with podman's annotation: the GPU state in a checkpoint image, restored.
-	restore_image "$PODMAN_IMAGE" || fail "podman container restore $PODMAN_IMAGE failed: $(cat "$T/restore-cmd.log")"
-	pod rmi -f "$K8S_IMAGE" "$PODMAN_IMAGE" "$POD_IMAGE" >/dev/null
+	restore_image "$podman" || fail "podman container restore $podman failed: $(cat "$T/restore-cmd.log")"
+	pod rmi -f "$k8s" "$podman" "$POD_IMAGE" >/dev/null
 }
 second_host_part "$@"
 
-ct_setup runc podman buildah
+ct_setup runc podman buildah docker-registry
 log "$(podman --version), $(buildah --version)"
 podman_setup
 pod_fakegpu_mounts
+registry_start
 
 pod_run pk-one "$(memcheck_cmd one 64)" "${POD_FAKEGPU[@]}"
 wait_for "the workload to fill its device memory" 20 test -f "$T/state/one"
@@ -82,10 +82,11 @@ grep -q 'checkpoint/cuda-plugin.img' "$T/export.list" || fail "the archive has n
 pod rm -f pk-one >/dev/null || fail "podman rm failed"
 state_value "$T/state/one" iterations >"$T/at_dump"
 
-# checkpoint_image IMAGE [ANNOTATION...]: the archive as an image, built as Kubernetes' documentation
-# does, written as an OCI archive $T/TAG.tar (what a registry would carry to the other node).
+# checkpoint_image TAG [ANNOTATION...]: the archive as an image, built as Kubernetes' documentation
+# does, pushed to the test's registry as $CKPT_REPO:TAG (with podman: the watchdog bounds podman's calls,
+# not buildah's) and removed here.
 checkpoint_image() {
-	local img=$1 a t0
+	local img=$REGISTRY/$CKPT_REPO:$1 a t0
 	shift
 	t0=$(date +%s%N)
 	bctr=$(buildah from scratch 2>"$T/buildah.log") || fail "buildah from scratch failed: $(cat "$T/buildah.log")"
@@ -94,14 +95,16 @@ checkpoint_image() {
 	for a in io.kubernetes.cri-o.annotations.checkpoint.name=pk-one "$@"; do
 		buildah config --annotation="$a" "$bctr" >>"$T/buildah.log" 2>&1 || fail "buildah config --annotation=$a failed: $(cat "$T/buildah.log")"
 	done
-	buildah commit -q "$bctr" "oci-archive:$T/${img##*:}.tar:$img" >>"$T/buildah.log" 2>&1 ||
-		fail "buildah commit failed: $(cat "$T/buildah.log")"
+	on_pod_exit rmi -f "$img"
+	buildah commit -q "$bctr" "$img" >>"$T/buildah.log" 2>&1 || fail "buildah commit failed: $(cat "$T/buildah.log")"
 	buildah rm "$bctr" >/dev/null 2>&1
-	log "checkpoint image $img built in $(ms_since "$t0") ms ($(du -h "$T/${img##*:}.tar" | cut -f1))"
+	pod push --tls-verify=false "$img" >"$T/push.log" 2>&1 || fail "podman push $img failed: $(cat "$T/push.log")"
+	pod rmi "$img" >/dev/null || fail "podman rmi $img failed"
+	log "checkpoint image $img built and pushed in $(ms_since "$t0") ms"
 }
-checkpoint_image "$K8S_IMAGE"
+checkpoint_image k8s
 # podman restores only images that name the runtime they need, in its own annotation.
-checkpoint_image "$PODMAN_IMAGE" io.podman.annotations.checkpoint.runtime.name=runc
+checkpoint_image podman io.podman.annotations.checkpoint.runtime.name=runc
 
 on_second_host
 [ -f "$T/k8s_image_restored" ] ||

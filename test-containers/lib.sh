@@ -181,11 +181,11 @@ runc_remove() { # ID
 # A "second host" for a podman test: the test script run again (on_second_host) in a private mount
 # namespace in which podman's and runc's directories (/var/lib/containers/storage,
 # /run/containers/storage, /run/libpod, /run/runc) are empty ones, so that podman there has a store of
-# its own at the usual paths. There the script's function second_host runs; the daemon, $FAKEGPU_DIR and
-# $T stay the first part's.
+# its own at the usual paths. There the script's function second_host runs; the daemon, $FAKEGPU_DIR, $T
+# and the registry ($REGISTRY, registry_start) stay the first part's.
 
 on_second_host() {
-	CT_T=$T FAKEGPU_DIR=$FAKEGPU_DIR CT_OUT=$CT_OUT PLUGIN_DIR=$PLUGIN_DIR CRIU=$CRIU \
+	CT_T=$T CT_REGISTRY=$REGISTRY FAKEGPU_DIR=$FAKEGPU_DIR CT_OUT=$CT_OUT PLUGIN_DIR=$PLUGIN_DIR CRIU=$CRIU \
 		unshare -m --propagation private bash "$0" --second-host || fail "the second host failed"
 }
 
@@ -195,6 +195,7 @@ second_host_part() {
 	[ "${1:-}" = --second-host ] || return 0
 	TEST_NAME=$(basename "$0" .sh)/second-host
 	T=${CT_T:?} # with the daemon and $FAKEGPU_DIR, the first part's: removed by it, not here
+	REGISTRY=${CT_REGISTRY:-} # likewise: reached on the loopback, which both parts share
 	local d
 	for d in /var/lib/containers/storage /run/containers/storage /run/libpod /run/runc; do
 		mkdir -p "$T/host2$d" "$d"
@@ -239,6 +240,13 @@ EOR
 	chmod +x "$T/bin/runc"
 	criu_conf_setup
 	pod_import_image
+}
+
+# pod_runtime_conf: podman's runtime runc is our wrapper, in a containers.conf of the test's. Needed where
+# podman picks the runtime itself: `podman container restore IMAGE` takes the one the image names.
+pod_runtime_conf() {
+	printf '[engine]\nruntime = "runc"\n[engine.runtimes]\nrunc = ["%s"]\n' "$T/bin/runc" >"$T/containers.conf"
+	export CONTAINERS_CONF=$T/containers.conf
 }
 
 # criu_conf_setup: our plugin through CRIU's configuration, as runc has CRIU read it under any runtime:
@@ -302,4 +310,42 @@ pod_log() { # NAME dump|restore
 	rm -f "$T/$2.log"
 	if [ -n "$dir" ]; then cp "$dir/$2.log" "$T/$2.log" 2>/dev/null || true; fi
 	[ -f "$T/$2.log" ] || fail "no CRIU $2.log of $1 (in '$dir')"
+}
+
+# ---------------------------------------------------------------------------------------------------
+# A registry for checkpoint images: Debian's docker-registry (distribution 2.8) run by the test, on
+# 127.0.0.1 only, plain HTTP (podman push/pull --tls-verify=false), its configuration and storage in $T.
+# The test runs it itself, not through the package's service: the test machine may have no systemd.
+REGISTRY=""       # HOST:PORT of the test's registry (registry_start)
+REGISTRY_PID=""
+
+# free_port: a TCP port of 127.0.0.1 on which nothing listens now.
+free_port() {
+	python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
+
+# registry_start: the registry on a free port, in its own session, its log in $T/registry.log, stopped
+# at exit; sets REGISTRY once it accepts connections (10 s at most). A test that calls it names
+# docker-registry to ct_setup, which skips where it is not installed.
+registry_start() {
+	local port
+	port=$(free_port)
+	mkdir -p "$T/registry"
+	cat >"$T/registry/config.yml" <<EOC
+version: 0.1
+log:
+  level: info
+storage:
+  filesystem:
+    rootdirectory: $T/registry/data
+http:
+  addr: 127.0.0.1:$port
+EOC
+	setsid docker-registry serve "$T/registry/config.yml" </dev/null >"$T/registry.log" 2>&1 &
+	REGISTRY_PID=$!
+	on_exit 'kill "$REGISTRY_PID"; wait "$REGISTRY_PID"'
+	# Up when its port accepts a connection (bash's /dev/tcp); a registry that exited fails at once.
+	timeout 10 bash -c "until (: </dev/tcp/127.0.0.1/$port) 2>/dev/null; do kill -0 $REGISTRY_PID 2>/dev/null || exit; sleep 0.1; done" ||
+		fail "docker-registry is not listening on 127.0.0.1:$port: it exited, or 10 s passed (config $T/registry/config.yml)"
+	REGISTRY=127.0.0.1:$port
 }

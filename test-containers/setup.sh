@@ -28,9 +28,10 @@ setup_log() { echo "[test-containers/setup] $*" >&2; }
 if [ $install = 1 ]; then
 	# runc and podman (podman brings conmon and the CNI plugins), containerd (its ctr client; the tests
 	# start a containerd of their own), crun (Debian's is built without CRIU: its test says so and
-	# skips), buildah (Kubernetes checkpoint images), a static busybox for the root file system,
-	# iptables for CRIU's network lock, jq to read runtimes' JSON.
-	pkgs=(runc podman containerd crun buildah busybox-static iptables jq)
+	# skips), buildah (Kubernetes checkpoint images), docker-registry (the registry the checkpoint images
+	# go through: the tests run their own, lib.sh's registry_start), a static busybox for the root file
+	# system, iptables for CRIU's network lock, jq to read runtimes' JSON.
+	pkgs=(runc podman containerd crun buildah docker-registry busybox-static iptables jq)
 	missing=()
 	for p in "${pkgs[@]}"; do
 		dpkg-query -W -f='${db:Status-Status}' "$p" 2>/dev/null | grep -qx installed || missing+=("$p")

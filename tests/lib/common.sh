@@ -69,7 +69,7 @@ WATCHDOG_HITS=""
 # (CRIU's), and the end of the CRIU log its command line names (-o LOG in -D DIR).
 describe_call() {
 	local pid=$1 args dir="" out="" t
-	args=$(tr '\0' '\n' <"/proc/$pid/cmdline" 2>/dev/null) || return 0
+	args=$(tr '\0' '\n' 2>/dev/null <"/proc/$pid/cmdline") || return 1
 	echo "'$(echo "$args" | xargs | cut -c1-300)' (pid $pid, $(sed -n 's/^State:\s*//p' "/proc/$pid/status"), waiting in $(cat "/proc/$pid/wchan" 2>/dev/null))"
 	for t in $(grep -l "^TracerPid:\s*$pid$" /proc/[0-9]*/task/[0-9]*/status 2>/dev/null); do
 		t=${t%/status}
@@ -81,30 +81,40 @@ describe_call() {
 	[ -z "$out" ] || [ ! -f "$out" ] || { echo "  its log $out ends:"; tail -n 3 "$out" | sed 's/^/    /'; }
 }
 
-# watch_calls ROOT START: the watchdog's loop (start_watchdog).
+# watch_calls ROOT START: the watchdog's loop (start_watchdog). A call's age is counted from when the
+# watchdog first saw it (pid and start time together name it), not from ps's etimes, which some hosts
+# report as billions of seconds for a process that has just started.
 watch_calls() {
-	local root=$1 start=$2 sid deadline=0 line pid etimes comm why kids
+	local root=$1 start=$2 sid deadline=0 now pid stime comm why what kids
+	local -A seen=()
 	sid=$(ps -o sid= -p "$root" | tr -d ' ')
 	[ -z "${TEST_TIMEOUT:-}" ] || deadline=$((start + TEST_TIMEOUT - 15))
 	while kill -0 "$root" 2>/dev/null; do
-		# The test's descendants in its session: pid, elapsed seconds, name.
-		ps -e -o pid=,ppid=,sid=,etimes=,comm= | awk -v root="$root" -v sid="$sid" '
-			{ ppid[$1] = $2; s[$1] = $3; e[$1] = $4; c[$1] = $5 }
+		now=$(date +%s)
+		# The test's descendants in its session: pid, start time (in clock ticks since boot), name.
+		while read -r pid stime comm; do
+			[[ $comm =~ $WATCHED_CALLS ]] || continue
+			: "${seen[$pid:$stime]:=$now}"
+			why=""
+			[ $((now - ${seen[$pid:$stime]})) -lt "$CALL_BOUND" ] || why="ran past its bound of ${CALL_BOUND}s"
+			[ "$deadline" = 0 ] || [ "$now" -lt "$deadline" ] ||
+				why="still ran 15 s before the test's ${TEST_TIMEOUT}s run out"
+			[ -n "$why" ] || continue
+			what=$(describe_call "$pid") || continue # (it has just ended)
+			echo "[${TEST_NAME:-test}] watchdog: a call $why, killed: $what" | tee -a "$WATCHDOG_HITS" >&2
+			kids=$(ps -e -o pid=,ppid= | awk -v p="$pid" '$2 == p {print $1}')
+			kill -9 "$pid" $kids 2>/dev/null
+		done < <(ps -e -o pid=,ppid=,sid=,comm= | awk -v root="$root" -v sid="$sid" '
+			{ ppid[$1] = $2; s[$1] = $3; c[$1] = $4 }
 			END { for (p in ppid) { if (s[p] != sid) continue
 				for (q = ppid[p]; q > 1 && q != root; q = ppid[q]) ;
-				if (q == root) print p, e[p], c[p] } }' |
-			while read -r pid etimes comm; do
-				[[ $comm =~ $WATCHED_CALLS ]] || continue
-				why=""
-				[ "$etimes" -lt "$CALL_BOUND" ] || why="ran past its bound of ${CALL_BOUND}s"
-				[ "$deadline" = 0 ] || [ "$(date +%s)" -lt "$deadline" ] ||
-					why="still ran 15 s before the test's ${TEST_TIMEOUT}s run out"
-				[ -n "$why" ] || continue
-				{ echo "[${TEST_NAME:-test}] watchdog: a call $why, killed: $(describe_call "$pid")"; } |
-					tee -a "$WATCHDOG_HITS" >&2
-				kids=$(ps -e -o pid=,ppid= | awk -v p="$pid" '$2 == p {print $1}')
-				kill -9 "$pid" $kids 2>/dev/null
-			done
+				if (q == root) print p, c[p] } }' |
+			while read -r pid comm; do
+				# its start time: field 22 of /proc/PID/stat, the 20th after the name in parentheses
+				read -r stime 2>/dev/null <"/proc/$pid/stat" || continue
+				read -r -a f <<<"${stime##*) }"
+				echo "$pid ${f[19]} $comm"
+			done)
 		sleep 1
 	done
 }
