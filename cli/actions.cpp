@@ -18,6 +18,7 @@
 #include "cli.h"
 #include "commands.h"
 #include "core/driver_calls.h"
+#include "core/dump_refusals.h"
 #include "core/gpu_plan.h"
 #include "core/options.h"
 #include "json.h"
@@ -237,6 +238,10 @@ std::vector<ActionResult> ActionRun::run(const std::vector<pid_t> &pids)
 		else if (r.status && a == "toggle" && r.state == CudaState::Locked)
 			refused = make_error(EINVAL, "the process is locked: --toggle goes between running and checkpointed "
 						     "only; use --action checkpoint or --action unlock");
+		// What a dump refuses before its lock, a checkpoint here refuses too: the image would not restore.
+		else if (r.status && (a == "checkpoint" || a == "suspend" || a == "toggle") &&
+			 r.state != CudaState::Checkpointed)
+			refused = refuse_sharing(host_, r.pid);
 		if (!refused)
 			r.status = std::move(refused).error().context("%s pid %d", a.c_str(), r.pid);
 	}

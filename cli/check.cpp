@@ -13,6 +13,7 @@
 
 #include "cli.h"
 #include "commands.h"
+#include "core/dump_refusals.h"
 #include "core/options.h"
 #include "criu_info.h"
 #include "base/text.h"
@@ -22,6 +23,8 @@
 #include "elf_file.h"
 #include "json.h"
 #include "os/checkpoint_buffer.h"
+#include "os/host.h"
+#include "os/proc.h"
 #include "os/thp.h"
 #include "criu_check.h"
 #include "runtimes.h"
@@ -427,11 +430,48 @@ void print_json(const Checks &c, const Facts &f)
 	std::fputs(j.str().c_str(), stdout);
 }
 
+// pid-N: whether a dump of process N would get past what the plugin refuses before its lock (the same
+// checks, core/dump_refusals.h): what the driver would checkpoint into an image that cannot restore.
+void check_processes(Checks &c, const std::vector<pid_t> &pids)
+{
+	SystemHost host;
+	for (pid_t pid : pids) {
+		std::string name = "pid-" + std::to_string(pid);
+		if (!process_exists(pid)) {
+			c.add(name, Level::Fail, format("no process %d", pid));
+			continue;
+		}
+		if (!maps_libcuda(pid)) {
+			c.add(name, Level::Ok, format("pid %d does not use CUDA: CRIU dumps it as a plain process", pid));
+			continue;
+		}
+		if (host.task_info(pid).stopped) {
+			c.add(name, Level::Fail, format("pid %d is stopped: the driver cannot lock a stopped CUDA process", pid),
+			      format("kill -CONT %d", pid));
+			continue;
+		}
+		if (Status st = refuse_sharing(host, pid); !st) {
+			c.add(name, Level::Fail, format("pid %d cannot be checkpointed: %s", pid, st.error().message().c_str()),
+			      "a dump of it is refused before anything is locked, and it runs on");
+			continue;
+		}
+		c.add(name, Level::Ok,
+		      format("pid %d uses CUDA and shares no GPU memory with other processes: it can be checkpointed", pid));
+	}
+}
+
 } // namespace
 
 int cmd_check(const Invocation &in)
 {
 	const ParsedArgs &a = in.args;
+	std::vector<pid_t> pids;
+	for (const std::string &p : a.positionals) {
+		auto pid = parse_pid(p);
+		if (!pid)
+			return usage_error("check", pid.error().message());
+		pids.push_back(*pid);
+	}
 	std::string criu, libdir, libcuda;
 	a.get("--criu", criu);
 	a.get("--libdir", libdir);
@@ -466,6 +506,7 @@ int cmd_check(const Invocation &in)
 	check_privileges(c);
 	check_kernel(c);
 	check_thp(c, facts);
+	check_processes(c, pids);
 
 	if (a.has("--json"))
 		print_json(c, facts);

@@ -30,8 +30,8 @@ const char kActionExit[] = R"(0  every process reached the state asked for
 2  bad usage)";
 
 const Command kCommands[] = {
-	{"check", cmd_check, Operands::None, "check that this machine can checkpoint and restore CUDA processes",
-	 "",
+	{"check", cmd_check, Operands::Some, "check that this machine can checkpoint and restore CUDA processes",
+	 "[PID...]",
 	 R"(A preflight in the spirit of `criu check`. Each check prints one line
 
     ok|warn|fail  NAME  DETAIL
@@ -73,6 +73,11 @@ and a `hint:` line below a warn or fail that says how to fix it. The checks:
   thp               the transparent huge page mode: `always` is ok, `madvise` or `never` a warning
                     (the driver's checkpoint buffer gets huge pages only with `always`, which makes
                     checkpoint and restore faster); the hint sets it until reboot
+  pid-N             for each PID given: whether a dump of it gets past what the plugin refuses
+                    before it locks anything (a process stopped, or one sharing GPU memory with
+                    another process through CUDA IPC: it would be checkpointed into an image the
+                    driver cannot restore), so that a process that cannot be checkpointed shows
+                    before the dump
 
 On a machine without an NVIDIA GPU (no /proc/driver/nvidia/gpus entry and no CUDA_CRIU_LIBCUDA) the
 driver checks warn instead of failing, unless --require-gpu is given.
@@ -96,7 +101,8 @@ CUDA_CRIU_CRIU_CONFIG_DIR, when set, is read in place of /etc/criu for CRIU's co
 2  bad usage)",
 	 R"(cuda-criu check
 cuda-criu check --json | python3 -m json.tool
-cuda-criu check --criu /opt/criu/sbin/criu --libdir /opt/criu/lib --require-gpu)", nullptr},
+cuda-criu check --criu /opt/criu/sbin/criu --libdir /opt/criu/lib --require-gpu
+cuda-criu check --runtimes none $(pgrep -f train.py))", nullptr},
 
 	{"inspect", cmd_inspect, Operands::Some, "show what the plugin stored in a CRIU image directory, and verify it",
 	 "DIR",

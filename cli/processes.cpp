@@ -11,6 +11,8 @@
 #include "cli.h"
 #include "commands.h"
 #include "json.h"
+#include "core/dump_refusals.h"
+#include "os/host.h"
 #include "os/proc.h"
 #include "process_errors.h"
 
@@ -23,6 +25,7 @@ struct ProcessReport {
 	std::optional<pid_t> restore_tid;
 	std::string error;   // why the driver could not answer
 	std::string command; // ps only
+	std::string refused; // ps only: why a dump of it would be refused before the lock (core/dump_refusals.h)
 };
 
 ProcessReport query(Driver &driver, pid_t pid)
@@ -87,8 +90,13 @@ void print_json(const std::vector<ProcessReport> &reports, bool with_command)
 			j.field("restore_tid", *r.restore_tid);
 		else
 			j.key("restore_tid").null();
-		if (with_command)
+		if (with_command) {
 			j.field("command", r.command);
+			if (r.refused.empty())
+				j.key("checkpoint_refused").null();
+			else
+				j.field("checkpoint_refused", r.refused);
+		}
 		if (r.error.empty())
 			j.key("error").null();
 		else
@@ -108,11 +116,15 @@ int list_all(bool json)
 		auto d = open_driver();
 		if (!d)
 			return report_failure(d.error().message());
+		SystemHost host;
 		for (pid_t pid : pids) {
 			if (!process_exists(pid))
 				continue; // ended since the scan
 			reports.push_back(query(**d, pid));
 			reports.back().command = command_of(pid);
+			if (reports.back().state == CudaState::Running || reports.back().state == CudaState::Locked)
+				if (Status st = refuse_sharing(host, pid); !st)
+					reports.back().refused = st.error().message();
 		}
 	}
 	if (json) {
@@ -124,6 +136,8 @@ int list_all(bool json)
 		std::string tid = r.restore_tid ? std::to_string(*r.restore_tid) : "-";
 		std::printf("%-8d %-13s %-12s %s\n", r.pid, r.state ? to_string(*r.state) : "-", tid.c_str(),
 			    r.command.c_str());
+		if (!r.refused.empty())
+			std::printf("%-8s cannot be checkpointed: %s\n", "", r.refused.c_str());
 	}
 	return kExitOk;
 }

@@ -11,9 +11,9 @@
 #include "base/format.h"
 #include "base/log.h"
 #include "base/text.h"
+#include "core/dump_preflight.h"
+#include "core/dump_refusals.h"
 #include "core/gpu_store.h"
-#include "core/memory_check.h"
-#include "core/space_check.h"
 
 #ifndef CUDA_CRIU_VERSION
 #define CUDA_CRIU_VERSION "dev"
@@ -136,7 +136,10 @@ Result<bool> DumpSession::pause_cuda(pid_t pid, uint64_t deadline)
 		// libcuda is loaded but no CUDA context exists (a worker forked from a CUDA process, or one that
 		// imported a CUDA library). Its device files, if any, are judged now, while its CUDA ancestors
 		// still hold theirs.
-		no_cuda_state_[pid] = check_inherited(pid);
+		std::vector<std::pair<pid_t, std::vector<DeviceFd>>> cuda_fds;
+		for (const Proc &p : procs_)
+			cuda_fds.emplace_back(p.pid, p.device_fds);
+		no_cuda_state_[pid] = not_inherited(host_, pid, cuda_fds);
 		LOG_INFO("pid %d has libcuda loaded but no CUDA state to save (%s); dumping it as a plain process",
 			 pid, tid.error().message().c_str());
 		return false;
@@ -148,11 +151,12 @@ Result<bool> DumpSession::pause_cuda(pid_t pid, uint64_t deadline)
 			"pid %d has libcuda loaded, but the driver cannot say whether it holds CUDA state, so it is not "
 			"dumped without it (check the process and the driver with nvidia-smi)",
 			pid);
-	if (auto st = check_not_streamed(pid); !st)
-		return std::move(st).error();
+	// What the driver would checkpoint into an image that cannot restore is refused before any lock.
 	std::vector<DeviceFd> device_fds = host_.nvidia_device_files(pid).fds;
-	if (auto st = check_no_shared_handles(pid, device_fds); !st)
-		return std::move(st).error();
+	for (Status st : {refuse_streamed(host_, pid), refuse_shared_handles(host_, pid, device_fds),
+			  refuse_legacy_ipc(host_, pid)})
+		if (!st)
+			return std::move(st).error();
 	auto state = ask<CudaState>(driver_, limit_ms(deadline, kDriverGraceMs), format("query the CUDA state of pid %d", pid),
 				    [pid](Driver &d) { return d.state(pid); });
 	if (!state)
@@ -167,12 +171,13 @@ Result<bool> DumpSession::pause_cuda(pid_t pid, uint64_t deadline)
 	note_gpus(p, info, deadline);
 	if (!preflight_done_) { // before the first lock, for the whole tree
 		preflight_done_ = true;
-		if (auto st = check_memory(deadline); !st)
+		gpu_memory_ = tree_gpu_memory(driver_, limit_ms(deadline, kDriverGraceMs));
+		if (auto st = preflight_memory(options_, host_, first_pid_, gpu_memory_); !st)
 			return std::move(st).error();
-		if (auto st = check_space(); !st)
+		if (auto st = preflight_space(options_, host_, first_pid_, image_dir_fd_, gpu_memory_); !st)
 			return std::move(st).error();
 	}
-	if (auto it = gpu_bytes_.find(pid); it != gpu_bytes_.end())
+	if (auto it = gpu_memory_.bytes.find(pid); it != gpu_memory_.bytes.end())
 		p.gpu_bytes = it->second;
 
 	switch (*state) {
@@ -200,177 +205,15 @@ Result<bool> DumpSession::pause_cuda(pid_t pid, uint64_t deadline)
 	return true;
 }
 
-// Why pid's NVIDIA device files may not be stood in for, or nullopt: each must be one open file with a
-// device file of a CUDA process paused before it (CRIU pauses a parent before its children), i.e. one a
-// fork gave it. A process that opened its own (NVML, a library probing the GPUs) would lose them.
-std::optional<Error> DumpSession::check_inherited(pid_t pid)
-{
-	HeldDeviceFiles held = host_.nvidia_device_files(pid);
-	if (held.fds.empty())
-		return std::nullopt;
-	for (const DeviceFd &f : held.fds) {
-		bool shared = false;
-		for (const Proc &p : procs_)
-			for (const DeviceFd &g : p.device_fds)
-				shared = shared || host_.same_open_file(pid, f.fd, p.pid, g.fd).value_or(false);
-		if (!shared)
-			return make_error(EBUSY,
-					  "pid %d holds the NVIDIA device file %s (fd %d) and has no CUDA state, but did not "
-					  "inherit that file from a CUDA process of this dump (it opened it itself, e.g. "
-					  "through NVML, or its CUDA parent is not in the dump): the driver's checkpoint cannot "
-					  "save what it does with the GPU; dump the tree from its CUDA parent, or end that GPU "
-					  "use before the dump",
-					  pid, f.path.c_str(), f.fd);
-	}
-	return std::nullopt;
-}
-
-// A CUDA memory handle exported to or imported from another process as a file descriptor is an open
-// /dev/nvidiactl beyond the driver's own one (and NVML's one, where NVML is loaded): seen on r580 for
-// cuMemExportToShareableHandle (the exporter, while it keeps the fd) and for cudaMallocAsync pools shared
-// with cuMemPoolExportToShareableHandle (both sides). The driver checkpoints such a process, but cannot
-// restore one that imported memory (nor return it in place): refused before the lock. Legacy CUDA IPC
-// (cuIpcOpenMemHandle) leaves no such trace (docs/faults.md, "CUDA IPC").
-Status DumpSession::check_no_shared_handles(pid_t pid, const std::vector<DeviceFd> &fds)
-{
-	size_t ctl = static_cast<size_t>(std::count_if(fds.begin(), fds.end(), [](const DeviceFd &f) {
-		return f.path.size() >= 9 && f.path.compare(f.path.size() - 9, 9, "nvidiactl") == 0;
-	}));
-	bool nvml = host_.uses_nvml(pid);
-	size_t own = nvml ? 2 : 1;
-	if (ctl <= own)
-		return {};
-	return make_error(EBUSY,
-			  "pid %d holds %zu open /dev/nvidiactl files, %zu more than the CUDA driver%s opens: a CUDA memory "
-			  "handle exported to or imported from another process as a file descriptor "
-			  "(cuMemExportToShareableHandle, a cudaMallocAsync pool shared with "
-			  "cuMemPoolExportToShareableHandle); the driver checkpoints such processes but cannot restore "
-			  "the one that imported the memory (CUDA IPC is restored from driver r610 on), so the dump is "
-			  "refused before the lock and the tree goes on running; dump it once those handles are closed",
-			  pid, ctl, ctl - own, nvml ? " and NVML" : "");
-}
-
-// The plugin writes its files (the GPU image, cuda-plugin.img, the stand-ins' record) into the image
-// directory itself: with --stream they would never reach CRIU's image streamer.
-Status DumpSession::check_not_streamed(pid_t pid) const
-{
-	for (const std::string &a : host_.command_line())
-		if (a == "--stream")
-			return make_error(EINVAL,
-					  "pid %d: criu dump --stream sends the image to the image streamer, which the CUDA "
-					  "plugin's own files (GPU image, cuda-plugin.img) never reach: the image would not "
-					  "restore; dump without --stream",
-					  pid);
-	return {};
-}
-
 Status DumpSession::stand_ins_allowed(pid_t pid) const
 {
 	if (auto it = no_cuda_state_.find(pid); it != no_cuda_state_.end()) {
 		if (it->second)
 			return *it->second;
-		return check_not_streamed(pid);
+		return refuse_streamed(host_, pid);
 	}
-	if (std::any_of(procs_.begin(), procs_.end(), [&](const Proc &p) { return p.pid == pid; }))
-		return make_error(EBUSY,
-				  "pid %d still holds NVIDIA device files after its CUDA checkpoint: most likely a CUDA "
-				  "memory handle exported to or imported from another process as a file descriptor "
-				  "(cuMemExportToShareableHandle, a cudaMallocAsync pool shared between processes), which "
-				  "the driver cannot checkpoint (CUDA IPC needs driver r610 or newer)",
-				  pid);
-	return make_error(EBUSY,
-			  "pid %d holds NVIDIA device files but does not use CUDA (no libcuda mapped: NVML, nvidia-smi, "
-			  "DCGM or another direct user of the driver): the driver's checkpoint saves CUDA processes only, "
-			  "so its GPU files cannot be restored; stop it, or leave it out of the dump",
-			  pid);
-}
-
-// The memory preflight (core/memory_check.h) over the CUDA processes of the tree CRIU dumps, with the GPU
-// memory NVML reports for each. Without NVML there is nothing to compare: the check is skipped.
-Status DumpSession::check_memory(uint64_t deadline)
-{
-	auto usage = ask<std::map<pid_t, uint64_t>>(
-		driver_, limit_ms(deadline, kDriverGraceMs), "ask NVML for the GPU memory of each process",
-		[](Driver &d) -> Result<std::map<pid_t, uint64_t>> {
-			if (auto m = d.gpu_bytes_by_process())
-				return std::move(*m);
-			return make_error(ENOSYS, "%s", "NVML cannot tell");
-		});
-	if (!usage) {
-		LOG_INFO("no memory preflight: %s", usage.error().message().c_str());
-		return {};
-	}
-	gpu_bytes_ = std::move(*usage);
-	gpu_bytes_known_ = true;
-	if (options_.memory_check == MemoryCheck::Off)
-		return {};
-	std::vector<CheckpointNeed> needs;
-	std::vector<pid_t> tree{first_pid_};
-	for (size_t i = 0; i < tree.size(); i++) {
-		for (pid_t c : host_.children(tree[i]))
-			tree.push_back(c);
-		auto it = gpu_bytes_.find(tree[i]);
-		if (it != gpu_bytes_.end() && it->second && host_.uses_libcuda(tree[i]))
-			needs.push_back({tree[i], it->second, host_.memory_cgroup(tree[i])});
-	}
-	Status st = check_checkpoint_memory(needs, host_.available_memory());
-	if (!st && options_.memory_check == MemoryCheck::Warn) {
-		LOG_WARN("%s (memory-check=warn: dumping anyway)", st.error().message().c_str());
-		return {};
-	}
-	return st;
-}
-
-// The room preflight (core/space_check.h): the tree's private memory and the CUDA processes' GPU memory
-// against the free space of the image directory. Skipped where the pages do not go there (CRIU's command
-// line says so; a CRIU driven over RPC shows no options) or the free space is unknown.
-Status DumpSession::check_space()
-{
-	if (options_.space_check == SpaceCheck::Off || image_dir_fd_ < 0)
-		return {};
-	ImageSpaceNeed need;
-	for (const std::string &a : host_.command_line()) {
-		for (const char *elsewhere : {"--page-server", "--lazy-pages", "--stream"})
-			if (a == elsewhere && (a != "--page-server" || options_.gpu_image != GpuImage::Plugin)) {
-				LOG_INFO("no space preflight: the pages do not go into the image directory (%s)", elsewhere);
-				return {};
-			}
-		// The pages go to the page server; the plugin's GPU image still comes here.
-		need.pages_elsewhere |= a == "--page-server";
-		if (a.rfind("--prev-images-dir", 0) == 0)
-			need.ordinary_is_floor = false;
-	}
-	auto space = host_.free_space_at(image_dir_fd_);
-	if (!space) {
-		LOG_INFO("no space preflight: the room in the image directory is unknown (%s)",
-			 space.error().message().c_str());
-		return {};
-	}
-	need.gpu_known = gpu_bytes_known_;
-	need.gpu_sparse = options_.gpu_image == GpuImage::Plugin;
-	std::vector<pid_t> tree{first_pid_};
-	for (size_t i = 0; i < tree.size(); i++) {
-		for (pid_t c : host_.children(tree[i]))
-			tree.push_back(c);
-		need.processes++;
-		need.ordinary_bytes += need.pages_elsewhere ? 0 : host_.task_info(tree[i]).anon_bytes;
-		if (host_.uses_libcuda(tree[i])) {
-			need.cuda_processes++;
-			if (auto it = gpu_bytes_.find(tree[i]); it != gpu_bytes_.end())
-				need.gpu_bytes += it->second;
-		}
-	}
-	ImageSpaceVerdict v = check_image_space(need, *space);
-	LOG_INFO("%s", v.summary.c_str());
-	if (!v.refusal && options_.space_check == SpaceCheck::Warn) {
-		LOG_WARN("%s (space-check=warn: dumping anyway)", v.refusal.error().message().c_str());
-		return {};
-	}
-	if (!v.refusal)
-		return std::move(v.refusal).error();
-	if (!v.warning.empty())
-		LOG_WARN("%s", v.warning.c_str());
-	return {};
+	bool cuda = std::any_of(procs_.begin(), procs_.end(), [&](const Proc &p) { return p.pid == pid; });
+	return stand_ins_refused(pid, cuda);
 }
 
 // The GPUs the process holds: those whose device nodes it has open, narrowed to those it has a CUDA

@@ -13,6 +13,7 @@
 
 #include "base/result.h"
 #include "core/driver_calls.h"
+#include "core/dump_preflight.h"
 #include "core/guard.h"
 #include "core/options.h"
 #include "driver/driver.h"
@@ -83,14 +84,9 @@ private:
 
 	Status load_driver(unsigned budget_ms);
 	Result<bool> pause_cuda(pid_t pid, uint64_t deadline_us);
-	std::optional<Error> check_inherited(pid_t pid);
-	Status check_not_streamed(pid_t pid) const;
-	Status check_no_shared_handles(pid_t pid, const std::vector<DeviceFd> &fds);
 	void note_gpus(Proc &p, const TaskInfo &info, uint64_t deadline_us);
 	Status lock(Proc &p, uint64_t deadline_us);
 	Result<unsigned> pause_budget_ms(pid_t pid) const;
-	Status check_memory(uint64_t deadline_us);
-	Status check_space();
 	Status checkpoint_all();
 	void record_checkpoint(Proc &p, ProcResult result, Status &first_failure);
 	std::optional<BufferPolicy> buffer_policy();
@@ -112,8 +108,7 @@ private:
 	std::map<pid_t, std::optional<Error>> no_cuda_state_;
 	pid_t first_pid_ = 0;     // the first pid CRIU paused: the root of the tree
 	bool preflight_done_ = false;
-	std::map<pid_t, uint64_t> gpu_bytes_; // GPU memory of each process before the dump (NVML)
-	bool gpu_bytes_known_ = false;        // NVML answered
+	TreeGpuMemory gpu_memory_; // of each process before the dump (NVML)
 	int image_dir_fd_ = -1;
 	bool checkpointed_ = false;
 	bool buffer_traced_ = false; // the checkpoint traced the restore threads for the driver's buffer

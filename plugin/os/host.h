@@ -109,6 +109,11 @@ public:
 	virtual std::optional<bool> same_open_file(pid_t a, int fd_a, pid_t b, int fd_b) = 0;
 	// The start addresses of pid's mappings of NVIDIA device files (root only).
 	virtual std::vector<unsigned long> nvidia_device_mappings(pid_t pid) = 0;
+	// The driver's legacy CUDA IPC files pid maps (os/maps.h); empty: none, or its maps unreadable.
+	virtual std::vector<IpcFileMapping> cuda_ipc_files(pid_t pid) = 0;
+	// Every process that maps the file dev:inode, in pid order. Reads the maps of every process on the
+	// machine: asked only about a file some process maps.
+	virtual std::vector<pid_t> processes_mapping(const std::string &dev, uint64_t inode) = 0;
 };
 
 class SystemHost final : public Host {
@@ -140,6 +145,8 @@ public:
 	HeldDeviceFiles nvidia_device_files(pid_t pid) override;
 	std::optional<bool> same_open_file(pid_t a, int fd_a, pid_t b, int fd_b) override;
 	std::vector<unsigned long> nvidia_device_mappings(pid_t pid) override;
+	std::vector<IpcFileMapping> cuda_ipc_files(pid_t pid) override;
+	std::vector<pid_t> processes_mapping(const std::string &dev, uint64_t inode) override;
 };
 
 } // namespace cuda_criu

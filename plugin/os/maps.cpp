@@ -21,15 +21,16 @@ std::vector<Mapping> parse_maps(std::string_view text)
 	while (std::getline(in, line)) {
 		// start-end perms offset dev inode [path]
 		Mapping m;
-		char perms[8] = {};
+		char perms[8] = {}, dev[32] = {};
 		unsigned long long start = 0, end = 0, off = 0, inode = 0;
 		int path_at = 0;
-		if (std::sscanf(line.c_str(), "%llx-%llx %7s %llx %*s %llu %n", &start, &end, perms, &off, &inode,
-				&path_at) < 5)
+		if (std::sscanf(line.c_str(), "%llx-%llx %7s %llx %31s %llu %n", &start, &end, perms, &off, dev, &inode,
+				&path_at) < 6)
 			continue;
 		m.start = start;
 		m.end = end;
 		m.perms = perms;
+		m.dev = dev;
 		m.inode = inode;
 		if (path_at > 0 && static_cast<size_t>(path_at) < line.size())
 			m.path = line.substr(static_cast<size_t>(path_at));
@@ -131,6 +132,34 @@ std::vector<Mapping> pages_image_mappings(const std::vector<Mapping> &maps, cons
 			if (rest == ".img" || rest == ".img (deleted)")
 				out.push_back(m);
 		}
+	return out;
+}
+
+std::vector<IpcFileMapping> cuda_ipc_files(const std::vector<Mapping> &maps)
+{
+	constexpr std::string_view kPrefix = "/dev/shm/cuda.shm.", kDeleted = " (deleted)";
+	std::vector<IpcFileMapping> out;
+	for (const Mapping &m : maps) {
+		std::string_view path = m.path;
+		if (path.compare(0, kPrefix.size(), kPrefix) != 0 || m.inode == 0)
+			continue;
+		if (path.size() > kDeleted.size() && path.substr(path.size() - kDeleted.size()) == kDeleted)
+			path.remove_suffix(kDeleted.size());
+		// "<n>.<pid in hex>.<n>"
+		std::string_view name = path.substr(kPrefix.size());
+		size_t dot1 = name.find('.'), dot2 = dot1 == name.npos ? name.npos : name.find('.', dot1 + 1);
+		if (dot2 == name.npos || name.find('.', dot2 + 1) != name.npos)
+			continue;
+		std::string hex(name.substr(dot1 + 1, dot2 - dot1 - 1));
+		if (hex.empty() || hex.size() > 8 || hex.find_first_not_of("0123456789abcdefABCDEF") != std::string::npos)
+			continue;
+		bool seen = std::any_of(out.begin(), out.end(), [&](const IpcFileMapping &f) {
+			return f.inode == m.inode && f.dev == m.dev;
+		});
+		if (!seen)
+			out.push_back({std::string(path), m.dev, m.inode,
+				       static_cast<pid_t>(std::stoul(hex, nullptr, 16))});
+	}
 	return out;
 }
 

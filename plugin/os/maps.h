@@ -20,6 +20,7 @@ struct Mapping {
 	std::string perms; // "rw-p"
 	uint64_t inode = 0;
 	std::string path; // empty for anonymous memory; "[heap]", "[anon:name]", a file's path
+	std::string dev;  // the file's device, "fe:01"
 	bool private_anon() const;
 };
 
@@ -37,5 +38,19 @@ uint64_t total_bytes(const std::vector<MemoryRange> &ranges);
 // Mappings in `maps` of the image's pages files in the directory dir: CRIU's pages-N.img and the
 // plugin's cuda-gpu-N.img.
 std::vector<Mapping> pages_image_mappings(const std::vector<Mapping> &maps, const std::string &dir);
+
+// A mapping of one of the driver's legacy CUDA IPC files: /dev/shm/cuda.shm.0.<pid in hex>.<n>. On r580
+// the driver creates one when a process exports GPU memory with cuIpcGetMemHandle (torch's
+// _share_cuda_), named by the exporter's pid (as it sees it, in its pid namespace) and mapped shared by it;
+// each process that opens one of its handles (cuIpcOpenMemHandle) maps the exporter's file too.
+struct IpcFileMapping {
+	std::string path; // as the process sees it, " (deleted)" left out
+	std::string dev;  // with inode: the file, whatever its path in another mount namespace
+	uint64_t inode = 0;
+	pid_t named_pid = 0; // the pid its name carries: its exporter's, in the exporter's pid namespace
+};
+
+// The legacy CUDA IPC files among maps, each file once.
+std::vector<IpcFileMapping> cuda_ipc_files(const std::vector<Mapping> &maps);
 
 } // namespace cuda_criu

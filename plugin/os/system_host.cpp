@@ -141,6 +141,27 @@ std::vector<Mapping> SystemHost::memory_map(pid_t pid)
 	return maps ? std::move(*maps) : std::vector<Mapping>();
 }
 
+std::vector<IpcFileMapping> SystemHost::cuda_ipc_files(pid_t pid) { return cuda_criu::cuda_ipc_files(memory_map(pid)); }
+
+std::vector<pid_t> SystemHost::processes_mapping(const std::string &dev, uint64_t inode)
+{
+	std::vector<pid_t> out;
+	for (pid_t pid : proc_pids()) {
+		// A cheap look for the device and inode first: most processes map no such file.
+		auto text = read_small_file("/proc/" + std::to_string(pid) + "/maps", 64 << 20);
+		std::string key = " " + dev + " " + std::to_string(inode) + " ";
+		if (!text || text->find(key) == std::string::npos)
+			continue;
+		for (const Mapping &m : parse_maps(*text))
+			if (m.dev == dev && m.inode == inode) {
+				out.push_back(pid);
+				break;
+			}
+	}
+	std::sort(out.begin(), out.end());
+	return out;
+}
+
 std::vector<GpuInfo> SystemHost::machine_gpus() { return kernel_gpus(); }
 
 Status SystemHost::read_memory(pid_t pid, uint64_t addr, void *buf, size_t len)

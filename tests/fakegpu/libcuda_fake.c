@@ -18,6 +18,9 @@
  *   FAKEGPU_DRIVER_VERSION    value reported by cuDriverGetVersion
  *   FAKEGPU_SHARED_HANDLE=1   the process holds one more nvidiactl node, as the fd of
  *                             an exported CUDA memory handle (see open_nodes)
+ *   FAKEGPU_LEGACY_IPC=export | import:PID   the trace legacy CUDA IPC leaves on r580 (see
+ *                             map_ipc_file): export creates and maps this process's
+ *                             /dev/shm/cuda.shm.0.<pid in hex>.1, import:PID maps PID's
  *   FAKEGPU_KEEP_DEVICE_MAPPING=1  the device mappings (dev/nvidia-mappable, see
  *                             map_device) stay mapped after a checkpoint
  * Read by the checkpoint half, in the calling process, on every call:
@@ -222,6 +225,33 @@ void close_nodes(void)
  * not the driver's, so a checkpoint leaves it open. */
 static int g_handle_fd = -1;
 
+/* FAKEGPU_LEGACY_IPC: as the r580 driver does for an IPC event (cuIpcGetEventHandle; torch shares one
+ * with every CUDA tensor it passes to another process), the exporter creates
+ * /dev/shm/cuda.shm.0.<its pid in hex>.1 (81920 bytes), maps it shared and keeps an fd of it; an importer
+ * (cuIpcOpenEventHandle) maps the exporter's file. The driver never removes the file; neither does this. */
+static void map_ipc_file(void)
+{
+	static int done;
+	const char *how = getenv("FAKEGPU_LEGACY_IPC");
+	if (done || !how)
+		return;
+	done = 1;
+	int exporter = !strcmp(how, "export");
+	long pid = exporter ? (long)getpid() : strncmp(how, "import:", 7) ? 0 : strtol(how + 7, NULL, 10);
+	if (pid <= 0) {
+		fg_err("FAKEGPU_LEGACY_IPC=%s: export or import:PID", how);
+		return;
+	}
+	char path[64];
+	snprintf(path, sizeof(path), "/dev/shm/cuda.shm.0.%lx.1", pid);
+	int fd = open(path, exporter ? O_RDWR | O_CREAT | O_CLOEXEC : O_RDWR | O_CLOEXEC, 0600);
+	if (fd < 0 || (exporter && ftruncate(fd, 81920)) ||
+	    mmap(NULL, 81920, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0) == MAP_FAILED)
+		fg_err("FAKEGPU_LEGACY_IPC: %s: %s", path, strerror(errno));
+	if (fd >= 0 && !exporter)
+		close(fd);
+}
+
 /* nvidiactl, nvidia-uvm and one node per GPU in g_gpu_mask. */
 int open_nodes(void)
 {
@@ -410,6 +440,7 @@ CUresult CUDAAPI cuInit(unsigned int flags)
 		r = CUDA_ERROR_OPERATING_SYSTEM;
 		goto stop_thread;
 	}
+	map_ipc_file();
 	if (open_nodes()) {
 		close_nodes();
 		close(g_fifo_fd);

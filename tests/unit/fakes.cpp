@@ -194,6 +194,18 @@ Result<FreeSpace> FakeHost::free_space_at(int dir_fd)
 	return space;
 }
 
+std::vector<pid_t> FakeHost::processes_mapping(const std::string &dev, uint64_t inode)
+{
+	std::vector<pid_t> out;
+	for (const auto &[pid, files] : ipc_files)
+		for (const IpcFileMapping &f : files)
+			if (f.dev == dev && f.inode == inode && !dead.count(pid)) {
+				out.push_back(pid);
+				break;
+			}
+	return out;
+}
+
 std::vector<Mapping> FakeHost::memory_map(pid_t pid)
 {
 	std::lock_guard<std::mutex> g(maps_mu);

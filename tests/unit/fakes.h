@@ -132,6 +132,13 @@ public:
 	std::vector<pid_t> traced;            // traced_processes()
 	std::map<pid_t, HeldDeviceFiles> held; // nvidia_device_files() (default: none)
 	std::map<pid_t, std::vector<unsigned long>> device_mappings; // nvidia_device_mappings() (default: none)
+	// cuda_ipc_files() by pid (default: none); processes_mapping() finds the pids here that map the file.
+	std::map<pid_t, std::vector<IpcFileMapping>> ipc_files;
+	std::vector<IpcFileMapping> cuda_ipc_files(pid_t pid) override
+	{
+		return ipc_files.count(pid) ? ipc_files[pid] : std::vector<IpcFileMapping>{};
+	}
+	std::vector<pid_t> processes_mapping(const std::string &dev, uint64_t inode) override;
 	// same_open_file(): (pid, fd) -> the open file it refers to; same number, same file (default: unknown)
 	std::map<std::pair<pid_t, int>, int> open_files;
 	std::optional<bool> same_open_file(pid_t a, int fd_a, pid_t b, int fd_b) override

@@ -258,7 +258,7 @@ struct DumpRig {
 		driver.running_threads = &host.running_threads;
 		driver.add(10);
 		host.cuda_pids.insert(10);
-		host.maps[10] = {{}, {{0x100000, 0x100000 + 4 * kPage, "rw-p", 0, ""}}};
+		host.maps[10] = {{}, {{0x100000, 0x100000 + 4 * kPage, "rw-p", 0, "", {}}}};
 		fill(host, 10, 0x100000, 4 * kPage, 9);
 	}
 	std::unique_ptr<DumpSession> session(Options o = Options())
@@ -335,7 +335,7 @@ TEST(GpuImageDump, ARefusalAfterCriuAgreedFailsTheDump)
 {
 	DumpRig rig;
 	rig.host.maps[10] = {{},
-			     {{0x100000, 0x101000, "rw-p", 0, ""}, {0x200000, 0x201000, "rw-p", 0, ""}}};
+			     {{0x100000, 0x101000, "rw-p", 0, "", {}}, {0x200000, 0x201000, "rw-p", 0, "", {}}}};
 	auto s = rig.session();
 	int calls = 0;
 	Status st = s->store_gpu_image(rig.dir.fd(), [&](pid_t, uint64_t, uint64_t) { return ++calls == 1 ? 0 : -EINVAL; });

@@ -41,7 +41,7 @@ protected:
 
 Mapping map(uint64_t start, uint64_t end, const char *perms, const char *path = "", uint64_t inode = 0)
 {
-	return {start, end, perms, inode, path};
+	return {start, end, perms, inode, path, {}};
 }
 
 TEST(Maps, ParsesLinesWithAndWithoutPaths)

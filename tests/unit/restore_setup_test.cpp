@@ -291,7 +291,7 @@ TEST_F(RestoreSetupTest, AGpuIndexWithoutCudaPluginImg)
 TEST_F(RestoreSetupTest, APidStillMappingTheImageIsWarnedAbout)
 {
 	host.fd_paths[dir.fd()] = "/images";
-	host.maps[10] = {{{0x1000, 0x3000, "rw-p", 77, "/images/pages-1.img"}}};
+	host.maps[10] = {{{0x1000, 0x3000, "rw-p", 77, "/images/pages-1.img", {}}}};
 	warn_if_image_still_mapped(host, dir.fd(), 10);
 	EXPECT_TRUE(logged("pid 10 still maps the image after its GPU state was restored (0x1000-0x3000 of "
 			   "/images/pages-1.img)"));
