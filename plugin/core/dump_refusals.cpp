@@ -66,17 +66,18 @@ Status refuse_legacy_ipc(Host &host, pid_t pid)
 						  ? format("pid %d", *exporter)
 						  : format("pid %d (as its pid namespace numbers it; it has exited)", f.named_pid);
 			return make_error(EBUSY,
-					  "pid %d maps %s, the legacy CUDA IPC file of %s: it opened GPU memory that %s "
-					  "exported (cuIpcOpenMemHandle; torch.multiprocessing passes CUDA tensors that way); %s",
+					  "pid %d maps %s, the legacy CUDA IPC file of %s: it opened GPU memory or an event "
+					  "that %s exported (cuIpcOpenMemHandle, cuIpcOpenEventHandle; torch.multiprocessing passes CUDA "
+					  "tensors that way); %s",
 					  pid, f.path.c_str(), who.c_str(), who.c_str(), kIpcWhatToDo);
 		}
 		if (!others.empty())
 			return make_error(EBUSY,
-					  "pid %d exported GPU memory through legacy CUDA IPC (cuIpcGetMemHandle; torch's CUDA "
-					  "tensors shared with other processes) and pid %s map%s its IPC file %s: %s",
+					  "pid %d exported GPU memory or an event through legacy CUDA IPC (cuIpcGetEventHandle; torch shares an "
+					  "event with each CUDA tensor it passes on) and pid %s map%s its IPC file %s: %s",
 					  pid, pid_list(others).c_str(), others.size() == 1 ? "s" : "", f.path.c_str(),
 					  kIpcWhatToDo);
-		LOG_INFO("pid %d exported GPU memory through legacy CUDA IPC (%s), but no other process maps it: it "
+		LOG_INFO("pid %d exported GPU memory or an event through legacy CUDA IPC (%s), but no other process maps it: it "
 			 "is checkpointed as a process of its own",
 			 pid, f.path.c_str());
 	}

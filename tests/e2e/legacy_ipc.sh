@@ -18,8 +18,8 @@ FAKEGPU_LEGACY_IPC=import:$exporter start_memcheck ipc-importer 16
 importer=$LAST_PID importer_state=$STATE
 wait_for "the importer to map $file" 10 grep -q "$file" "/proc/$importer/maps"
 
-importer_says="pid $importer maps $file, the legacy CUDA IPC file of pid $exporter: it opened GPU memory that pid $exporter exported"
-exporter_says="pid $exporter exported GPU memory through legacy CUDA IPC .* and pid $importer maps its IPC file $file"
+importer_says="pid $importer maps $file, the legacy CUDA IPC file of pid $exporter: it opened GPU memory or an event that pid $exporter exported"
+exporter_says="pid $exporter exported GPU memory or an event through legacy CUDA IPC .* and pid $importer maps its IPC file $file"
 
 # both_run_on WHAT: neither process is locked or stopped, and both go on with their data.
 both_run_on() {
@@ -68,7 +68,7 @@ wait_gone "$importer"
 cuda_criu check --runtimes none "$exporter" >"$T/check.out" 2>&1 || true # (other checks may fail here)
 grep -qE "^ok +pid-$exporter " "$T/check.out" || fail "cuda-criu check of a lone exporter: $(grep pid- "$T/check.out")"
 dump "$exporter" "$T/img-alone" || fail "the dump of an exporter alone failed: $(plugin_errors "$T/dump.log")"
-expect_log "$T/dump.log" "pid $exporter exported GPU memory through legacy CUDA IPC \($file\), but no other process maps it" \
+expect_log "$T/dump.log" "pid $exporter exported GPU memory or an event through legacy CUDA IPC \($file\), but no other process maps it" \
 	"the dump did not say why it let the exporter through"
 wait_gone "$exporter"
 restore "$T/img-alone" || fail "the restore of an exporter alone failed"

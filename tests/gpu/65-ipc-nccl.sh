@@ -30,7 +30,7 @@ ipc_refused() {
 			failed "$name" "criu dump $opts of a tree sharing CUDA memory through IPC succeeded"
 			kill_pids "${pids[@]}"; return
 		fi
-		grep -qE "pid $child maps .*the legacy CUDA IPC file of pid $parent|pid $parent exported GPU memory through legacy CUDA IPC .* pid $child map" "$dir/dump.log" ||
+		grep -qE "pid $child maps .*the legacy CUDA IPC file of pid $parent|pid $parent exported GPU memory or an event through legacy CUDA IPC .* pid $child map" "$dir/dump.log" ||
 			{ failed "$name" "criu dump $opts failed ($why) without naming the pair"; show_log "$dir/dump.log"; kill_pids "${pids[@]}"; return; }
 		advance 30 "$dir/state" "$base" "$dir/state.0" "$(state_value "$dir/state.0" iterations)" ||
 			{ failed "$name" "after the refused dump $opts: $why"; kill_pids "${pids[@]}"; return; }
@@ -66,7 +66,7 @@ test_ipc_exporter_alone() {
 		sleep 0.5
 	done
 	echo "  $name: a new export after the restore: ${again:-no answer within 60 s}"
-	grep -o "exported GPU memory through legacy CUDA IPC ([^)]*)" "$dir/dump.log" | head -n1 | sed 's/^/  dump: /'
+	grep -o "exported GPU memory or an event through legacy CUDA IPC ([^)]*)" "$dir/dump.log" | head -n1 | sed 's/^/  dump: /'
 	kill_tree "$root"
 }
 
