@@ -4,7 +4,7 @@
 Runs on a machine with an NVIDIA GPU, from the root of the bundle that scripts/gpu-bundle.sh builds:
 
     python3 build/gpu-bundle/bench.py --cuda-checkpoint PATH [--rounds 3]
-        [--scenarios 1g,4g,16g,32g,4x2g,p1,p4,p16,p32,torch,llm,coldstart] [--variants ours,in-tree,ours-criu:1]
+        [--scenarios NAME,...] [--variants ours,in-tree,ours-criu:1]
         [--cold-rounds N] [--replicas N] [--time-limit S] [--plan] [--out DIR]
 
 Each scenario is dumped and restored --rounds times with each variant, alternating the order from round to
@@ -22,10 +22,12 @@ Variants (--variants, comma-separated; NAME:N runs NAME in the last N rounds onl
     in-tree+cuda-criu  the in-tree plugin driving our cuda-checkpoint compatible command line
 (--compare-gpu-image, --compare-copy and --compare-cli add the last three.)
 
-Scenarios: 1g, 4g, 16g, 32g (cuda_memcheck with that much device memory), p1, p4, p16, p32 (a tree of that
+Scenarios (--help lists every one with a line each, from add_scenario() in bench_common.py):
+1g, 4g, 16g, 32g (cuda_memcheck with that much device memory), p1, p4, p16, p32 (a tree of that
 many CUDA processes of 256 MiB each: growth with processes), 4x2g (a tree of 4 processes x 2 GiB),
 torch (PyTorch with 4 GiB of weights), llm (an LLM server's shape: GPT-2 from GPT2Config() with random weights
-and an 8 GiB KV-cache arena made with torch.zeros, answering with a greedy generation: framework_workload.py),
+and an 8 GiB KV-cache arena made with torch.zeros, answering with a greedy generation: framework_workload.py;
+llm24 with a 24 GiB arena),
 1gpu..8gpu (one 4 GiB process per GPU), coldstart (torch.compile start-up against restore-to-ready),
 serve and serve16 (an inference server started as vLLM and SGLang start one: a Llama model of ~6 or ~16 GB
 of bf16 weights read from safetensors files written once into /var/tmp, a 16 GiB KV-cache arena of zeros,
@@ -67,10 +69,12 @@ import signal
 import statistics
 import subprocess
 import sys
+import textwrap
 import time
 
 import bench_common as C
-from bench_common import (DESCRIPTIONS, KNOWN_VARIANTS, SCENARIOS, UTILITY, VARIANT_ROUNDS, VARIANTS, footprint, log)
+from bench_common import (DESCRIPTIONS, KNOWN_VARIANTS, OTHER_SCENARIOS, SCENARIO_HELP, SCENARIOS, UTILITY,
+                          VARIANT_ROUNDS, VARIANTS, footprint, log)
 from bench_report import report
 from bench_replicas import replicas
 from bench_run import become_subreaper, cold_start, gpu_count, incremental_trip, round_trip, serve_cold_start
@@ -238,12 +242,26 @@ def first_answers(results):
     return rows
 
 
+def scenarios_help(width):
+    """--help's list of the scenarios, one line each: from the table the run takes them from, so that the two
+    always agree."""
+    lines = ["scenarios (for --scenarios and --incremental):"]
+    entries = {**SCENARIO_HELP, **OTHER_SCENARIOS}
+    indent = 4 + max(map(len, entries))
+    for name, description in entries.items():
+        lines += textwrap.wrap(description, width, initial_indent=f"  {name:<{indent - 4}}  ",
+                               subsequent_indent=" " * indent, break_on_hyphens=False)
+    return "\n".join(lines)
+
+
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    # The text as argparse would wrap it, and the scenarios' list one entry a line (argparse would run it on).
+    width = max(40, shutil.get_terminal_size().columns - 2)
+    ap = argparse.ArgumentParser(description=textwrap.fill(__doc__.splitlines()[0], width),
+                                 epilog=scenarios_help(width), formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--scenarios", default="4g,4x2g,llm",
-                    help="comma-separated: 1g,4g,16g,32g,4x2g,p1,p4,p16,p32,torch,llm,1gpu,2gpu,4gpu,8gpu,coldstart "
-                    "(default: %(default)s)")
+                    help="comma-separated names from the list of scenarios below (default: %(default)s)")
     ap.add_argument("--variants", default="ours,in-tree",
                     help="comma-separated, in order: ours, ours-criu, ours-copy, in-tree (the baseline), "
                     "in-tree+cuda-criu; NAME:N runs NAME in the last N rounds only (default: %(default)s)")
@@ -303,11 +321,13 @@ def main():
     choose_variants(args)
     C.COLD_CACHE = args.cold_cache
     wanted = [s for s in args.scenarios.split(",") if s]
-    unknown = [s for s in wanted + args.incremental.split(",") if s and s not in SCENARIOS and s != "coldstart"]
+    known = [*SCENARIOS, *OTHER_SCENARIOS]
+    unknown = [s for s in wanted + args.incremental.split(",") if s and s not in known]
     if unknown:
-        sys.exit(f"bench.py: unknown scenario(s) {', '.join(unknown)} (known: {', '.join(SCENARIOS)}, coldstart)")
+        sys.exit(f"bench.py: unknown scenario(s) {', '.join(unknown)} (known: {', '.join(known)})")
     if args.replicas > 0 and not any(SCENARIOS.get(s, ("",))[0] == "serve" for s in wanted):
-        sys.exit("bench.py: --replicas needs a serving scenario (serve, serve16) in --scenarios")
+        serving = ", ".join(s for s, (kind, *_) in SCENARIOS.items() if kind == "serve")
+        sys.exit(f"bench.py: --replicas needs a serving scenario ({serving}) in --scenarios")
     cold_rounds = min(max(0, args.cold_rounds), args.rounds)
     if args.plan:
         trips = plan(args.rounds, [s for s in wanted if s in SCENARIOS], cold_rounds)

@@ -32,32 +32,51 @@ VARIANTS = {}       # name -> KNOWN_VARIANTS entry, in the order of --variants
 VARIANT_ROUNDS = {}  # name -> the number of last rounds it runs in (None: all)
 BASELINE = "in-tree"
 UTILITY = {}        # name -> description, for the report
-# scenario -> (workload kind, size, CUDA processes[, extra workload arguments]); sizes: MiB for memcheck and
-# llm (the KV-cache arena), GiB for torch.
-SCENARIOS = {
-    "1g": ("memcheck", 1024, 1),
-    "4g": ("memcheck", 4096, 1),
-    "16g": ("memcheck", 16384, 1),
-    "32g": ("memcheck", 32768, 1),
-    "4x2g": ("memcheck", 2048, 4),
-    "torch": ("torch", 4, 1),
-    "llm": ("llm", 8192, 1),
-    "llm24": ("llm", 24576, 1),  # the same server with a 24 GiB KV-cache arena
-    # An inference server started as vLLM/SGLang start one (serving_workload.py): a Llama model's weights
-    # (GB) loaded from safetensors files, a KV-cache arena (MiB, zeros), torch.compile and CUDA graphs.
-    "serve": ("serve", 16384, 1, ("6",)),
-    "serve16": ("serve", 16384, 1, ("16",)),
-    # The same server in two processes, as vLLM V1 and SGLang run it: an HTTP front without CUDA and the
-    # engine, talking over a Unix socket, the token ids in a ring in /dev/shm (--processes 2).
-    "serve2": ("serve", 16384, 1, ("6", "--processes", "2")),
-}
+# scenario -> (workload kind, size, CUDA processes[, extra workload arguments]); sizes: MiB for memcheck, llm and
+# serve (the KV-cache arena), GiB for torch. SCENARIO_HELP: scenario -> its one line for bench.py --help. Both
+# are filled only by add_scenario() below, so that no scenario goes without its line in --help.
+SCENARIOS = {}
+SCENARIO_HELP = {}
+
+
+def add_scenario(name, description, kind, size, procs, extra=None):
+    SCENARIOS[name] = (kind, size, procs) + ((extra,) if extra is not None else ())
+    SCENARIO_HELP[name] = description
+
+
+add_scenario("1g", "cuda_memcheck with 1 GiB of device memory", "memcheck", 1024, 1)
+add_scenario("4g", "cuda_memcheck with 4 GiB of device memory", "memcheck", 4096, 1)
+add_scenario("16g", "cuda_memcheck with 16 GiB of device memory", "memcheck", 16384, 1)
+add_scenario("32g", "cuda_memcheck with 32 GiB of device memory", "memcheck", 32768, 1)
+add_scenario("4x2g", "a tree of 4 cuda_memcheck processes of 2 GiB each", "memcheck", 2048, 4)
+add_scenario("torch", "PyTorch with 4 GiB of weights (torch_workload.py)", "torch", 4, 1)
+add_scenario("llm", "an LLM server's shape: GPT-2 with random weights, an 8 GiB KV-cache arena of zeros, a "
+             "greedy generation (framework_workload.py)", "llm", 8192, 1)
+add_scenario("llm24", "llm with a 24 GiB KV-cache arena", "llm", 24576, 1)
+# An inference server started as vLLM/SGLang start one (serving_workload.py): a Llama model's weights
+# (GB) loaded from safetensors files, a KV-cache arena (MiB, zeros), torch.compile and CUDA graphs.
+add_scenario("serve", "an inference server as vLLM and SGLang start one: ~6 GB of Llama weights from safetensors, "
+             "a 16 GiB KV-cache arena, torch.compile, CUDA graphs, HTTP (serving_workload.py)",
+             "serve", 16384, 1, ("6",))
+add_scenario("serve16", "serve with ~16 GB of weights", "serve", 16384, 1, ("16",))
+# The same server in two processes, as vLLM V1 and SGLang run it: an HTTP front without CUDA and the
+# engine, talking over a Unix socket, the token ids in a ring in /dev/shm (--processes 2).
+add_scenario("serve2", "serve in two processes: an HTTP front without CUDA and the engine, a Unix socket "
+             "between them, the token ids in a ring in /dev/shm", "serve", 16384, 1, ("6", "--processes", "2"))
 # Scaling: one 4 GiB process per GPU, on 1, 2, 4 and 8 GPUs (those the machine has).
 GPU_COUNTS = (1, 2, 4, 8)
-SCENARIOS.update({f"{n}gpu": ("memcheck", 4096, n, ("--child-device", "spread")) for n in GPU_COUNTS})
+for _n in GPU_COUNTS:
+    add_scenario(f"{_n}gpu", f"{_n} cuda_memcheck process(es) of 4 GiB, one per GPU (skipped with fewer GPUs)",
+                 "memcheck", 4096, _n, ("--child-device", "spread"))
 # Growth: with the GPU bytes of one process, and with the number of CUDA processes (256 MiB each, one tree).
 GROWTH_BYTES = ("1g", "4g", "16g", "32g")
 PROC_COUNTS = (1, 4, 16, 32)
-SCENARIOS.update({f"p{n}": ("memcheck", 256, n) for n in PROC_COUNTS})
+for _n in PROC_COUNTS:
+    add_scenario(f"p{_n}", f"{_n} cuda_memcheck process(es) of 256 MiB in one tree", "memcheck", 256, _n)
+# Scenarios that are no workload's round trips: coldstart runs after them (bench_run.cold_start).
+OTHER_SCENARIOS = {
+    "coldstart": "torch.compile's start-up from scratch (empty, then warm compile caches) against restore-to-ready",
+}
 WORK = os.environ.get("BENCH_WORK", "/var/tmp/cuda-criu-bench")
 COLD_CACHE = False  # --cold-cache
 DEADLINE = None  # --time-limit: no wait goes past this (time.monotonic()), so that the report still comes

@@ -100,7 +100,7 @@ fetch() { # version -> path of the verified orig tarball
 	fi
 	local list=$SRC_LIST mirror=${DEBIAN_MIRROR:-$(debian_mirror)}
 	[ -n "$mirror" ] || die "no Debian main entry (deb, component main, URI ending in /debian) in" \
-		"/etc/apt/sources.list or /etc/apt/sources.list.d/: set DEBIAN_MIRROR (e.g. http://deb.debian.org/debian)"
+		"/etc/apt/sources.list or /etc/apt/sources.list.d/: set DEBIAN_MIRROR (e.g. http://mirror.example.org/debian)"
 	if ! grep -qs "Suites:.*$suite" "$list" || ! grep -qxs "URIs: $mirror" "$list"; then
 		log "adding a source-only apt entry for $suite from $mirror ($list)"
 		local suites; suites=$(sed -n 's/^Suites: //p' "$list" 2>/dev/null)

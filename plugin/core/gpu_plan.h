@@ -2,6 +2,8 @@
 // GPU UUID pairs the driver needs to restore onto other GPUs (driver r580).
 #pragma once
 
+#include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -15,6 +17,7 @@ namespace cuda_criu {
 struct GpuPlan {
 	std::vector<GpuPair> pairs; // empty: every GPU is restored onto itself; with a device map, always all
 	std::string description;    // "GPU-aa.. -> GPU-bb.. (automatic: same model)" for the log
+	std::map<GpuUuid, uint64_t> need; // the GPU state restored onto each target GPU
 };
 
 // The image's NVIDIA driver version against this machine's kernel module version ("" when unknown: no

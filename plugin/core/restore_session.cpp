@@ -1,8 +1,12 @@
 #include "core/restore_session.h"
 
 #include <algorithm>
+#include <cstdint>
+#include <map>
+#include <optional>
 
 #include "base/format.h"
+#include "base/text.h"
 #include "base/log.h"
 #include "core/gpu_plan.h"
 
@@ -35,9 +39,50 @@ Result<std::vector<GpuPair>> RestoreSession::gpu_pairs()
 			return std::move(free).error();
 		g.free_bytes = *free;
 	}
-	auto plan = plan_gpus(*image_, *here, host_.machine_gpus(), options_.device_map);
-	if (!plan)
-		return std::move(plan).error().context("%s", "cannot restore the image's GPU state on this machine");
+	// Restores started at once (replicas of one image) all see the free memory before any of them has
+	// allocated: each also counts what the others have reserved, so that the one that does not fit is
+	// refused here, by name, before any driver call, and the others run on.
+	std::optional<GpuPlan> plan;
+	std::vector<GpuInfo> machine = host_.machine_gpus();
+	Status st = host_.reserve_gpu_memory([&](const std::vector<GpuReservation> &others)
+						     -> Result<std::vector<GpuReservation>> {
+		std::vector<GpuInfo> room = *here;
+		std::map<std::string, uint64_t> reserved;
+		std::string note;
+		for (const GpuReservation &r : others) {
+			uint64_t &sum = reserved[r.gpu]; // saturating: a ledger cannot wrap the check around
+			sum = r.bytes > UINT64_MAX - sum ? UINT64_MAX : sum + r.bytes;
+		}
+		for (GpuInfo &g : room) {
+			auto it = reserved.find(g.uuid.str());
+			if (!g.free_bytes || it == reserved.end())
+				continue;
+			g.free_bytes = it->second < g.free_bytes ? g.free_bytes - it->second : 1; // (0 would mean unknown)
+			std::string pids;
+			for (const GpuReservation &r : others)
+				if (r.gpu == it->first)
+					pids += (pids.empty() ? "" : ", ") + std::to_string(r.owner);
+			note += format("%s%s of %s by CRIU pid(s) %s", note.empty() ? "" : "; ", human_bytes(it->second).c_str(),
+				       it->first.c_str(), pids.c_str());
+		}
+		auto p = plan_gpus(*image_, room, machine, options_.device_map);
+		if (!p) {
+			if (note.empty() || p.error().errno_value() != ENOSPC)
+				return std::move(p).error();
+			return make_error(ENOSPC, "%s (the free memory counted is what is left after restores in progress on this "
+						  "machine, which have reserved %s)",
+					  p.error().message().c_str(), note.c_str());
+		}
+		if (!note.empty())
+			LOG_INFO("restores in progress on this machine have reserved %s; this one fits beside them", note.c_str());
+		std::vector<GpuReservation> mine;
+		for (const auto &[uuid, bytes] : p->need)
+			mine.push_back({0, uuid.str(), bytes});
+		plan = std::move(*p);
+		return mine;
+	});
+	if (!st)
+		return std::move(st).error().context("%s", "cannot restore the image's GPU state on this machine");
 	if (!plan->pairs.empty())
 		LOG_INFO("restoring with GPU pairs: %s", plan->description.c_str());
 	return plan->pairs;
@@ -194,6 +239,7 @@ void RestoreSession::restore_batch(const std::vector<pid_t> &candidates)
 	}
 	if (!jobs.empty())
 		restore_all(std::move(jobs));
+	host_.release_gpu_memory(); // what it restored now shows in the GPUs' free memory
 	if (checked.valid()) {
 		checked.wait(); // the check's own time, when a restore failed before it
 		load_gpu_us_ += check_us_->load();

@@ -14,6 +14,7 @@
 #include "base/result.h"
 #include "base/gpu.h"
 #include "os/checkpoint_buffer.h"
+#include "os/gpu_ledger.h"
 #include "os/maps.h"
 #include "os/memory.h"
 #include "os/nvidia_files.h"
@@ -114,6 +115,9 @@ public:
 	// Every process that maps the file dev:inode, in pid order. Reads the maps of every process on the
 	// machine: asked only about a file some process maps.
 	virtual std::vector<pid_t> processes_mapping(const std::string &dev, uint64_t inode) = 0;
+	// The machine's ledger of GPU memory that restores in progress are about to take (os/gpu_ledger.h).
+	virtual Status reserve_gpu_memory(const ReserveDecision &decide) = 0;
+	virtual void release_gpu_memory() = 0;
 };
 
 class SystemHost final : public Host {
@@ -147,6 +151,8 @@ public:
 	std::vector<unsigned long> nvidia_device_mappings(pid_t pid) override;
 	std::vector<IpcFileMapping> cuda_ipc_files(pid_t pid) override;
 	std::vector<pid_t> processes_mapping(const std::string &dev, uint64_t inode) override;
+	Status reserve_gpu_memory(const ReserveDecision &decide) override;
+	void release_gpu_memory() override;
 };
 
 } // namespace cuda_criu

@@ -162,6 +162,13 @@ std::vector<pid_t> SystemHost::processes_mapping(const std::string &dev, uint64_
 	return out;
 }
 
+// tmpfs, root's: a reboot, which ends every restore, empties it.
+constexpr const char *kGpuLedger = "/run/cuda-criu/gpu-reservations";
+
+Status SystemHost::reserve_gpu_memory(const ReserveDecision &decide) { return reserve_in_ledger(kGpuLedger, decide); }
+
+void SystemHost::release_gpu_memory() { release_in_ledger(kGpuLedger); }
+
 std::vector<GpuInfo> SystemHost::machine_gpus() { return kernel_gpus(); }
 
 Status SystemHost::read_memory(pid_t pid, uint64_t addr, void *buf, size_t len)

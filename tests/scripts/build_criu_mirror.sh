@@ -29,27 +29,27 @@ apt_dir() { mkdir -p "$T/$1/sources.list.d"; }
 apt_dir deb822
 cat >"$T/deb822/sources.list.d/debian.sources" <<'EOT'
 Types: deb
-# http://snapshot.debian.org/archive/debian/20250520T000000Z
-URIs: http://deb.debian.org/debian
+# http://snapshot.example.org/archive/debian/20250520T000000Z
+URIs: http://mirror.example.org/debian
 Suites: bookworm bookworm-updates
 Components: main
 Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
 
 Types: deb
-URIs: http://deb.debian.org/debian-security
+URIs: http://mirror.example.org/debian-security
 Suites: bookworm-security
 Components: main
 EOT
-expect_mirror deb822 http://deb.debian.org/debian
+expect_mirror deb822 http://mirror.example.org/debian
 
 # One-line sources.list: the security line first, options in brackets, a trailing slash.
 apt_dir oneline
 cat >"$T/oneline/sources.list" <<'EOT'
 # deb http://commented.example.org/debian bookworm main
-deb http://security.debian.org/debian-security bookworm-security main
-deb [arch=amd64 signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] http://ftp.de.debian.org/debian/ bookworm main contrib
+deb http://security.example.org/debian-security bookworm-security main
+deb [arch=amd64 signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] http://ftp.mirror.example.org/debian/ bookworm main contrib
 EOT
-expect_mirror oneline http://ftp.de.debian.org/debian
+expect_mirror oneline http://ftp.mirror.example.org/debian
 
 # A caching proxy in the URI; before it (in apt's order) a disabled stanza, another archive, a
 # Debian entry without main, and our own deb-src entry, which must not count.
@@ -63,7 +63,7 @@ Enabled: no
 EOT
 cat >"$T/cacher/sources.list.d/b-nodesource.sources" <<'EOT'
 Types: deb
-URIs: https://deb.nodesource.com/node_20.x
+URIs: https://packages.example.org/node_20.x
 Suites: nodistro
 Components: main
 EOT
@@ -76,16 +76,16 @@ Components: main
 EOT
 cat >"$T/cacher/sources.list.d/debian.sources" <<'EOT'
 Types: deb
-URIs: http://apt-cacher.example.org:3142/deb.debian.org/debian
+URIs: http://apt-cacher.example.org:3142/mirror.example.org/debian
 Suites: bookworm
 Components: main
 EOT
 echo 'deb http://ignored.example.org/debian bookworm main' >"$T/cacher/sources.list.d/old.list.disabled"
-expect_mirror cacher http://apt-cacher.example.org:3142/deb.debian.org/debian
+expect_mirror cacher http://apt-cacher.example.org:3142/mirror.example.org/debian
 
 # Nothing Debian: no mirror (build-criu.sh then asks for DEBIAN_MIRROR).
 apt_dir none
-echo 'deb https://packages.cloud.google.com/apt cloud-sdk-bookworm main' >"$T/none/sources.list"
+echo 'deb https://packages.example.org/apt cloud-sdk-bookworm main' >"$T/none/sources.list"
 expect_mirror none ""
 
 # This machine: a mirror, and one that its apt configuration names.

@@ -206,6 +206,20 @@ std::vector<pid_t> FakeHost::processes_mapping(const std::string &dev, uint64_t 
 	return out;
 }
 
+Status FakeHost::reserve_gpu_memory(const ReserveDecision &decide)
+{
+	release_gpu_memory();
+	auto mine = decide(ledger);
+	if (!mine)
+		return std::move(mine).error();
+	for (GpuReservation &r : *mine) {
+		r.owner = 0;
+		ledger.push_back(r);
+	}
+	reserved.push_back(std::move(*mine));
+	return {};
+}
+
 std::vector<Mapping> FakeHost::memory_map(pid_t pid)
 {
 	std::lock_guard<std::mutex> g(maps_mu);

@@ -139,6 +139,11 @@ public:
 		return ipc_files.count(pid) ? ipc_files[pid] : std::vector<IpcFileMapping>{};
 	}
 	std::vector<pid_t> processes_mapping(const std::string &dev, uint64_t inode) override;
+	// The GPU reservation ledger: what other restores hold (owner != 0), and this one's (owner 0).
+	std::vector<GpuReservation> ledger;
+	std::vector<std::vector<GpuReservation>> reserved; // what each reserve_gpu_memory() recorded
+	Status reserve_gpu_memory(const ReserveDecision &decide) override;
+	void release_gpu_memory() override { std::erase_if(ledger, [](const GpuReservation &r) { return r.owner == 0; }); }
 	// same_open_file(): (pid, fd) -> the open file it refers to; same number, same file (default: unknown)
 	std::map<std::pair<pid_t, int>, int> open_files;
 	std::optional<bool> same_open_file(pid_t a, int fd_a, pid_t b, int fd_b) override
