@@ -4,8 +4,9 @@
 # scratch to the first answer, the round trip with its restore to the first answer, warm and with the page
 # cache dropped, each answer after the restore compared with the one before, the report's rows; two
 # replicas restored at once from one image, each pid 1 of its own pid, mount and network namespaces
-# (bench_replicas.py), each asked in its own network namespace, against two cold starts at once; and a server whose answers change across the restore fails its round trip and
-# its replicas by name.
+# (bench_replicas.py), each asked in its own network namespace, against two cold starts at once; the
+# server in two processes (serve2); and a server whose answers change across the restore fails its round
+# trip and its replicas by name.
 source "$(dirname "$0")/lib.sh"
 e2e_setup
 
@@ -50,6 +51,17 @@ expect_log "$T/ok/results.txt" "serve: restore to first answer, ours, page cache
 	"the report has no restore-to-first-answer row"
 log "round trip: restore to first answer $(py 'print(round(d["runs"][0]["restore_to_ready_s"], 2))' <"$T/ok/results.json") s warm, $(py 'print(round(d["runs"][0]["restore_cold_to_ready_s"], 2))' <"$T/ok/results.json") s cold; cold starts and report rows: ok"
 log "2 replicas of one image answering in $(py 'print(round({c["what"]: c for c in d["cold_start"]}["serve: 2 replicas restored at once from one image, ours"]["seconds"], 2))' <"$T/ok/results.json") s"
+
+# The server in two processes (serve2): serving_workload.py's own front, the stand-in's engine, a Unix
+# socket pair between them and the token ids in a ring in /dev/shm whose name is gone once both map it.
+env timeout 300 python3 "$B/bench.py" --scenarios serve2 --variants ours --rounds 1 --no-cold-starts \
+	--out "$T/two" >"$T/two.log" 2>&1 || fail "serve2: bench.py failed: $(tail -5 "$T/two.log")"
+py '
+assert not d["failures"], d["failures"]
+r = d["runs"][0]
+assert r["scenario"] == "serve2" and 0 < r["restore_to_ready_s"] < 60, r
+' <"$T/two/results.json" || fail "serve2: $(head -c 2000 "$T/two/results.json")"
+log "a server in two processes (front and engine, socket pair, ring in /dev/shm): dumped as one tree, restored, its answers (with the ring's token ids) the same; first answer $(py 'print(round(d["runs"][0]["restore_to_ready_s"], 2))' <"$T/two/results.json") s after the restore started"
 
 bench_run lies STANDIN_LIE_AFTER_RESTORE=1
 py '

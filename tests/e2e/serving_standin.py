@@ -3,15 +3,17 @@
 and no GPU: for the benchmark's serving scenario on a machine without one (e2e bench_serve).
 
     serving_standin.py make --dir DIR --size N        writes DIR/config.json and 16 MiB of random "weights"
-    serving_standin.py serve --dir DIR --port P --kv-gb G --batches 1,2,4,8 --state FILE
+    serving_standin.py serve --dir DIR --port P --kv-gb G --batches 1,2,4,8 --state FILE [--processes 1|2]
 
 serve reads the weights, holds a 64 MiB buffer filled from them, and answers GET /generate?batch=B with
 {"batch": B, "tokens": ..., "sum": ...} computed from that buffer, the same before a dump and after its
 restore. It answers through serving_workload.py's own HTTP front (the file STANDIN_FRONT names: the port
 bound with SO_REUSEPORT, the header X-Server), handing each request to its main loop as the real engine
-loop takes them. With STANDIN_LIE_AFTER_RESTORE=1 it answers otherwise once it has been restored (its
-start time in /proc/self/stat is not the one it had at start): what a restore that lost data looks like to
-a client.
+loop takes them. With --processes 2 it runs serving_workload.py's own front (that file's front(): the Unix
+socket pair, the token ids' ring in /dev/shm, unlinked once both map it) with this file's engine, whose
+answers also carry a digest of the request's token ids read from the ring. With
+STANDIN_LIE_AFTER_RESTORE=1 it answers otherwise once it has been restored (its start time in
+/proc/self/stat is not the one it had at start): what a restore that lost data looks like to a client.
 """
 import argparse
 import hashlib
@@ -19,6 +21,8 @@ import importlib.util
 import json
 import os
 import queue
+import socket
+import sys
 import time
 
 T0 = time.monotonic()
@@ -29,45 +33,36 @@ def start_time():
         return f.read().rsplit(")", 1)[1].split()[19]
 
 
-def real_front(port, requests):
-    """serving_workload.py's own HTTP front, each request handed to the main loop through requests."""
+def real_module():
+    """serving_workload.py, the file STANDIN_FRONT names."""
     spec = importlib.util.spec_from_file_location("serving_front", os.environ["STANDIN_FRONT"])
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    module.http_front(port, module.handoff(requests))
+    return module
 
 
-def main():
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    sub = p.add_subparsers(dest="cmd", required=True)
-    m = sub.add_parser("make")
-    m.add_argument("--dir", required=True)
-    m.add_argument("--size", default="6")
-    s = sub.add_parser("serve")
-    for name in ("--dir", "--port", "--kv-gb", "--batches", "--state"):
-        s.add_argument(name, required=True)
-    args = p.parse_args()
-    if args.cmd == "make":
-        os.makedirs(args.dir, exist_ok=True)
-        with open(os.path.join(args.dir, "model-00000.safetensors"), "wb") as f:
-            f.write(os.urandom(16 << 20))
-        with open(os.path.join(args.dir, "config.json"), "w") as f:
-            json.dump({"size": args.size}, f)
-        return
+def load(args):
+    """generate(batch, token ids or None): the answer, from a 64 MiB buffer filled from the weights."""
     with open(os.path.join(args.dir, "model-00000.safetensors"), "rb") as f:
         weights = f.read()
     buf = bytearray(weights * 4)  # 64 MiB of the process's own memory
     born = start_time()
-    batches = [int(b) for b in args.batches.split(",")]
 
-    def generate(b):
+    def generate(b, ids=None):
         digest = hashlib.sha256(memoryview(buf)[: b << 20]).hexdigest()
         if os.environ.get("STANDIN_LIE_AFTER_RESTORE") == "1" and start_time() != born:
             digest = digest[::-1]
-        return {"batch": b, "tokens": [[buf[i] for i in range(8)]] * b, "sum": digest}
+        answer = {"batch": b, "tokens": [[buf[i] for i in range(8)]] * b, "sum": digest}
+        if ids is not None:
+            answer["prompt"] = hashlib.sha256(json.dumps(ids).encode()).hexdigest()
+        return answer
+    return generate
 
-    requests = queue.Queue()
-    real_front(int(args.port), requests)
+
+def answer_loop(args, get, put):
+    """The main loop: requests from get(timeout) (queue.Empty when none came), each answered with
+    put(request, (code, answer)); the state file rewritten between them."""
+    generate, batches = load(args), [int(b) for b in args.batches.split(",")]
     iterations = 0
     while True:
         tmp = f"{args.state}.tmp.{os.stat('/proc/self/ns/pid').st_ino}-{os.getpid()}"  # replicas share the state file
@@ -76,11 +71,72 @@ def main():
                     f"ready_s={time.monotonic() - T0:.3f}\n")
         os.replace(tmp, args.state)
         try:
-            b, reply = requests.get(timeout=0.2)
+            request, b, ids = get(0.2)
         except queue.Empty:
             iterations += 1
             continue
-        reply.put((200, generate(b)) if b in batches else (400, {"error": f"batch {b}"}))
+        put(request, (200, generate(b, ids)) if b in batches else (400, {"error": f"batch {b}"}))
+
+
+def engine(args):
+    """--processes 2's engine: requests over the socket from the real front, token ids from its ring."""
+    module = real_module()
+    sock = socket.socket(fileno=args.fd)
+    ring = module.Ring(args.ring, max(int(b) for b in args.batches.split(",")), create=False)
+    sock.send(b"ready")
+
+    def get(timeout):
+        sock.settimeout(timeout)
+        try:
+            msg = sock.recv(256)
+        except socket.timeout:
+            raise queue.Empty from None
+        if not msg:
+            sys.exit("the front closed its socket")
+        i, batch = json.loads(msg)
+        return i, batch, ring.get(i, batch)
+
+    answer_loop(args, get, lambda i, answer: sock.send(json.dumps(answer).encode()))
+
+
+def serve(args):
+    module = real_module()
+    if args.processes == 2:  # the real front, this file's engine
+        module.front(args, [sys.executable, os.path.abspath(__file__), "engine", *sys.argv[2:]])
+        return
+    requests = queue.Queue()
+    module.http_front(args.port, module.handoff(requests))
+
+    def get(timeout):
+        b, reply = requests.get(timeout=timeout)
+        return reply, b, None
+
+    answer_loop(args, get, lambda reply, answer: reply.put(answer))
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = p.add_subparsers(dest="cmd", required=True)
+    m = sub.add_parser("make")
+    m.add_argument("--dir", required=True)
+    m.add_argument("--size", default="6")
+    for name in ("serve", "engine"):
+        s = sub.add_parser(name)
+        for option in ("--dir", "--kv-gb", "--batches", "--state"):
+            s.add_argument(option, required=True)
+        s.add_argument("--port", type=int, required=True)
+        s.add_argument("--processes", type=int, choices=(1, 2), default=1)
+    sub.choices["engine"].add_argument("--fd", type=int, required=True)
+    sub.choices["engine"].add_argument("--ring", required=True)
+    args = p.parse_args()
+    if args.cmd == "make":
+        os.makedirs(args.dir, exist_ok=True)
+        with open(os.path.join(args.dir, "model-00000.safetensors"), "wb") as f:
+            f.write(os.urandom(16 << 20))
+        with open(os.path.join(args.dir, "config.json"), "w") as f:
+            json.dump({"size": args.size, "vocab_size": 32000}, f)
+        return
+    {"serve": serve, "engine": engine}[args.cmd](args)
 
 
 if __name__ == "__main__":

@@ -306,15 +306,16 @@ def serve(args):
                lambda reply, answer: reply.put(answer))
 
 
-def front(args):
-    """The HTTP front of --processes 2: no torch, no CUDA; it starts the engine and relays each request."""
+def front(args, engine_cmd=None):
+    """The HTTP front of --processes 2: no torch, no CUDA; it starts the engine (engine_cmd, default this file's
+    engine with the same arguments; --fd and --ring are added) and relays each request."""
     prompt = front_prompt(args)
     path = f"/dev/shm/serving-ring-{process_key()}"
     ring = Ring(path, len(prompt), create=True)
     ring.put(0, prompt)  # the engine's start-up prompt (its expected answers)
     mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-    eng = subprocess.Popen([sys.executable, os.path.abspath(__file__), "engine", *sys.argv[2:], "--fd",
-                            str(theirs.fileno()), "--ring", path], pass_fds=(theirs.fileno(),))
+    engine_cmd = engine_cmd or [sys.executable, os.path.abspath(__file__), "engine", *sys.argv[2:]]
+    eng = subprocess.Popen([*engine_cmd, "--fd", str(theirs.fileno()), "--ring", path], pass_fds=(theirs.fileno(),))
     theirs.close()
     msg = mine.recv(16)
     os.unlink(path)  # both hold it now
