@@ -13,29 +13,12 @@
 
 #include "base/log.h"
 #include "base/text.h"
+#include "os/proc.h"
 #include "os/unique_fd.h"
 
 namespace cuda_criu {
 
 namespace {
-
-// The start time of pid (field 22 of /proc/PID/stat, in clock ticks since boot), 0 when it is gone: with
-// the pid it names one process, whatever reuses the pid later.
-uint64_t start_time(pid_t pid)
-{
-	auto text = read_small_file("/proc/" + std::to_string(pid) + "/stat");
-	if (!text)
-		return 0;
-	size_t close = text->rfind(')');
-	if (close == std::string::npos)
-		return 0;
-	std::istringstream in(text->substr(close + 2));
-	std::string field;
-	for (int i = 3; i <= 22 && in >> field; i++)
-		if (i == 22)
-			return std::strtoull(field.c_str(), nullptr, 10);
-	return 0;
-}
 
 std::string format_ledger(const std::vector<std::pair<GpuReservation, uint64_t>> &entries)
 {
@@ -80,7 +63,7 @@ std::vector<std::pair<GpuReservation, uint64_t>> live_others(int fd)
 	}
 	std::vector<std::pair<GpuReservation, uint64_t>> out;
 	for (auto &entry : parse_ledger(text))
-		if (entry.first.owner != getpid() && start_time(entry.first.owner) == entry.second)
+		if (entry.first.owner != getpid() && start_time_of(entry.first.owner) == entry.second)
 			out.push_back(std::move(entry));
 	return out;
 }
@@ -123,7 +106,7 @@ Status reserve_in_ledger(const std::string &path, const ReserveDecision &decide)
 		others.push_back(e.first);
 	auto mine = decide(others);
 	if (mine) {
-		uint64_t started = start_time(getpid());
+		uint64_t started = start_time_of(getpid());
 		for (GpuReservation &r : *mine) {
 			r.owner = getpid();
 			entries.emplace_back(std::move(r), started);
