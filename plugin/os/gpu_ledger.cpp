@@ -102,6 +102,7 @@ Status reserve_in_ledger(const std::string &path, const ReserveDecision &decide)
 	}
 	auto entries = live_others(fd.get());
 	std::vector<GpuReservation> others;
+	others.reserve(entries.size());
 	for (const auto &e : entries)
 		others.push_back(e.first);
 	auto mine = decide(others);

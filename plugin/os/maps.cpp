@@ -147,8 +147,9 @@ std::vector<IpcFileMapping> cuda_ipc_files(const std::vector<Mapping> &maps)
 			path.remove_suffix(kDeleted.size());
 		// "<n>.<pid in hex>.<n>"
 		std::string_view name = path.substr(kPrefix.size());
-		size_t dot1 = name.find('.'), dot2 = dot1 == name.npos ? name.npos : name.find('.', dot1 + 1);
-		if (dot2 == name.npos || name.find('.', dot2 + 1) != name.npos)
+		constexpr size_t npos = std::string_view::npos;
+		size_t dot1 = name.find('.'), dot2 = dot1 == npos ? npos : name.find('.', dot1 + 1);
+		if (dot2 == npos || name.find('.', dot2 + 1) != npos)
 			continue;
 		std::string hex(name.substr(dot1 + 1, dot2 - dot1 - 1));
 		if (hex.empty() || hex.size() > 8 || hex.find_first_not_of("0123456789abcdefABCDEF") != std::string::npos)
