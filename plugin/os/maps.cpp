@@ -147,9 +147,9 @@ std::vector<IpcFileMapping> cuda_ipc_files(const std::vector<Mapping> &maps)
 			path.remove_suffix(kDeleted.size());
 		// "<n>.<pid in hex>.<n>"
 		std::string_view name = path.substr(kPrefix.size());
-		constexpr size_t npos = std::string_view::npos;
-		size_t dot1 = name.find('.'), dot2 = dot1 == npos ? npos : name.find('.', dot1 + 1);
-		if (dot2 == npos || name.find('.', dot2 + 1) != npos)
+		constexpr size_t kNpos = std::string_view::npos;
+		size_t dot1 = name.find('.'), dot2 = dot1 == kNpos ? kNpos : name.find('.', dot1 + 1);
+		if (dot2 == kNpos || name.find('.', dot2 + 1) != kNpos)
 			continue;
 		std::string hex(name.substr(dot1 + 1, dot2 - dot1 - 1));
 		if (hex.empty() || hex.size() > 8 || hex.find_first_not_of("0123456789abcdefABCDEF") != std::string::npos)
