@@ -358,21 +358,14 @@ Result<std::vector<GpuPair>> device_map_pairs(const std::string &text, bool *usa
 int show_outcomes(const std::vector<ActionResult> &outcomes, bool json)
 {
 	int rc = kExitOk;
-	JsonWriter j;
-	j.begin_object().key("processes").begin_array();
+	Json processes = Json::array();
 	for (const ActionResult &o : outcomes) {
 		if (!o.status)
 			rc = kExitFailure;
-		j.begin_object().field("pid", o.pid).field("ok", o.status.ok());
-		if (o.state_after)
-			j.field("state", to_string(*o.state_after));
-		else
-			j.key("state").null();
-		if (o.status)
-			j.key("error").null();
-		else
-			j.field("error", o.status.error().message());
-		j.end_object();
+		processes.push_back(Json{{"pid", o.pid},
+					 {"ok", o.status.ok()},
+					 {"state", o.state_after ? Json(to_string(*o.state_after)) : Json()},
+					 {"error", o.status ? Json() : Json(o.status.error().message())}});
 		if (json)
 			continue;
 		if (!o.status)
@@ -380,9 +373,8 @@ int show_outcomes(const std::vector<ActionResult> &outcomes, bool json)
 		else
 			std::printf("%d %s\n", o.pid, o.state_after ? to_string(*o.state_after) : "unknown");
 	}
-	j.end_array().end_object();
 	if (json)
-		std::fputs(j.str().c_str(), stdout);
+		std::fputs(json_text(Json{{"processes", processes}}).c_str(), stdout);
 	return rc;
 }
 

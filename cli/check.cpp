@@ -354,80 +354,55 @@ void print_text(const Checks &c)
 
 void print_json(const Checks &c, const Facts &f)
 {
-	JsonWriter j;
-	j.begin_object().field("result", level_name(c.worst()));
-	j.key("checks").begin_array();
-	for (const CheckLine &l : c.lines()) {
-		j.begin_object().field("name", l.name).field("status", level_name(l.level)).field("detail", l.detail);
-		if (l.hint.empty() || l.level == Level::Ok)
-			j.key("hint").null();
-		else
-			j.field("hint", l.hint);
-		j.end_object();
-	}
-	j.end_array();
+	Json j = {{"result", level_name(c.worst())}};
+	Json checks = Json::array();
+	for (const CheckLine &l : c.lines())
+		checks.push_back(Json{{"name", l.name},
+				      {"status", level_name(l.level)},
+				      {"detail", l.detail},
+				      {"hint", l.hint.empty() || l.level == Level::Ok ? Json() : Json(l.hint)}});
+	j["checks"] = checks;
 	if (f.driver_loaded)
-		j.key("driver")
-			.begin_object()
-			.field("library", f.library)
-			.field("kernel_module_version", f.kernel_module_version)
-			.field("cuda_version", f.cuda_version)
-			.field("checkpoint_api", f.checkpoint_api)
-			.end_object();
+		j["driver"] = Json{{"library", f.library},
+				   {"kernel_module_version", f.kernel_module_version},
+				   {"cuda_version", f.cuda_version},
+				   {"checkpoint_api", f.checkpoint_api}};
 	else
-		j.key("driver").null();
-	j.key("gpus").begin_array();
+		j["driver"] = nullptr;
+	Json gpus = Json::array();
 	for (const GpuInfo &g : f.gpus)
-		j.begin_object()
-			.field("ordinal", g.ordinal)
-			.field("uuid", g.uuid.str())
-			.field("name", g.name)
-			.field("memory_bytes", static_cast<uint64_t>(g.memory_bytes))
-			.field("free_bytes", static_cast<uint64_t>(g.free_bytes))
-			.field("pci_bus_id", g.pci_bus_id)
-			.end_object();
-	j.end_array();
-	if (const CriuFacts &c = f.criu; c.location) {
-		j.key("criu").begin_object().field("path", c.location->path).field("found_by", c.location->how);
-		if (c.version)
-			j.field("version", c.version->text).field("device_hooks", has_device_hooks(*c.version));
-		else
-			j.key("version").null().key("device_hooks").null();
-		if (c.patched)
-			j.field("patched", *c.patched);
-		else
-			j.key("patched").null();
-		j.end_object();
-	} else {
-		j.key("criu").null();
-	}
-	if (f.thp) {
-		j.key("thp").begin_object().field("enabled", f.thp->enabled);
-		if (f.thp->defrag.empty())
-			j.key("defrag").null();
-		else
-			j.field("defrag", f.thp->defrag);
-		if (f.thp->pmd_size_mode.empty())
-			j.key("pmd_size_enabled").null();
-		else
-			j.field("pmd_size_enabled", f.thp->pmd_size_mode);
-		j.field("effective", f.thp->pmd_mode).end_object();
-	} else {
-		j.key("thp").null();
-	}
-	j.key("runtimes").begin_array();
+		gpus.push_back(Json{{"ordinal", g.ordinal},
+				    {"uuid", g.uuid.str()},
+				    {"name", g.name},
+				    {"memory_bytes", g.memory_bytes},
+				    {"free_bytes", g.free_bytes},
+				    {"pci_bus_id", g.pci_bus_id}});
+	j["gpus"] = gpus;
+	if (const CriuFacts &c = f.criu; c.location)
+		j["criu"] = Json{{"path", c.location->path},
+				 {"found_by", c.location->how},
+				 {"version", c.version ? Json(c.version->text) : Json()},
+				 {"device_hooks", c.version ? Json(has_device_hooks(*c.version)) : Json()},
+				 {"patched", c.patched ? Json(*c.patched) : Json()}};
+	else
+		j["criu"] = nullptr;
+	if (f.thp)
+		j["thp"] = Json{{"enabled", f.thp->enabled},
+				{"defrag", f.thp->defrag.empty() ? Json() : Json(f.thp->defrag)},
+				{"pmd_size_enabled", f.thp->pmd_size_mode.empty() ? Json() : Json(f.thp->pmd_size_mode)},
+				{"effective", f.thp->pmd_mode}};
+	else
+		j["thp"] = nullptr;
+	Json runtimes = Json::array();
 	for (const RuntimeReport &r : f.runtimes)
-		j.begin_object()
-			.field("name", r.name)
-			.field("binary", r.binary)
-			.field("version", r.version)
-			.field("loads_plugin", r.loads)
-			.field("plugin_dir", r.plugin_dir)
-			.field("libdir_source", r.libdir_source)
-			.end_object();
-	j.end_array();
-	j.end_object();
-	std::fputs(j.str().c_str(), stdout);
+		runtimes.push_back(Json{{"name", r.name},
+					{"binary", r.binary},
+					{"version", r.version},
+					{"loads_plugin", r.loads},
+					{"plugin_dir", r.plugin_dir},
+					{"libdir_source", r.libdir_source}});
+	j["runtimes"] = runtimes;
+	std::fputs(json_text(j).c_str(), stdout);
 }
 
 // pid-N: whether a dump of process N would get past what the plugin refuses before its lock (the same

@@ -48,9 +48,10 @@ and a `hint:` line below a warn or fail that says how to fix it. The checks:
                     so a mode set with `nvidia-smi -pm 1` is then not seen)
   nvml              NVML (libnvidia-ml.so.1) loads, so that a restore can check the free memory of
                     the GPUs it uses (without it, only their total memory)
-  criu              the CRIU binary (--criu, else the one beside cuda-criu: PREFIX/sbin/criu for
-                    PREFIX/bin/cuda-criu, as in the GPU bundle; else /usr/local/sbin, /usr/sbin,
-                    /usr/bin; one found only through $PATH is named but not run) and its version
+  criu              the CRIU binary (--criu, else the one beside cuda-criu: for PREFIX/bin/cuda-criu
+                    PREFIX/lib/cuda-criu/sbin/criu, as in the Debian package, or PREFIX/sbin/criu, as
+                    in the GPU bundle; else /usr/local/sbin, /usr/sbin, /usr/bin; one found only
+                    through $PATH is named but not run) and its version
   criu-device-hooks CRIU 4.0 or newer: the device hooks the plugin needs
   criu-patch        CRIU carries this project's patch (its symbol criu_resume_devices_late_errors_fatal),
                     which makes a failed GPU restore fail the restore instead of leaving the process
@@ -330,8 +331,9 @@ every byte, rewrites a part, and records its progress in a state file. The selft
 
 and prints each step's result and time. Needs root (CRIU does). The work directory (images and logs)
 is removed on success and kept when a step after setup fails; an interrupted run removes it.)",
-	 R"(--criu PATH       the CRIU binary (default: the one beside cuda-criu, PREFIX/sbin/criu for
-                  PREFIX/bin/cuda-criu; else /usr/local/sbin/criu, /usr/sbin/criu or /usr/bin/criu)
+	 R"(--criu PATH       the CRIU binary (default: the one beside cuda-criu, for
+                  PREFIX/bin/cuda-criu PREFIX/lib/cuda-criu/sbin/criu (the Debian package's) or
+                  PREFIX/sbin/criu; else /usr/local/sbin/criu, /usr/sbin/criu or /usr/bin/criu)
 --libdir DIR      the plugin directory given to CRIU with -L (default: the one beside cuda-criu,
                   PREFIX/plugin or where `cmake --install` put the plugin, when it holds
                   cuda_plugin.so; else /usr/lib/criu); it must hold this project's cuda_plugin.so
@@ -392,8 +394,9 @@ SIGINT, SIGTERM or SIGHUP, and the work directory is removed unless --keep-image
 --require-cuda    a dump in which the plugin found no CUDA process is a failure
 --device-map OLD=NEW,...
                   restore with CUDA_CRIU_DEVICE_MAP set: onto other GPUs
---criu PATH       the CRIU binary (default: the one beside cuda-criu, PREFIX/sbin/criu for
-                  PREFIX/bin/cuda-criu; else /usr/local/sbin/criu, /usr/sbin/criu or /usr/bin/criu)
+--criu PATH       the CRIU binary (default: the one beside cuda-criu, for
+                  PREFIX/bin/cuda-criu PREFIX/lib/cuda-criu/sbin/criu (the Debian package's) or
+                  PREFIX/sbin/criu; else /usr/local/sbin/criu, /usr/sbin/criu or /usr/bin/criu)
 --libdir DIR      the directory of cuda_plugin.so, given to CRIU with -L (default: the one beside
                   cuda-criu, PREFIX/plugin or where `cmake --install` put the plugin, when it holds
                   cuda_plugin.so; else /usr/lib/criu)
@@ -451,8 +454,9 @@ a failed copy or restore says where the image is and how to restore it by hand. 
 --address ADDR    the page server's address, as this host reaches the target (default 127.0.0.1)
 --port PORT       the page server's port (default 27027)
 --via MODE        page-server (default) or copy
---criu PATH       the CRIU binary here (default: the one beside cuda-criu, PREFIX/sbin/criu for
-                  PREFIX/bin/cuda-criu; else /usr/local/sbin/criu, /usr/sbin/criu or /usr/bin/criu)
+--criu PATH       the CRIU binary here (default: the one beside cuda-criu, for
+                  PREFIX/bin/cuda-criu PREFIX/lib/cuda-criu/sbin/criu (the Debian package's) or
+                  PREFIX/sbin/criu; else /usr/local/sbin/criu, /usr/sbin/criu or /usr/bin/criu)
 --target-criu PATH
                   the CRIU binary on the target (default: the one used here)
 --libdir DIR      the directory of cuda_plugin.so on both hosts, given to CRIU with -L (default: the

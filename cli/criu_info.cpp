@@ -42,8 +42,10 @@ std::vector<std::string> companion_places(Companion what, const std::string &exe
 {
 	namespace fs = std::filesystem;
 	const fs::path prefix = fs::path(exe).parent_path().parent_path();
+	// The Debian package's CRIU first: it lies apart (PREFIX/lib/cuda-criu) so that it never clashes with
+	// a distribution's, whose PREFIX/sbin/criu may be too old for the plugin.
 	if (what == Companion::Criu)
-		return {(prefix / "sbin/criu").string()};
+		return {(prefix / "lib/cuda-criu/sbin/criu").string(), (prefix / "sbin/criu").string()};
 	std::vector<std::string> dirs = {(prefix / "plugin").string()};
 	if (!installed_plugin_dir.empty()) {
 		fs::path dir(installed_plugin_dir);
@@ -90,7 +92,8 @@ Result<CriuLocation> find_criu(const std::string &explicit_path)
 	if (std::string found = search_path("criu", env_or_empty("PATH")); !found.empty())
 		return CriuLocation{found, "$PATH", true};
 	return make_error(ENOENT,
-			  "no criu beside cuda-criu (../sbin/criu), in /usr/local/sbin, /usr/sbin, /usr/bin or $PATH");
+			  "no criu beside cuda-criu (../lib/cuda-criu/sbin/criu, ../sbin/criu), in /usr/local/sbin, "
+			  "/usr/sbin, /usr/bin or $PATH");
 }
 
 Result<CriuVersion> criu_version(const std::string &path, const std::vector<std::string> &env)

@@ -42,8 +42,9 @@ inline constexpr const char *kPluginMarker = "cuda-plugin.img";
 inline constexpr const char *kCriuDefaultLibdir = "/usr/lib/criu";
 
 // What came with this cuda-criu, found from its own executable, PREFIX/bin/cuda-criu, as each layout that
-// ships it puts them: the GPU bundle (scripts/gpu-bundle.sh: PREFIX/sbin/criu, PREFIX/plugin/), the build
-// tree (PREFIX/plugin/) and `cmake --install` (PREFIX/sbin/criu when CRIU was installed to the same prefix,
+// ships it puts them: the Debian package (PREFIX/lib/cuda-criu/sbin/criu, the plugin in CRIU_PLUGIN_DIR),
+// the GPU bundle (scripts/gpu-bundle.sh: PREFIX/sbin/criu, PREFIX/plugin/), the build tree
+// (PREFIX/plugin/) and `cmake --install` (PREFIX/sbin/criu when CRIU was installed to the same prefix,
 // the plugin in CRIU_PLUGIN_DIR). A program beside our own executable is trusted as that executable is:
 // one installation put both there.
 enum class Companion { Criu, PluginDir };

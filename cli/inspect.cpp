@@ -99,41 +99,36 @@ std::string hex(uint64_t v)
 	return buf;
 }
 
-// An inherited file's path and flags, and the placeholder the restore opens instead.
-JsonWriter &file_json(JsonWriter &j, const std::string &path, uint32_t flags)
+// An inherited file's path and flags, and the placeholder the restore opens instead, after what names it.
+Json file_json(Json j, const std::string &path, uint32_t flags)
 {
-	return j.field("path", path)
-		.field("flags", flag_names(flags))
-		.field("restored_as", "/dev/null " + flag_names(placeholder_flags(flags)));
+	j["path"] = path;
+	j["flags"] = flag_names(flags);
+	j["restored_as"] = "/dev/null " + flag_names(placeholder_flags(flags));
+	return j;
 }
 
-void inherited_json(JsonWriter &j, const InheritedDevicesRecord &r)
+Json inherited_json(const InheritedDevicesRecord &r)
 {
-	j.key("inherited_devices").begin_object();
-	j.key("mapped_paths").begin_array();
-	for (const auto &p : r.mapped_paths)
-		j.value(p);
-	j.end_array().key("files").begin_array();
+	Json files = Json::array();
 	for (const auto &f : r.files)
-		file_json(j.begin_object().field("id", f.id), f.path, f.flags).end_object();
-	j.end_array().key("processes").begin_array();
+		files.push_back(file_json(Json{{"id", f.id}}, f.path, f.flags));
+	Json processes = Json::array();
 	for (const InheritedProcessRecord &p : r.processes) {
-		j.begin_object().field("pid", p.pid).field("ns_pid", p.ns_pid).key("mappings").begin_array();
+		Json mappings = Json::array();
 		for (const auto &m : p.mappings)
-			j.begin_object()
-				.field("start", hex(m.start))
-				.field("end", hex(m.end))
-				.field("perms", m.perms)
-				.field("offset", m.offset)
-				.field("path", m.path)
-				.field("restored_as", mapping_placeholder(m.perms))
-				.end_object();
-		j.end_array().key("fds").begin_array();
+			mappings.push_back(Json{{"start", hex(m.start)},
+						{"end", hex(m.end)},
+						{"perms", m.perms},
+						{"offset", m.offset},
+						{"path", m.path},
+						{"restored_as", mapping_placeholder(m.perms)}});
+		Json fds = Json::array();
 		for (const auto &f : p.fds)
-			file_json(j.begin_object().field("fd", f.fd), f.path, f.flags).end_object();
-		j.end_array().end_object();
+			fds.push_back(file_json(Json{{"fd", f.fd}}, f.path, f.flags));
+		processes.push_back(Json{{"pid", p.pid}, {"ns_pid", p.ns_pid}, {"mappings", mappings}, {"fds", fds}});
 	}
-	j.end_array().end_object();
+	return Json{{"mapped_paths", r.mapped_paths}, {"files", files}, {"processes", processes}};
 }
 
 // ---- The GPU state: who holds it, and the plugin's GPU image as inspect shows it.
@@ -251,49 +246,46 @@ void print_gpu_image_text(const GpuImageView &v)
 		}
 }
 
-JsonWriter &gpu_process_json(JsonWriter &j, const GpuProcessView &p)
+// The GPU state of a process, or of them all, after what names it.
+Json gpu_process_json(Json j, const GpuProcessView &p)
 {
-	return j.field("state_bytes", p.state_bytes)
-		.field("stored_bytes", p.stored_bytes)
-		.field("zero_bytes", p.zero_bytes)
-		.field("zero_share", share(p.zero_bytes, p.state_bytes))
-		.field("chunks", static_cast<uint64_t>(p.chunks));
+	j["state_bytes"] = p.state_bytes;
+	j["stored_bytes"] = p.stored_bytes;
+	j["zero_bytes"] = p.zero_bytes;
+	j["zero_share"] = share(p.zero_bytes, p.state_bytes);
+	j["chunks"] = p.chunks;
+	return j;
 }
 
-void gpu_image_json(JsonWriter &j, const GpuImageView &v)
+Json gpu_image_json(const GpuImageView &v)
 {
 	const GpuImageIndex &idx = *v.index;
-	j.key("gpu_image").begin_object();
-	j.field("id", idx.id)
-		.field("index", kGpuIndexFileName)
-		.field("checksum", "CRC-32C")
-		.field("chunk_bytes", idx.chunk_bytes)
-		.field("write_us", idx.write_us)
-		.field("write_gb_per_s", gb_per_s(v.total.state_bytes, idx.write_us));
-	j.key("files").begin_array();
+	Json files = Json::array();
 	for (const GpuFileView &f : v.files) {
-		j.begin_object()
-			.field("name", f.file.path())
-			.field("parent_depth", f.file.parent_depth)
-			.field("size", f.file.size)
-			.field("data_bytes", f.file.data_bytes)
-			.field("present", f.present);
-		if (f.present)
-			j.field("disk_bytes", f.disk_bytes);
-		else
-			j.key("disk_bytes").null();
-		j.end_object();
+		Json o = {{"name", f.file.path()},
+			  {"parent_depth", f.file.parent_depth},
+			  {"size", f.file.size},
+			  {"data_bytes", f.file.data_bytes},
+			  {"present", f.present}};
+		o["disk_bytes"] = f.present ? Json(f.disk_bytes) : Json();
+		files.push_back(std::move(o));
 	}
-	j.end_array().key("processes").begin_array();
+	Json processes = Json::array();
 	for (const GpuProcessView &p : v.processes)
-		gpu_process_json(j.begin_object().field("pid", p.pid).field("ns_pid", p.ns_pid), p).end_object();
-	j.end_array().key("total").begin_object();
-	gpu_process_json(j, v.total)
-		.field("data_bytes", v.data_bytes)
-		.field("disk_bytes", v.disk_bytes)
-		.field("parent_bytes", v.parent_bytes)
-		.end_object();
-	j.end_object();
+		processes.push_back(gpu_process_json(Json{{"pid", p.pid}, {"ns_pid", p.ns_pid}}, p));
+	Json total = gpu_process_json(Json::object(), v.total);
+	total["data_bytes"] = v.data_bytes;
+	total["disk_bytes"] = v.disk_bytes;
+	total["parent_bytes"] = v.parent_bytes;
+	return Json{{"id", idx.id},
+		    {"index", kGpuIndexFileName},
+		    {"checksum", "CRC-32C"},
+		    {"chunk_bytes", idx.chunk_bytes},
+		    {"write_us", idx.write_us},
+		    {"write_gb_per_s", gb_per_s(v.total.state_bytes, idx.write_us)},
+		    {"files", files},
+		    {"processes", processes},
+		    {"total", total}};
 }
 
 void print_text(const ImageRecord &r, const std::optional<GpuImageView> &gpu)
@@ -331,57 +323,46 @@ void print_text(const ImageRecord &r, const std::optional<GpuImageView> &gpu)
 void print_json(const std::string &dir, const std::optional<ImageRecord> &img,
 		const std::optional<InheritedDevicesRecord> &inherited, const std::optional<GpuImageView> &gpu)
 {
-	JsonWriter j;
-	j.begin_object().field("directory", dir).field("cuda_image", img.has_value());
-	j.key("gpu_state_in"); // null without cuda-plugin.img: an image of CRIU's own plugin keeps it in the pages
-	if (img)
-		j.value(gpu ? "gpu_image" : "criu_pages");
-	else
-		j.null();
-	if (gpu)
-		gpu_image_json(j, *gpu);
-	else
-		j.key("gpu_image").null();
+	Json j = {{"directory", dir}, {"cuda_image", img.has_value()}};
+	// null without cuda-plugin.img: an image of CRIU's own plugin keeps it in the pages
+	j["gpu_state_in"] = img ? Json(gpu ? "gpu_image" : "criu_pages") : Json();
+	j["gpu_image"] = gpu ? gpu_image_json(*gpu) : Json();
 	if (img) {
 		const ImageRecord &r = *img;
-		j.field("version", r.version)
-			.field("plugin_version", r.plugin_version)
-			.field("driver_version", r.driver_version)
-			.field("hostname", r.hostname)
-			.field("created_unix", r.created_unix)
-			.field("device_phase_us", r.device_phase_us);
+		j["version"] = r.version;
+		j["plugin_version"] = r.plugin_version;
+		j["driver_version"] = r.driver_version;
+		j["hostname"] = r.hostname;
+		j["created_unix"] = r.created_unix;
+		j["device_phase_us"] = r.device_phase_us;
 		for (const char *key : {"gpus", "other_gpus"}) {
-			j.key(key).begin_array();
+			Json gpus = Json::array();
 			for (const GpuRecord &g : key == std::string("gpus") ? r.gpus : r.other_gpus)
-				j.begin_object()
-					.field("ordinal", g.ordinal)
-					.field("uuid", g.uuid.str())
-					.field("name", g.name)
-					.field("memory_bytes", g.memory_bytes)
-					.field("pci_bus_id", g.pci_bus_id)
-					.end_object();
-			j.end_array();
+				gpus.push_back(Json{{"ordinal", g.ordinal},
+						    {"uuid", g.uuid.str()},
+						    {"name", g.name},
+						    {"memory_bytes", g.memory_bytes},
+						    {"pci_bus_id", g.pci_bus_id}});
+			j[key] = gpus;
 		}
-		j.key("processes").begin_array();
+		Json processes = Json::array();
 		for (const ProcessRecord &p : r.processes) {
-			j.begin_object()
-				.field("pid", p.pid)
-				.field("ns_pid", p.ns_pid)
-				.field("initial_state", p.initial_state ? to_string(*p.initial_state) : "")
-				.field("state_bytes", p.state_bytes)
-				.field("lock_us", p.lock_us)
-				.field("checkpoint_us", p.checkpoint_us);
-			j.key("gpu_uuids").begin_array();
+			Json uuids = Json::array();
 			for (const auto &u : p.gpu_uuids)
-				j.value(u.str());
-			j.end_array().end_object();
+				uuids.push_back(u.str());
+			processes.push_back(Json{{"pid", p.pid},
+						 {"ns_pid", p.ns_pid},
+						 {"initial_state", p.initial_state ? to_string(*p.initial_state) : ""},
+						 {"state_bytes", p.state_bytes},
+						 {"lock_us", p.lock_us},
+						 {"checkpoint_us", p.checkpoint_us},
+						 {"gpu_uuids", uuids}});
 		}
-		j.end_array();
+		j["processes"] = processes;
 	}
 	if (inherited) // absent when no process held an NVIDIA device file it inherited
-		inherited_json(j, *inherited);
-	j.end_object();
-	std::fputs(j.str().c_str(), stdout);
+		j["inherited_devices"] = inherited_json(*inherited);
+	std::fputs(json_text(j).c_str(), stdout);
 }
 
 

@@ -366,27 +366,18 @@ int print_verification(const std::string &dir, const Verification &v, bool json)
 	double rate = gb_per_s(v.bytes_read, v.elapsed_us);
 	size_t failed = v.failed();
 	if (json) {
-		JsonWriter j;
-		j.begin_object().field("directory", dir).field("result", failed ? "fail" : "ok");
-		j.key("gpu_state_in");
-		if (v.gpu_image)
-			j.value(*v.gpu_image ? "gpu_image" : "criu_pages");
-		else
-			j.null();
-		j.key("checks").begin_array();
+		Json checks = Json::array();
 		for (const VerifyCheck &c : v.checks)
-			j.begin_object()
-				.field("name", c.name)
-				.field("status", c.ok ? "ok" : "fail")
-				.field("detail", c.detail)
-				.end_object();
-		j.end_array()
-			.field("bytes_read", v.bytes_read)
-			.field("seconds", secs)
-			.field("gb_per_s", rate)
-			.field("checksums", checksum_note(v))
-			.end_object();
-		std::fputs(j.str().c_str(), stdout);
+			checks.push_back(Json{{"name", c.name}, {"status", c.ok ? "ok" : "fail"}, {"detail", c.detail}});
+		Json j = {{"directory", dir},
+			  {"result", failed ? "fail" : "ok"},
+			  {"gpu_state_in", v.gpu_image ? Json(*v.gpu_image ? "gpu_image" : "criu_pages") : Json()},
+			  {"checks", checks},
+			  {"bytes_read", v.bytes_read},
+			  {"seconds", secs},
+			  {"gb_per_s", rate},
+			  {"checksums", checksum_note(v)}};
+		std::fputs(json_text(j).c_str(), stdout);
 	} else {
 		for (const VerifyCheck &c : v.checks)
 			std::printf("%-4s  %-20s  %s\n", c.ok ? "ok" : "FAIL", printable(c.name).c_str(),

@@ -1,60 +1,19 @@
-// A small JSON writer for the --json output of the commands: objects, arrays, strings, numbers, booleans
-// and null, indented two spaces. Strings are escaped per RFC 8259; bytes that are not valid UTF-8 (a
-// process's command line may hold any bytes) become U+FFFD so that the output always parses.
+// The --json output of the commands: a document built as a Json value (keys in the order they were set)
+// and written by json_text().
 #pragma once
 
-#include <cstdint>
 #include <string>
-#include <string_view>
-#include <vector>
+
+#include <nlohmann/json.hpp>
 
 namespace cuda_criu::cli {
 
-class JsonWriter {
-public:
-	JsonWriter &begin_object() { return open('{'); }
-	JsonWriter &end_object() { return close('}'); }
-	JsonWriter &begin_array() { return open('['); }
-	JsonWriter &end_array() { return close(']'); }
-	// The key of the next value inside an object.
-	JsonWriter &key(std::string_view name);
+using Json = nlohmann::ordered_json;
 
-	JsonWriter &value(std::string_view s);
-	JsonWriter &value(const char *s) { return value(std::string_view(s)); }
-	JsonWriter &value(const std::string &s) { return value(std::string_view(s)); }
-	JsonWriter &value(int64_t n);
-	JsonWriter &value(uint64_t n);
-	JsonWriter &value(int n) { return value(static_cast<int64_t>(n)); }
-	JsonWriter &value(unsigned n) { return value(static_cast<uint64_t>(n)); }
-	JsonWriter &value(double d);
-	JsonWriter &value(bool b);
-	JsonWriter &null();
-
-	// key + value in one call.
-	template <typename T>
-	JsonWriter &field(std::string_view name, const T &v)
-	{
-		return key(name).value(v);
-	}
-
-	// The document so far, ending in a newline once the outermost value is closed.
-	const std::string &str() const { return out_; }
-
-private:
-	void before_value();
-	JsonWriter &open(char c);
-	JsonWriter &close(char c);
-	void newline();
-
-	std::string out_;
-	std::vector<bool> has_items_; // one per open container
-	bool after_key_ = false;
-};
-
-// s as a JSON string literal, quotes included.
-std::string json_quote(std::string_view s);
-
-// Length of the valid UTF-8 sequence at s[i]; 0 when there is none (invalid, overlong, truncated).
-size_t utf8_sequence_length(std::string_view s, size_t i);
+// v indented two spaces, ending in a newline. Strings are escaped by the library, which writes bytes that
+// are not valid UTF-8 (a process's command line may hold any) as U+FFFD, so that the output always parses.
+// A double is written as "%.6g" writes it ("3", "0.333333", "1.5e+06"), null when it is not finite; the
+// library's dump() would write "3.0", "0.3333333333333333" and "1500000.0".
+std::string json_text(const Json &v);
 
 } // namespace cuda_criu::cli

@@ -78,33 +78,19 @@ std::vector<pid_t> cuda_processes()
 
 void print_json(const std::vector<ProcessReport> &reports, bool with_command)
 {
-	JsonWriter j;
-	j.begin_object().key("processes").begin_array();
+	Json processes = Json::array();
 	for (const ProcessReport &r : reports) {
-		j.begin_object().field("pid", r.pid);
-		if (r.state)
-			j.field("state", to_string(*r.state));
-		else
-			j.key("state").null();
-		if (r.restore_tid)
-			j.field("restore_tid", *r.restore_tid);
-		else
-			j.key("restore_tid").null();
+		Json p = {{"pid", r.pid}};
+		p["state"] = r.state ? Json(to_string(*r.state)) : Json();
+		p["restore_tid"] = r.restore_tid ? Json(*r.restore_tid) : Json();
 		if (with_command) {
-			j.field("command", r.command);
-			if (r.refused.empty())
-				j.key("checkpoint_refused").null();
-			else
-				j.field("checkpoint_refused", r.refused);
+			p["command"] = r.command;
+			p["checkpoint_refused"] = r.refused.empty() ? Json() : Json(r.refused);
 		}
-		if (r.error.empty())
-			j.key("error").null();
-		else
-			j.field("error", r.error);
-		j.end_object();
+		p["error"] = r.error.empty() ? Json() : Json(r.error);
+		processes.push_back(std::move(p));
 	}
-	j.end_array().end_object();
-	std::fputs(j.str().c_str(), stdout);
+	std::fputs(json_text(Json{{"processes", processes}}).c_str(), stdout);
 }
 
 int list_all(bool json)

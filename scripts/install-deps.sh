@@ -6,6 +6,8 @@ set -euo pipefail
 pkgs=(
 	# toolchain, test framework, fuzzing (clang's libFuzzer) and static checks
 	build-essential cmake pkg-config libgtest-dev libgmock-dev clang libclang-rt-14-dev clang-tidy
+	# the CLI's --json output
+	nlohmann-json3-dev
 	# CRIU's build dependencies
 	libprotobuf-dev libprotobuf-c-dev protobuf-c-compiler protobuf-compiler python3-protobuf
 	libnl-3-dev libnet1-dev libcap-dev libbsd-dev libgnutls28-dev libnftables-dev uuid-dev libaio-dev
@@ -15,6 +17,8 @@ pkgs=(
 	python3-yaml libnl-route-3-dev
 	# the GPU bundle: its binaries' RUNPATH (scripts/gpu-bundle.sh)
 	patchelf
+	# the release: the Debian packages' checks (tests/release/check.sh)
+	lintian
 )
 
 missing=()

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Sets everything up and runs the whole test suite: the unit tests built with ASan+UBSan (build/asan) and
 # with TSan (build/tsan), clang-tidy, then every test in build/ (tests that need a GPU or root are reported
-# as skipped). CUDA_CRIU_SANITIZED_CRIU=1 adds, at the end, the end-to-end and container tests with CRIU
-# built with AddressSanitizer and the plugin with ASan+UBSan (scripts/test-sanitized.sh, ~10 min: nightly).
+# as skipped), then, without ctest options, the release files (Debian packages, tarball: tests/release/).
+# CUDA_CRIU_SANITIZED_CRIU=1 adds, at the end, the end-to-end and container tests with CRIU built with
+# AddressSanitizer and the plugin with ASan+UBSan (scripts/test-sanitized.sh, ~10 min: nightly).
 #   scripts/test.sh [ctest options...]     e.g. scripts/test.sh -L e2e
 set -euo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
@@ -31,6 +32,13 @@ scripts/tidy.sh build
 
 echo "[test] the whole suite (build)" >&2
 ctest --test-dir build --output-on-failure "$@"
+
+# After the whole suite (nothing else uses CRIU then): the packages are installed on this machine and purged.
+if [ $# -eq 0 ]; then
+	echo "[test] the release: built (scripts/release.sh), unpacked, installed, used and purged (tests/release/check.sh)" >&2
+	scripts/release.sh
+	tests/release/check.sh build
+fi
 
 if [ "${CUDA_CRIU_SANITIZED_CRIU:-0}" = 1 ]; then
 	echo "[test] end-to-end and container tests inside a sanitized CRIU (scripts/test-sanitized.sh)" >&2

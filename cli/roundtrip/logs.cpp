@@ -9,8 +9,6 @@
 #include <cstdio>
 #include <fstream>
 
-#include "json.h"
-
 namespace cuda_criu::cli::roundtrip {
 namespace {
 
@@ -72,6 +70,41 @@ std::string_view without_criu_prefixes(std::string_view line)
 	if (skip_chars(s, "0123456789", 1) && skip_literal(s, ": "))
 		line = s;
 	return line;
+}
+
+// Length of the valid UTF-8 sequence at s[i]; 0 when there is none (invalid, overlong, truncated).
+size_t utf8_sequence_length(std::string_view s, size_t i)
+{
+	auto byte = [&](size_t k) { return static_cast<unsigned char>(s[k]); };
+	unsigned char c = byte(i);
+	size_t len;
+	uint32_t cp;
+	if (c < 0x80)
+		return 1;
+	if ((c & 0xe0) == 0xc0) {
+		len = 2;
+		cp = c & 0x1f;
+	} else if ((c & 0xf0) == 0xe0) {
+		len = 3;
+		cp = c & 0x0f;
+	} else if ((c & 0xf8) == 0xf0) {
+		len = 4;
+		cp = c & 0x07;
+	} else {
+		return 0;
+	}
+	if (i + len > s.size())
+		return 0;
+	for (size_t k = 1; k < len; k++) {
+		if ((byte(i + k) & 0xc0) != 0x80)
+			return 0;
+		cp = (cp << 6) | (byte(i + k) & 0x3f);
+	}
+	// Overlong forms, UTF-16 surrogates and values past U+10FFFF are not valid UTF-8.
+	static const uint32_t kMin[] = {0, 0, 0x80, 0x800, 0x10000};
+	if (cp < kMin[len] || (cp >= 0xd800 && cp <= 0xdfff) || cp > 0x10ffff)
+		return 0;
+	return len;
 }
 
 } // namespace

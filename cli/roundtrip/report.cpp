@@ -42,49 +42,30 @@ const char *result_word(const RunInfo &run, int status)
 	return status == kExitFailure ? "fail" : "error";
 }
 
-void json_cycle(JsonWriter &w, unsigned cycle)
-{
-	w.key("cycle");
-	if (cycle)
-		w.value(cycle);
-	else
-		w.null();
-}
+Json json_cycle(unsigned cycle) { return cycle ? Json(cycle) : Json(); }
 
-void json_strings(JsonWriter &w, const char *key, const std::vector<std::string> &values)
+Json json_step(const Step &s)
 {
-	w.key(key).begin_array();
-	for (const std::string &v : values)
-		w.value(v);
-	w.end_array();
-}
-
-void json_step(JsonWriter &w, const Step &s)
-{
-	w.begin_object();
-	json_cycle(w, s.cycle);
-	w.field("step", s.name);
-	w.field("result", s.status == StepStatus::Ok ? "ok" : s.status == StepStatus::Failed ? "fail" : "skipped");
-	w.field("seconds", s.seconds);
-	w.field("detail", s.detail);
+	Json j = {{"cycle", json_cycle(s.cycle)},
+		  {"step", s.name},
+		  {"result", s.status == StepStatus::Ok ? "ok" : s.status == StepStatus::Failed ? "fail" : "skipped"},
+		  {"seconds", s.seconds},
+		  {"detail", s.detail}};
 	if (!s.hint.empty())
-		w.field("hint", s.hint);
+		j["hint"] = s.hint;
 	if (s.image_bytes >= 0)
-		w.field("image_bytes", s.image_bytes);
+		j["image_bytes"] = s.image_bytes;
 	if (s.gpu_state_bytes >= 0)
-		w.field("gpu_state_bytes", s.gpu_state_bytes);
+		j["gpu_state_bytes"] = s.gpu_state_bytes;
 	if (s.cuda_processes >= 0)
-		w.field("cuda_processes", s.cuda_processes);
+		j["cuda_processes"] = s.cuda_processes;
 	if (!s.logs.empty()) {
-		w.key("log").begin_array();
-		for (const LogBlock &b : s.logs) {
-			w.begin_object().field("file", b.file);
-			json_strings(w, "lines", b.lines);
-			w.end_object();
-		}
-		w.end_array();
+		Json logs = Json::array();
+		for (const LogBlock &b : s.logs)
+			logs.push_back(Json{{"file", b.file}, {"lines", b.lines}});
+		j["log"] = logs;
 	}
-	w.end_object();
+	return j;
 }
 
 std::string xml_escape(std::string_view s, bool attribute)
@@ -234,41 +215,30 @@ void print_summary(const RunInfo &run, const std::vector<Step> &steps)
 
 std::string json_report(const RunInfo &run, const std::vector<Step> &steps, int status)
 {
-	JsonWriter w;
-	w.begin_object();
-	w.field("name", run.name);
-	w.field("result", result_word(run, status));
-	w.field("exit_status", run.signal ? 128 + run.signal : status);
-	json_strings(w, "command", run.command);
-	w.field("pid", static_cast<int>(run.pid));
-	w.key("criu").begin_object().field("path", run.criu).field("version", run.criu_version).end_object();
-	w.field("libdir", run.libdir);
-	json_strings(w, "criu_args", run.criu_args);
-	w.field("work_dir", run.work_dir);
-	w.field("images_kept", run.images_kept);
-	w.field("repeat", static_cast<uint64_t>(run.repeat));
-	w.field("leave_running", run.leave_running);
-	w.key("device_map");
-	if (run.device_map)
-		w.value(*run.device_map);
-	else
-		w.null();
-	w.field("started_unix", static_cast<int64_t>(run.started_unix));
-	w.field("seconds", run.seconds);
-	w.key("steps").begin_array();
+	Json json_steps = Json::array();
 	for (const Step &s : steps)
-		json_step(w, s);
-	w.end_array();
-	w.key("failure");
-	if (const Step *f = failed_step(steps)) {
-		w.begin_object();
-		json_cycle(w, f->cycle);
-		w.field("step", f->name).field("message", f->detail).field("hint", f->hint).end_object();
-	} else {
-		w.null();
-	}
-	w.end_object();
-	return w.str();
+		json_steps.push_back(json_step(s));
+	Json failure;
+	if (const Step *f = failed_step(steps))
+		failure = Json{{"cycle", json_cycle(f->cycle)}, {"step", f->name}, {"message", f->detail}, {"hint", f->hint}};
+	Json j = {{"name", run.name},
+		  {"result", result_word(run, status)},
+		  {"exit_status", run.signal ? 128 + run.signal : status},
+		  {"command", run.command},
+		  {"pid", run.pid},
+		  {"criu", Json{{"path", run.criu}, {"version", run.criu_version}}},
+		  {"libdir", run.libdir},
+		  {"criu_args", run.criu_args},
+		  {"work_dir", run.work_dir},
+		  {"images_kept", run.images_kept},
+		  {"repeat", run.repeat},
+		  {"leave_running", run.leave_running},
+		  {"device_map", run.device_map ? Json(*run.device_map) : Json()},
+		  {"started_unix", run.started_unix},
+		  {"seconds", run.seconds},
+		  {"steps", json_steps},
+		  {"failure", failure}};
+	return json_text(j);
 }
 
 std::string junit_report(const RunInfo &run, const std::vector<Step> &steps)

@@ -178,7 +178,8 @@ int init_dump(State &s)
 						       return DumpGuard::start(source, timeout_ms);
 					       },
 					       seize_alarm_left_ms, s.criu.get_image_dir());
-	LOG_INFO("ready to dump CUDA processes (lock timeout %.1f s)", s.options.lock_timeout_ms / 1000.0);
+	LOG_INFO("ready to dump CUDA processes (version %s, lock timeout %.1f s)", CUDA_CRIU_VERSION,
+		 s.options.lock_timeout_ms / 1000.0);
 	return 0;
 }
 

@@ -174,7 +174,8 @@ std::unique_ptr<RestoreSession> start_restore(const Options &options, Host &host
 	auto session = std::make_unique<RestoreSession>(options, host, std::move(driver), std::move(setup.image),
 							criu_fails_on_error, guard ? std::move(*guard) : RestoreGuard(),
 							std::move(setup.load_gpu));
-	LOG_INFO("ready to restore CUDA processes%s", with_image ? "" : " (image without cuda-plugin.img)");
+	LOG_INFO("ready to restore CUDA processes (version %s%s)", CUDA_CRIU_VERSION,
+		 with_image ? "" : "; image without cuda-plugin.img");
 	return session;
 }
 

@@ -17,8 +17,10 @@ using Places = std::vector<std::string>;
 
 TEST(CompanionPlaces, BundleAndInstallLayouts)
 {
-	// The bundle: bin/cuda-criu, sbin/criu, plugin/cuda_plugin.so; the build's CRIU_PLUGIN_DIR after it.
-	EXPECT_EQ(companion_places(Companion::Criu, "/opt/b/bin/cuda-criu", "/usr/lib/criu"), Places{"/opt/b/sbin/criu"});
+	// The Debian package's CRIU (lib/cuda-criu/sbin/criu) first, then the bundle's: bin/cuda-criu, sbin/criu,
+	// plugin/cuda_plugin.so; the build's CRIU_PLUGIN_DIR after it.
+	EXPECT_EQ(companion_places(Companion::Criu, "/opt/b/bin/cuda-criu", "/usr/lib/criu"),
+		  (Places{"/opt/b/lib/cuda-criu/sbin/criu", "/opt/b/sbin/criu"}));
 	EXPECT_EQ(companion_places(Companion::PluginDir, "/opt/b/bin/cuda-criu", "/usr/lib/criu"),
 		  (Places{"/opt/b/plugin", "/usr/lib/criu"}));
 	// An installation with a CRIU_PLUGIN_DIR relative to its prefix, as install(DESTINATION) takes it.
@@ -28,7 +30,8 @@ TEST(CompanionPlaces, BundleAndInstallLayouts)
 		  (Places{"/usr/plugin", "/usr/lib64/criu"}));
 	EXPECT_EQ(companion_places(Companion::PluginDir, "/opt/b/bin/cuda-criu", ""), Places{"/opt/b/plugin"});
 	// The prefix is the root.
-	EXPECT_EQ(companion_places(Companion::Criu, "/bin/cuda-criu", ""), Places{"/sbin/criu"});
+	EXPECT_EQ(companion_places(Companion::Criu, "/bin/cuda-criu", ""),
+		  (Places{"/lib/cuda-criu/sbin/criu", "/sbin/criu"}));
 }
 
 TEST(CompanionPlaces, FoundOnlyWhereItIs)
@@ -48,6 +51,10 @@ TEST(CompanionPlaces, FoundOnlyWhereItIs)
 	EXPECT_EQ(find_companion(Companion::Criu, exe, installed), "");
 	ASSERT_EQ(chmod(t.file("sbin/criu").c_str(), 0755), 0);
 	EXPECT_EQ(find_companion(Companion::Criu, exe, installed), t.file("sbin/criu"));
+	// The package's CRIU before the one in PREFIX/sbin (a distribution's, too old for the plugin).
+	fs::create_directories(t.file("lib/cuda-criu/sbin"));
+	fs::copy_file(t.file("sbin/criu"), t.file("lib/cuda-criu/sbin/criu"));
+	EXPECT_EQ(find_companion(Companion::Criu, exe, installed), t.file("lib/cuda-criu/sbin/criu"));
 	std::ofstream(t.file("plugin/other.so")) << "x";
 	fs::create_directories(t.file("plugin/cuda_plugin.so")); // a directory of that name
 	EXPECT_EQ(find_companion(Companion::PluginDir, exe, installed), "");
