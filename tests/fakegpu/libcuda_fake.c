@@ -312,13 +312,23 @@ __attribute__((constructor)) static void fg_ctor(void)
 	pthread_atfork(NULL, NULL, child_after_fork);
 }
 
+/* The gate waits in steps of 20 ms: the restore thread's unlock may have to wake it without the gate's
+ * lock (svc_unlock), and a wake-up sent before the wait would otherwise be lost. */
 CUresult api_enter(void)
 {
 	if (!g_inited)
 		return CUDA_ERROR_NOT_INITIALIZED;
 	pthread_mutex_lock(&g_gate_lock);
-	while (g_locked)
-		pthread_cond_wait(&g_gate_cond, &g_gate_lock);
+	while (__atomic_load_n(&g_locked, __ATOMIC_ACQUIRE)) {
+		struct timespec ts;
+		clock_gettime(CLOCK_MONOTONIC, &ts);
+		ts.tv_nsec += 20000000;
+		if (ts.tv_nsec >= 1000000000) {
+			ts.tv_sec++;
+			ts.tv_nsec -= 1000000000;
+		}
+		pthread_cond_timedwait(&g_gate_cond, &g_gate_lock, &ts);
+	}
 	g_inflight++;
 	pthread_mutex_unlock(&g_gate_lock);
 	return CUDA_SUCCESS;

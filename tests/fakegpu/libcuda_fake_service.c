@@ -60,12 +60,25 @@ static CUresult svc_lock(uint32_t timeout_ms)
 	return r;
 }
 
+/* A process restored from an image may have been frozen by the dump with one of its threads inside the
+ * gate's lock (entering the gate, a few instructions): that thread stays stopped until the restore is done,
+ * so the unlock, part of the restore, must not wait for the lock. The gate re-checks every 20 ms. */
 static void svc_unlock(void)
 {
-	pthread_mutex_lock(&g_gate_lock);
-	g_locked = 0;
-	pthread_cond_broadcast(&g_gate_cond);
-	pthread_mutex_unlock(&g_gate_lock);
+	__atomic_store_n(&g_locked, 0, __ATOMIC_RELEASE);
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	ts.tv_nsec += 100000000;
+	if (ts.tv_nsec >= 1000000000) {
+		ts.tv_sec++;
+		ts.tv_nsec -= 1000000000;
+	}
+	if (pthread_mutex_timedlock(&g_gate_lock, &ts) == 0) {
+		pthread_cond_broadcast(&g_gate_cond);
+		pthread_mutex_unlock(&g_gate_lock);
+	} else {
+		pthread_cond_broadcast(&g_gate_cond);
+	}
 }
 
 /* Detaches and closes a main connection. */
