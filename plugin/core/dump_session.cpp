@@ -153,10 +153,12 @@ Result<bool> DumpSession::pause_cuda(pid_t pid, uint64_t deadline)
 			pid);
 	// What the driver would checkpoint into an image that cannot restore is refused before any lock.
 	std::vector<DeviceFd> device_fds = host_.nvidia_device_files(pid).fds;
-	for (Status st : {refuse_streamed(host_, pid), refuse_shared_handles(host_, pid, device_fds),
-			  refuse_legacy_ipc(host_, pid)})
-		if (!st)
-			return std::move(st).error();
+	if (auto st = refuse_streamed(host_, pid); !st)
+		return std::move(st).error();
+	if (auto st = refuse_shared_handles(host_, pid, device_fds); !st)
+		return std::move(st).error();
+	if (auto st = refuse_legacy_ipc(host_, pid); !st) // reads the machine's maps only for a cuda.shm file
+		return std::move(st).error();
 	auto state = ask<CudaState>(driver_, limit_ms(deadline, kDriverGraceMs), format("query the CUDA state of pid %d", pid),
 				    [pid](Driver &d) { return d.state(pid); });
 	if (!state)
