@@ -225,3 +225,68 @@ test_replicas() {
 	kill_pids "${replicas[@]}"
 	rm -rf "$dir/img"
 }
+
+# Replicas that no longer fit: a CUDA process of REPLICAS_FIT_GB (24, about what the serve scenario holds)
+# GiB on the GPU (cuda_memcheck: 1 GiB of data, the rest zeros), pid 1 of its own namespaces as in
+# test_replicas, is dumped; its image is then restored at once one time more than the GPU's free memory
+# holds by its size. Every restore that does not fit must be refused by the plugin before any driver call,
+# naming the GPU (the restores in progress reserve their GPU state in a ledger every CRIU on the machine
+# reads); those that fit run on, each verifying its device data.
+test_replicas_fit() {
+	local name=replicas-fit dir=$work/replicas-fit gb=${REPLICAS_FIT_GB:-24} pid p i t0 base mib free_mib n fit
+	local ok=0 refused=0 other="" why="" restored_s
+	local -a restores=() replicas=() dump_opts restore_opts
+	mkdir -p "$dir"
+	(cd "$dir" && ns_exec "$bundle/bin/cuda_memcheck" --mb 1024 --zero-mb $((gb * 1024 - 1024)) --state "$dir/state" \
+		--interval-ms 100 </dev/null >/dev/null 2>&1 &)
+	wait_state "$dir/state" 180 1 || { failed $name "before the dump: $why"; show_workload "$dir"; return; }
+	pid=$(for p in $(pids_in "$dir"); do grep -q "^NSpid:.*[[:space:]]1$" "/proc/$p/status" && echo "$p"; done)
+	[ -n "$pid" ] || { failed $name "no workload that is pid 1 of its pid namespace"; return; }
+	started+=("$pid")
+	mib=$(nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader,nounits | awk -F', *' -v p="$pid" '$1 == p { print $2 }')
+	ns_criu_opts "$pid" "$dir"
+	mapfile -t dump_opts <"$dir/dump.opts"
+	mapfile -t restore_opts <"$dir/restore.opts"
+	criu_dump "$dir" "$pid" "${dump_opts[@]}" || { failed $name "dump: $why"; show_log "$dir/dump.log"; kill_pids "$pid"; return; }
+	gone_within 30 "$pid" || { failed $name "pid $pid still exists after the dump"; kill_pids "$pid"; return; }
+	base=$(state_value "$dir/state" iterations)
+	free_mib=$(nvidia-smi --query-gpu=memory.free --format=csv,noheader,nounits -i 0)
+	[ -n "$mib" ] && [ "$mib" -gt 0 ] || { failed $name "nvidia-smi shows no GPU memory for pid $pid"; return; }
+	fit=$((free_mib / mib)) n=$((free_mib / mib + 1))
+	echo "  $name: $mib MiB on the GPU per replica (image $(gib "$img_bytes") GiB, dump $dump_s s), $free_mib MiB free: $fit should fit; $n restores at once"
+	t0=$(now)
+	for i in $(seq $n); do
+		timeout -k 10 "$criu_timeout" "${criu_cmd[@]}" restore -D "$dir/img" -d -L "$bundle/plugin" -v4 \
+			-o "$dir/restore-$i.log" "${restore_opts[@]}" </dev/null >/dev/null 2>&1 &
+		restores+=($!)
+	done
+	for i in $(seq $n); do
+		if wait "${restores[$((i - 1))]}"; then
+			ok=$((ok + 1))
+		elif grep -q "Error (cuda_plugin): .*cannot restore the image's GPU state on this machine" "$dir/restore-$i.log"; then
+			refused=$((refused + 1))
+			why=$(grep -o -m1 "Error (cuda_plugin): .*" "$dir/restore-$i.log" | cut -c1-400)
+		else
+			other+=" $i"
+		fi
+	done
+	restored_s=$(since "$t0")
+	mapfile -t replicas < <(pids_in "$dir")
+	started+=("${replicas[@]}")
+	echo "  $name: $ok restored, $refused refused in $restored_s s${why:+; refused: $why}"
+	if [ -n "$other" ]; then
+		failed $name "restore(s)$other failed other than by the plugin's refusal"
+		for i in $other; do show_log "$dir/restore-$i.log"; done
+		kill_pids "${replicas[@]}"; return
+	fi
+	[ "$refused" -ge 1 ] || { failed $name "all $n restores fit: $ok of $mib MiB in $free_mib MiB free"; kill_pids "${replicas[@]}"; return; }
+	[ ${#replicas[@]} -eq "$ok" ] || { failed $name "${#replicas[@]} replicas run, $ok restores succeeded"; kill_pids "${replicas[@]}"; return; }
+	advance 60 "$dir/state" "$base" || { failed $name "after the restores: $why"; kill_pids "${replicas[@]}"; return; }
+	for p in "${replicas[@]}"; do
+		[ -d "/proc/$p" ] || { failed $name "replica $p ended (state: $(state_value "$dir/state" status))"; kill_pids "${replicas[@]}"; return; }
+	done
+	passed $name "$ok of $n restores at once of a $mib MiB process fit in $free_mib MiB ($restored_s s), running with their data\
+ verified (iterations $after), $(gpu_gib "${replicas[@]}") GiB on the GPU; $refused refused by the plugin by name"
+	kill_pids "${replicas[@]}"
+	rm -rf "$dir/img"
+}

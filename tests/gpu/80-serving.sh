@@ -146,3 +146,97 @@ test_llm_server_tcp() {
 	echo "  $(plugin_line "$dir/restore.log" restore)"
 	kill_tree "$pid"
 }
+
+# serve_get PORT PATH [TIMEOUT_S]: the one-line body of GET http://127.0.0.1:PORT/PATH in answer; 1 when the
+# server does not answer.
+serve_get() {
+	answer=$(python3 -c 'import sys, urllib.request
+with urllib.request.urlopen(f"http://127.0.0.1:{sys.argv[1]}/{sys.argv[2]}", timeout=float(sys.argv[3])) as r:
+    print(r.read().decode().strip())' "$1" "$2" "${3:-${GPU_TESTS_ANSWER_S:-120}}" 2>/dev/null) && [ -n "$answer" ]
+}
+
+# serve_get_first PORT STATE TIMEOUT_S: until the server on PORT answers batch 1 (in answer); why and 1 when
+# TIMEOUT_S pass first or STATE says the server failed.
+serve_get_first() {
+	local deadline=$(($(date +%s) + $3)) st
+	while [ "$(date +%s)" -lt "$deadline" ]; do
+		serve_get "$1" "generate?batch=1" && return 0
+		st=$(state_value "$2" status)
+		[ -z "$st" ] || [ "$st" = ok ] || { why="$(basename "$2") says status=$st"; return 1; }
+		sleep 0.05
+	done
+	why="no answer on 127.0.0.1:$1 within $3 s"
+	return 1
+}
+
+# The two-process server of serving_workload.py as vLLM V1 and SGLang run theirs (--processes 2: an HTTP
+# front without CUDA starts the engine, which loads the weights, makes a KV arena of SERVE2_KV_GB (4) GiB of
+# zeros, compiles with torch.compile and captures CUDA graphs; a Unix socket pair and a token-id ring in
+# /dev/shm between them), as the process tree of a runc container on the host's network: checkpointed, the
+# container removed, restored under a new name; every batch size's answer after the restore must equal the
+# one before. Timed: the cold start (runc run to the first answer) and the restore (runc restore to the
+# first answer). The weights are the benchmark's (SERVE_WEIGHTS, default
+# /var/tmp/cuda-criu-serve-weights-6, written when missing); the container compiles with a copy of the
+# benchmark's torch.compile cache where there is one (a machine that ran bench.py serve).
+test_runc_serve2() {
+	local name=runc-serve2 dir=$work/runc-serve2 runc_bin=$bundle/sbin/runc n devs=() port b t0 cold first host_pid
+	local weights=${SERVE_WEIGHTS:-/var/tmp/cuda-criu-serve-weights-6} cache=/var/tmp/cuda-criu-bench/inductor-cache
+	local tree=() engine="" p at RUNC_BINDS RUNC_WORKLOAD
+	local -A before=()
+	[ -x "$runc_bin" ] || { skipped $name "no runc in the bundle"; return; }
+	"$python" -c 'import torch, transformers, safetensors' 2>/dev/null ||
+		{ skipped $name "$python lacks torch, transformers or safetensors"; return; }
+	GPU_TESTS_RUNC_WORKLOAD=torch runc_prepare "$dir" || return
+	if [ ! -f "$weights/config.json" ]; then
+		echo "  $name: writing the serving model's weights into $weights"
+		env -u LD_LIBRARY_PATH "$python" "$bundle/serving_workload.py" make --dir "$weights" --size 6 >"$dir/make.out" 2>&1 ||
+			{ failed $name "serving_workload.py make failed: $(tail -n 2 "$dir/make.out")"; return; }
+	fi
+	mkdir -p "$dir/state/home" "$dir/state/inductor-cache" "$dir/rootfs$weights"
+	[ -d "$cache" ] && cp -a "$cache/." "$dir/state/inductor-cache/"
+	cp "$bundle/serving_workload.py" "$dir/state/" || { failed $name "cannot copy serving_workload.py"; return; }
+	port=$(serve_free_port)
+	export RUNC_BINDS=${RUNC_BINDS:+$RUNC_BINDS:}$weights
+	export RUNC_WORKLOAD="env HOME=/state/home HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TORCHINDUCTOR_CACHE_DIR=/state/inductor-cache\
+ TRITON_CACHE_DIR=/state/inductor-cache/triton TORCHINDUCTOR_COMPILE_THREADS=1 $(command -v "$python") -u\
+ /state/serving_workload.py serve --dir $weights --port $port --kv-gb ${SERVE2_KV_GB:-4} --state /state/one --processes 2"
+	for n in /dev/nvidiactl /dev/nvidia-uvm /dev/nvidia-uvm-tools /dev/nvidia[0-9]*; do [ -c "$n" ] && devs+=("$n"); done
+	RUNC_BINDIR=$bundle/bin runc_config "$dir" "$dir" "" "${devs[@]}" || { failed $name "cannot write config.json"; return; }
+	t0=$(now)
+	rc_ run -d --bundle "$dir" ct-serve2 </dev/null >/dev/null 2>&1 || { rc_fail "runc run failed (runc.log below)"; return; }
+	serve_get_first "$port" "$dir/state/one" 900 || { rc_fail "cold start: $why"; return; }
+	cold=$(since "$t0")
+	host_pid=$(rc_state ct-serve2 pid)
+	mapfile -t tree < <(tree_pids "$host_pid")
+	for p in "${tree[@]}"; do [ "$p" != "$host_pid" ] && [ "$(gpu_gib "$p")" != 0.00 ] && engine=$p; done
+	echo "  $name: container ct-serve2 answered $cold s after runc run: front host pid $host_pid ($(gpu_gib "$host_pid") GiB on the GPU), engine ${engine:-none} ($(gpu_gib "${engine:-0}") GiB), ${#tree[@]} processes"
+	[ -n "$engine" ] && [ "$(gpu_gib "$host_pid")" = 0.00 ] ||
+		{ rc_fail "want a front without GPU memory and an engine with it"; return; }
+	for b in 1 2 4 8; do
+		serve_get "$port" "generate?batch=$b" || { rc_fail "before the checkpoint: no answer for batch $b"; return; }
+		before[$b]=$answer
+	done
+	echo "  batch 1: ${before[1]:0:160}"
+	rc_checkpoint ct-serve2 "$host_pid" || return
+	gone_within 30 "${tree[@]}" || { rc_fail "pids ${tree[*]} still exist after the checkpoint"; return; }
+	t0=$(now)
+	rc_ restore -d --bundle "$dir" --image-path "$dir/img" --work-path "$dir/work-restore" ct-serve2-new </dev/null >/dev/null 2>&1 ||
+		{ rc_fail "runc restore as ct-serve2-new failed" "$dir/work-restore/restore.log"; return; }
+	restore_s=$(since "$t0")
+	serve_get_first "$port" "$dir/state/one" 120 || { rc_fail "after the restore: $why" "$dir/work-restore/restore.log"; return; }
+	first=$(since "$t0")
+	for b in 1 2 4 8; do
+		serve_get "$port" "generate?batch=$b" || { rc_fail "after the restore: no answer for batch $b" "$dir/work-restore/restore.log"; return; }
+		[ "$answer" = "${before[$b]}" ] ||
+			{ rc_fail "batch $b after the restore: '${answer:0:200}', before '${before[$b]:0:200}'"; return; }
+	done
+	host_pid=$(rc_state ct-serve2-new pid)
+	at=$(tree_pids "$host_pid" | wc -l)
+	[ "$at" = "${#tree[@]}" ] || { rc_fail "ct-serve2-new has $at processes, ${#tree[@]} were checkpointed"; return; }
+	plugin_line "$dir/work-restore/restore.log" restore | sed 's/^/  /'
+	rc_remove_all
+	passed $name "front + engine in a container: cold start to first answer $cold s; checkpoint $dump_s s, image\
+ $(gib "$img_bytes") GiB; restored as ct-serve2-new, first answer $first s after runc restore began (restore\
+ $restore_s s); the answers for batches 1, 2, 4, 8 equal"
+	rm -rf "$dir/img"
+}

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """A PyTorch workload for checkpoint/restore tests on a real GPU.
 
-    torch_workload.py --gb G [--state FILE] [--device I] [--interval-ms MS] [--seed S]
+    torch_workload.py --gb G [--state FILE] [--device I] [--interval-ms MS] [--seed S] [--compile MODE]
+                      [--graph] [--host-register-mb MB]
 
 Puts about G GiB of float32 weights on the GPU, generated from the seed, and computes once the checksum of a
 fixed pass over them (a matmul per weight matrix, reduced in float64): the expected value. Then, forever:
@@ -12,6 +13,11 @@ GPU and compare it with the one on the host, and write the state file atomically
 
 On a mismatch or a CUDA error the state file says "status=FAIL <details>" and the process exits with 2.
 "ready pid=P" goes to stdout once the weights are in place.
+
+--graph adds a CUDA graph captured by hand (torch.cuda.graph: a chain of matmuls on a side stream) replayed in
+every pass; --host-register-mb adds MB of pageable host memory registered with cudaHostRegister, filled from
+the GPU and copied back on a stream of its own (asynchronous copies through the registered pages) in every
+pass. PYTORCH_CUDA_ALLOC_CONF picks the allocator (expandable_segments:True, backend:cudaMallocAsync).
 """
 import argparse
 import os
@@ -75,12 +81,71 @@ class Workload:
                 return x
 
             self.compiled = torch.compile(block, mode=self.args.compile)
+        if self.args.graph:
+            self.capture_graph()
+        if self.args.host_register_mb:
+            self.register_host(gen)
         self.checksum = self.pass_checksum()
         torch.cuda.synchronize(self.dev)
         gib = count * DIM * DIM * 4 / (1 << 30)
         print(f"ready pid={os.getpid()} gb={gib:.2f} matrices={count} "
-              f"allocated={torch.cuda.memory_allocated(self.dev) / (1 << 30):.2f}GiB", flush=True)
+              f"allocated={torch.cuda.memory_allocated(self.dev) / (1 << 30):.2f}GiB "
+              f"allocator={torch.cuda.get_allocator_backend()} expandable={self.expandable()}", flush=True)
         self.write_state("ok")
+
+    @staticmethod
+    def expandable():
+        """Whether the caching allocator's segments are expandable (cuMemCreate/cuMemMap), as
+        PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True makes them; "n/a" where no snapshot is kept."""
+        try:
+            return any(seg.get("is_expandable", False) for seg in torch.cuda.memory_snapshot())
+        except (RuntimeError, AttributeError):
+            return "n/a"
+
+    def graph_body(self):
+        y = self.graph_in
+        for w in self.weights[:4]:
+            y = torch.tanh(w @ y)
+        return y.double().abs().sum()
+
+    def capture_graph(self):
+        """A chain of matmuls captured into a CUDA graph after a warm-up on a side stream, as the
+        torch.cuda.graph documentation asks; its output tensor is the graph's own, rewritten by every replay."""
+        self.graph_in = self.x.clone()
+        side = torch.cuda.Stream(self.dev)
+        side.wait_stream(torch.cuda.current_stream(self.dev))
+        with torch.cuda.stream(side):
+            for _ in range(2):
+                self.graph_body()
+        torch.cuda.current_stream(self.dev).wait_stream(side)
+        self.graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(self.graph):
+            self.graph_out = self.graph_body()
+
+    def register_host(self, gen):
+        """Pageable host memory (the CPU allocator's) registered with cudaHostRegister, and the device data
+        that every pass copies into it and back."""
+        n = self.args.host_register_mb << 18  # float32 elements
+        self.host_buf = torch.zeros(n, dtype=torch.float32)
+        rc = torch.cuda.cudart().cudaHostRegister(self.host_buf.data_ptr(), n * 4, 0)
+        if int(rc) != 0:
+            self.fail(f"cudaHostRegister of {self.args.host_register_mb} MiB returned {int(rc)}")
+        if not self.host_buf.is_pinned():
+            self.fail("the registered host buffer does not count as pinned")
+        self.host_src = torch.randn(n, device=self.dev, generator=gen)
+        self.host_back = torch.empty_like(self.host_src)
+        self.copy_stream = torch.cuda.Stream(self.dev)
+
+    def host_roundtrip(self):
+        """Device -> registered host -> device on the copy stream, both copies asynchronous; the host sum is
+        computed on the CPU from the registered pages."""
+        with torch.cuda.stream(self.copy_stream):
+            self.host_buf.copy_(self.host_src, non_blocking=True)
+            self.host_back.copy_(self.host_buf, non_blocking=True)
+        self.copy_stream.synchronize()
+        if not torch.equal(self.host_back, self.host_src):
+            self.fail("the data copied back through the registered host buffer differs from the source")
+        return float(self.host_buf.double().sum())
 
     def pass_checksum(self):
         total = torch.zeros((), dtype=torch.float64, device=self.dev)
@@ -89,7 +154,13 @@ class Workload:
             total += (y.double().abs().sum() * (i + 1)).to(self.dev)
         if self.args.compile:
             total += self.compiled(self.x).double().abs().sum()
-        return total.item()
+        if self.args.graph:
+            self.graph.replay()
+            total += self.graph_out
+        value = total.item()
+        if self.args.host_register_mb:
+            value += self.host_roundtrip()
+        return value
 
     def loop(self):
         interval = self.args.interval_ms / 1000.0
@@ -118,6 +189,9 @@ def main():
     p.add_argument("--seed", type=int, default=1234)
     p.add_argument("--compile", metavar="MODE", help="also run an MLP compiled with torch.compile(mode=MODE), "
                    "e.g. reduce-overhead (Inductor kernels in CUDA graphs): a workload with an expensive start")
+    p.add_argument("--graph", action="store_true", help="also replay a CUDA graph captured with torch.cuda.graph")
+    p.add_argument("--host-register-mb", type=int, default=0,
+                   help="also copy through MB of host memory registered with cudaHostRegister")
     args = p.parse_args()
     w = Workload(args)
     try:
