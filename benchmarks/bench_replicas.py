@@ -179,30 +179,16 @@ def held(pid):
     return out
 
 
-def refusal(log_file):
-    """The plugin's refusal of a replica that does not fit on the GPU (restores at once reserve their GPU
-    state in a ledger that every CRIU on the machine reads), from its restore log; None for any other end."""
-    try:
-        with open(log_file, errors="replace") as f:
-            for line in f:
-                if "Error (cuda_plugin)" in line and "cannot restore the image's GPU state on this machine" in line:
-                    return line.split("Error (cuda_plugin): ", 1)[-1].strip()
-    except OSError:
-        pass
-    return None
-
-
 def replicas(scenario, n, out, failures):
     """One image, n replicas: for each variant, a server started by ns_start is dumped, then its image
     restored n times at once, each replica in namespaces of its own; the time from the restores' start until
     every replica has answered, and answered as the server did before its dump, and what each holds in
     memory. Against it, n cold starts at once (warm compile caches, the weights in the page cache, serving
-    one port side by side) until every server has answered. Replicas that the plugin refuses for lack of
-    GPU memory are named and the others measured; the cold starts are then as many as fitted. Appends to
-    out, and a variant that fails to failures."""
+    one port side by side) until every server has answered. Appends to out, and a variant that fails to
+    failures."""
     kind, size, _, extra = SCENARIOS[scenario]
     port, marker = free_port(), os.path.join(C.WORK, f"{scenario}-replica.state")
-    expected, fit = None, 0
+    expected = None
     for variant in VARIANTS:
         name = f"{scenario}-replicas-{variant}"
         img = os.path.join(image_root(scenario)[0], "img-" + name)
@@ -233,28 +219,21 @@ def replicas(scenario, n, out, failures):
                                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for i in range(n)]
             codes = [p.wait(timeout=bounded(600)) for p in restores]
             restored = time.monotonic() - t0
-            refused = {i: why for i, c in enumerate(codes) if c and (why := refusal(os.path.join(img, f"restore-{i}.log")))}
-            failed = [i for i, c in enumerate(codes) if c and i not in refused]
-            if failed or len(refused) == n:
-                raise RuntimeError(f"{name}: criu restore of replica(s) {', '.join(map(str, failed or refused))} failed "
-                                   f"(exit codes {codes}); see {name}-restore-{(failed or list(refused))[0]}.log")
-            if refused:
-                log(f"{name}: {n - len(refused)} of {n} replicas fit; refused by the plugin: "
-                    + "; ".join(f"replica {i}: {why}" for i, why in refused.items()))
-            fit = min(fit or n, n - len(refused))
+            failed = [i for i, c in enumerate(codes) if c]
+            if failed:
+                raise RuntimeError(f"{name}: criu restore of replica(s) {', '.join(map(str, failed))} failed (exit "
+                                   f"codes {codes}); see {name}-restore-{failed[0]}.log")
             pids = ns_pids(marker)
-            if len(pids) != n - len(refused):
-                raise RuntimeError(f"{name}: {len(pids)} replicas run after {n - len(refused)} restores")
+            if len(pids) != n:
+                raise RuntimeError(f"{name}: {len(pids)} replicas run after {n} restores")
             ready = replicas_answering(pids, port, expected, f"{n} replicas of one image") - t0
             for p in pids:
                 for b in BATCHES:
                     if answer_in(p, port, b) != answers[b]:
                         raise RuntimeError(f"{name}: replica {p}'s answer for batch {b} differs from the server's before its dump")
             memory = [held(p) for p in pids]
-            out.append({"what": f"{scenario}: {len(pids)} replicas restored at once from one image, {variant}"
-                        + (f" ({len(refused)} more refused: no room on the GPU)" if refused else ""), "round": 0,
-                        "seconds": ready, "restore_s": restored, "dump_s": dump_s, "replicas_memory": memory,
-                        "refused": list(refused.values())})
+            out.append({"what": f"{scenario}: {n} replicas restored at once from one image, {variant}", "round": 0,
+                        "seconds": ready, "restore_s": restored, "dump_s": dump_s, "replicas_memory": memory})
             log(f"{name}: {n} restores at once {restored:.2f} s, every replica answering as before the dump "
                 f"{ready:.2f} s after their start; each holds " + ", ".join(
                     f"rss {m['rss_gib']:.2f} GiB (file {m.get('file_gib', 0):.2f}, pss {m.get('pss_gib', 0):.2f})" for m in memory))
@@ -273,7 +252,6 @@ def replicas(scenario, n, out, failures):
             shutil.rmtree(img, ignore_errors=True)
     if expected is None:
         return out
-    n = fit or n  # as many cold starts as replicas fitted on the GPU
     states = [os.path.join(C.WORK, f"{scenario}-cold-{i}.state") for i in range(n)]
     try:
         t0 = time.monotonic()
