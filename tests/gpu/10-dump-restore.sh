@@ -167,6 +167,40 @@ test_stopped() {
 	rm -rf "$dir/img"
 }
 
+# ns_dumped NAME DIR STARTUP_S CMD...: CMD started in DIR by ns_exec (pid 1 of its own pid, mount and network
+# namespaces, with its own /proc; its state file DIR/state), then dumped into DIR/img with ns_criu_opts; sets
+# pid, mib (its GPU memory, MiB, before the dump), base (its iterations when dumped) and restore_opts. Fails
+# the test NAME and returns 1 when a step fails.
+ns_dumped() {
+	local name=$1 dir=$2 startup=$3 p dump_opts
+	shift 3
+	mkdir -p "$dir"
+	(cd "$dir" && ns_exec "$@" </dev/null >/dev/null 2>&1 &)
+	wait_state "$dir/state" "$startup" 1 || { failed "$name" "before the dump: $why"; show_workload "$dir"; return 1; }
+	pid=$(for p in $(pids_in "$dir"); do grep -q "^NSpid:.*[[:space:]]1$" "/proc/$p/status" && echo "$p"; done)
+	[ -n "$pid" ] || { failed "$name" "no workload that is pid 1 of its pid namespace"; return 1; }
+	started+=("$pid")
+	mib=$(nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader,nounits | awk -F', *' -v p="$pid" '$1 == p { print $2 }')
+	ns_criu_opts "$pid" "$dir"
+	mapfile -t dump_opts <"$dir/dump.opts"
+	mapfile -t restore_opts <"$dir/restore.opts"
+	criu_dump "$dir" "$pid" "${dump_opts[@]}" || { failed "$name" "dump: $why"; show_log "$dir/dump.log"; kill_pids "$pid"; return 1; }
+	gone_within 30 "$pid" || { failed "$name" "pid $pid still exists after the dump"; kill_pids "$pid"; return 1; }
+	base=$(state_value "$dir/state" iterations)
+}
+
+# ns_restores DIR N: N restores of DIR/img at once, in the background, each in new namespaces (restore_opts),
+# logs DIR/restore-I.log; their pids in restores.
+ns_restores() {
+	local dir=$1 i
+	restores=()
+	for i in $(seq "$2"); do
+		timeout -k 10 "$criu_timeout" "${criu_cmd[@]}" restore -D "$dir/img" -d -L "$bundle/plugin" -v4 \
+			-o "$dir/restore-$i.log" "${restore_opts[@]}" </dev/null >/dev/null 2>&1 &
+		restores+=($!)
+	done
+}
+
 # One image, several replicas with plain CRIU: a CUDA process that is pid 1 of its own pid, mount and network
 # namespaces, with its own /proc (ns_exec, common.sh: as in a container), is dumped, then its image restored
 # three times at once, each restore in new namespaces (ns_criu_opts: the driver's mounts and the others it
@@ -175,27 +209,11 @@ test_stopped() {
 # iteration (a mismatch writes status=FAIL and ends it), so all alive and the file advancing with status=ok
 # is all of them verified.
 test_replicas() {
-	local name=replicas dir=$work/replicas n=3 pid p i t0 base failed_restores="" gpu
-	local -a restores=() replicas=()
-	local dump_opts restore_opts
-	mkdir -p "$dir"
-	(cd "$dir" && ns_exec "$bundle/bin/cuda_memcheck" --mb 1024 --state "$dir/state" --interval-ms 100 </dev/null >/dev/null 2>&1 &)
-	wait_state "$dir/state" 120 1 || { failed $name "before the dump: $why"; show_workload "$dir"; return; }
-	pid=$(for p in $(pids_in "$dir"); do grep -q "^NSpid:.*[[:space:]]1$" "/proc/$p/status" && echo "$p"; done)
-	[ -n "$pid" ] || { failed $name "no workload that is pid 1 of its pid namespace"; return; }
-	started+=("$pid")
-	ns_criu_opts "$pid" "$dir"
-	mapfile -t dump_opts <"$dir/dump.opts"
-	mapfile -t restore_opts <"$dir/restore.opts"
-	criu_dump "$dir" "$pid" "${dump_opts[@]}" || { failed $name "dump: $why"; show_log "$dir/dump.log"; kill_pids "$pid"; return; }
-	gone_within 30 "$pid" || { failed $name "pid $pid still exists after the dump"; kill_pids "$pid"; return; }
-	base=$(state_value "$dir/state" iterations)
+	local name=replicas dir=$work/replicas n=3 pid mib p i t0 base failed_restores="" gpu
+	local -a restores=() replicas=() restore_opts=()
+	ns_dumped $name "$dir" 120 "$bundle/bin/cuda_memcheck" --mb 1024 --state "$dir/state" --interval-ms 100 || return
 	t0=$(now)
-	for i in $(seq $n); do
-		timeout -k 10 "$criu_timeout" "${criu_cmd[@]}" restore -D "$dir/img" -d -L "$bundle/plugin" -v4 \
-			-o "$dir/restore-$i.log" "${restore_opts[@]}" </dev/null >/dev/null 2>&1 &
-		restores+=($!)
-	done
+	ns_restores "$dir" $n
 	for i in $(seq $n); do
 		wait "${restores[$((i - 1))]}" || failed_restores+=" $i (exit $?)"
 	done
@@ -235,31 +253,15 @@ test_replicas() {
 test_replicas_fit() {
 	local name=replicas-fit dir=$work/replicas-fit gb=${REPLICAS_FIT_GB:-24} pid p i t0 base mib free_mib n fit
 	local ok=0 refused=0 other="" why="" restored_s
-	local -a restores=() replicas=() dump_opts restore_opts
-	mkdir -p "$dir"
-	(cd "$dir" && ns_exec "$bundle/bin/cuda_memcheck" --mb 1024 --zero-mb $((gb * 1024 - 1024)) --state "$dir/state" \
-		--interval-ms 100 </dev/null >/dev/null 2>&1 &)
-	wait_state "$dir/state" 180 1 || { failed $name "before the dump: $why"; show_workload "$dir"; return; }
-	pid=$(for p in $(pids_in "$dir"); do grep -q "^NSpid:.*[[:space:]]1$" "/proc/$p/status" && echo "$p"; done)
-	[ -n "$pid" ] || { failed $name "no workload that is pid 1 of its pid namespace"; return; }
-	started+=("$pid")
-	mib=$(nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader,nounits | awk -F', *' -v p="$pid" '$1 == p { print $2 }')
-	ns_criu_opts "$pid" "$dir"
-	mapfile -t dump_opts <"$dir/dump.opts"
-	mapfile -t restore_opts <"$dir/restore.opts"
-	criu_dump "$dir" "$pid" "${dump_opts[@]}" || { failed $name "dump: $why"; show_log "$dir/dump.log"; kill_pids "$pid"; return; }
-	gone_within 30 "$pid" || { failed $name "pid $pid still exists after the dump"; kill_pids "$pid"; return; }
-	base=$(state_value "$dir/state" iterations)
+	local -a restores=() replicas=() restore_opts=()
+	ns_dumped $name "$dir" 180 "$bundle/bin/cuda_memcheck" --mb 1024 --zero-mb $((gb * 1024 - 1024)) --state "$dir/state" \
+		--interval-ms 100 || return
 	free_mib=$(nvidia-smi --query-gpu=memory.free --format=csv,noheader,nounits -i 0)
 	[ -n "$mib" ] && [ "$mib" -gt 0 ] || { failed $name "nvidia-smi shows no GPU memory for pid $pid"; return; }
 	fit=$((free_mib / mib)) n=$((free_mib / mib + 1))
 	echo "  $name: $mib MiB on the GPU per replica (image $(gib "$img_bytes") GiB, dump $dump_s s), $free_mib MiB free: $fit should fit; $n restores at once"
 	t0=$(now)
-	for i in $(seq $n); do
-		timeout -k 10 "$criu_timeout" "${criu_cmd[@]}" restore -D "$dir/img" -d -L "$bundle/plugin" -v4 \
-			-o "$dir/restore-$i.log" "${restore_opts[@]}" </dev/null >/dev/null 2>&1 &
-		restores+=($!)
-	done
+	ns_restores "$dir" $n
 	for i in $(seq $n); do
 		if wait "${restores[$((i - 1))]}"; then
 			ok=$((ok + 1))
