@@ -22,7 +22,7 @@ extern "C" {
 #include "abi/criu_symbols.h"
 #include "base/log.h"
 #include "core/criu_errno.h"
-#include "core/driver_warmup.h"
+#include "core/background.h"
 #include "core/dump_session.h"
 #include "core/inherited_devices.h"
 #include "core/options.h"
@@ -59,7 +59,7 @@ struct State {
 	bool inventory_added = false;
 	bool image_written = false;
 	bool maps_image = false; // restore: CRIU was asked to map GPU state from the image
-	std::shared_ptr<DriverWarmup> driver_warmup; // restore: loads libcuda while CRIU restores memory
+	std::shared_ptr<Background> driver_warmup; // restore: loads libcuda while CRIU restores memory
 };
 State *g_state = nullptr; // one CRIU run: created in init, destroyed in exit
 
@@ -339,13 +339,16 @@ static int cuda_plugin_checkpoint_devices(int pid)
 
 // CRIU 4.2+: called once the restored tasks exist. From here on no task is forked from CRIU's own
 // process, so a thread of ours (and libcuda's, started by cuInit) cannot be caught in a fork: load the
-// driver now, in parallel with CRIU restoring memory, instead of at the first RESUME_DEVICES_LATE.
+// driver and check the GPU image CRIU maps now, in parallel with CRIU restoring memory, instead of at the
+// first RESUME_DEVICES_LATE.
 static int cuda_plugin_post_forking()
 {
 	hook_barrier("POST_FORKING", [&] {
+		if (g_state && g_state->restore)
+			g_state->restore->start_check(use_own_fs_context);
 		if (g_state && g_state->restore && !g_state->driver_warmup) {
 			std::string path = g_state->options.libcuda;
-			g_state->driver_warmup = DriverWarmup::start(
+			g_state->driver_warmup = Background::start(
 				use_own_fs_context,
 				[path] {
 					(void)load_libcuda(path);

@@ -1,7 +1,6 @@
 #include "core/gpu_store.h"
 
 #include <fcntl.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -320,31 +319,8 @@ Status check_gpu_files(int dir_fd, const GpuImageIndex &index)
 	return {};
 }
 
-bool gpu_image_cached(int dir_fd, const GpuImageIndex &index)
-{
-	uint64_t data = 0, resident = 0;
-	const uint64_t page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
-	for (const GpuDataFile &f : index.files) {
-		data += f.data_bytes;
-		UniqueFd fd(openat(dir_fd, f.path().c_str(), O_RDONLY | O_CLOEXEC));
-		struct stat st;
-		if (!fd.valid() || fstat(fd.get(), &st) != 0 || st.st_size <= 0)
-			continue;
-		auto len = static_cast<size_t>(st.st_size);
-		void *m = mmap(nullptr, len, PROT_READ, MAP_SHARED, fd.get(), 0);
-		if (m == MAP_FAILED)
-			continue;
-		std::vector<unsigned char> in((len + page - 1) / page);
-		if (mincore(m, len, in.data()) == 0)
-			for (unsigned char v : in)
-				resident += (v & 1) ? page : 0;
-		munmap(m, len);
-	}
-	return data == 0 || resident >= data - data / 10;
-}
-
 Status load_gpu_state(Host &host, int dir_fd, const GpuImageIndex &index, const std::vector<GpuLoadTarget> &targets,
-		      unsigned threads)
+		      unsigned threads, const std::atomic<bool> *cancel)
 {
 	auto opened = GpuDataReader::open_all(dir_fd, index);
 	if (!opened)
@@ -372,6 +348,10 @@ Status load_gpu_state(Host &host, int dir_fd, const GpuImageIndex &index, const 
 		jobs.push_back({"check the GPU image", [&, part]() -> Status {
 					std::vector<uint64_t> buf(index.chunk_bytes / sizeof(uint64_t));
 					for (size_t i = part.first; i < part.second && !stop.load(std::memory_order_relaxed); i++) {
+						if (cancel && cancel->load(std::memory_order_relaxed)) {
+							stop = true;
+							return make_error(ECANCELED, "%s", "the check of the GPU image was cancelled");
+						}
 						const Piece &p = pieces[i];
 						const GpuChunk &c = *p.chunk;
 						const GpuLoadTarget &t = targets[p.target];
@@ -394,6 +374,10 @@ Status load_gpu_state(Host &host, int dir_fd, const GpuImageIndex &index, const 
 						// A chunk in a parent's file is never mapped by CRIU: always written.
 						if (st && !index.criu_pages && (t.write || index.files[c.file].parent_depth))
 							st = host.write_memory(t.pid, c.addr, buf.data(), c.len);
+						if (!st && !t.pid) {
+							stop = true;
+							return std::move(st).error().context("process %d of the image", t.ns_pid);
+						}
 						if (!st) {
 							stop = true;
 							return std::move(st).error().context("restore pid %d (pid %d in the image)", t.pid,

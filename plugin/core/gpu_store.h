@@ -7,6 +7,7 @@
 
 #include <sys/types.h>
 
+#include <atomic>
 #include <string>
 #include <vector>
 
@@ -48,10 +49,6 @@ struct GpuLoadTarget {
 	bool write = true;
 };
 
-// Whether the stored bytes of the GPU image are in the page cache (at least 90 % of them, mincore): then
-// its check reads memory at the machine's pace, else the disk's.
-bool gpu_image_cached(int dir_fd, const GpuImageIndex &index);
-
 // Opens every data file of the index (present, whole, of this dump): the checks a restore can make
 // before CRIU restores anything.
 Status check_gpu_files(int dir_fd, const GpuImageIndex &index);
@@ -59,8 +56,10 @@ Status check_gpu_files(int dir_fd, const GpuImageIndex &index);
 // Reads every stored chunk of the targets, checks its CRC-32C, and puts it into the process where the
 // target says so. With a checksums-only index (criu_pages) each chunk is read from the restored process,
 // as CRIU put it there, and checked. Stops at the first bad chunk, with an error naming the process, address, file and
-// offset.
+// offset. cancel: once set, the threads stop at their next chunk and the load fails (ECANCELED). A
+// target without a pid (0) is a process of the image not restored yet: its chunks are only read from the
+// files and checked, and errors name it by its pid in the image.
 Status load_gpu_state(Host &host, int dir_fd, const GpuImageIndex &index, const std::vector<GpuLoadTarget> &targets,
-		      unsigned threads);
+		      unsigned threads, const std::atomic<bool> *cancel = nullptr);
 
 } // namespace cuda_criu

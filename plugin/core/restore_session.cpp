@@ -1,6 +1,7 @@
 #include "core/restore_session.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <map>
 #include <optional>
@@ -8,6 +9,7 @@
 #include "base/format.h"
 #include "base/text.h"
 #include "base/log.h"
+#include "core/background.h"
 #include "core/gpu_plan.h"
 
 namespace cuda_criu {
@@ -17,6 +19,40 @@ RestoreSession::RestoreSession(Options options, Host &host, DriverSource driver,
 	: options_(std::move(options)), host_(host), driver_source_(std::move(driver)), image_(std::move(image)),
 	  criu_fails_on_error_(criu_fails_on_error), guard_(std::move(guard)), load_gpu_(std::move(load_gpu))
 {
+}
+
+RestoreSession::~RestoreSession()
+{
+	if (!mapped_checked_.valid())
+		return;
+	cancel_check_->store(true);
+	mapped_checked_.wait(); // each thread stops at its next chunk
+}
+
+void RestoreSession::start_check(std::function<void()> own_fs)
+{
+	if (!load_gpu_.check_mapped || mapped_checked_.valid())
+		return;
+	auto done = std::make_shared<std::promise<Status>>();
+	mapped_checked_ = done->get_future().share();
+	// Copies only: the thread may outlive a failed restore's session by one chunk.
+	Background::start(
+		std::move(own_fs),
+		[done, check = load_gpu_.check_mapped, cancel = cancel_check_, spent = mapped_check_us_] {
+			uint64_t t0 = now_us();
+			Status st;
+			try {
+				st = check(*cancel);
+			} catch (const std::exception &e) {
+				st = make_error(ENOMEM, "internal error: %s", e.what());
+			}
+			*spent = now_us() - t0;
+			if (!st)
+				st = std::move(st).error().context("%s", "the GPU image CRIU maps failed its check; the processes "
+									 "are not unlocked");
+			done->set_value(std::move(st));
+		},
+		5000);
 }
 
 Result<std::vector<GpuPair>> RestoreSession::gpu_pairs()
@@ -173,26 +209,6 @@ std::vector<ProcJob> RestoreSession::find_cuda_processes(const std::vector<pid_t
 	return found;
 }
 
-// The GPU image's check on its own thread, while the driver restores: it only reads (the chunks CRIU mapped
-// from the image, or CRIU's pages). Its failure fails every process of the batch before its unlock.
-std::shared_future<Status> RestoreSession::check_alongside(const std::vector<GpuLoadTarget> &targets)
-{
-	check_us_ = std::make_shared<std::atomic<uint64_t>>(0);
-	// Copies only: an abandoned restore job may outlive the session.
-	return std::async(std::launch::async,
-			  [load = load_gpu_, targets, spent = check_us_]() -> Status {
-				  uint64_t t0 = now_us();
-				  Status st = load(targets);
-				  *spent = now_us() - t0;
-				  if (!st)
-					  return std::move(st).error().context(
-						  "%s", "the GPU image failed its check during the driver's restore; the "
-							"process is not unlocked");
-				  return st;
-			  })
-		.share();
-}
-
 void RestoreSession::restore_batch(const std::vector<pid_t> &candidates)
 {
 	std::shared_future<Status> checked;
@@ -204,27 +220,37 @@ void RestoreSession::restore_batch(const std::vector<pid_t> &candidates)
 			failed(pids_of(jobs), pairs.error(), true);
 			jobs.clear();
 		}
-		std::vector<GpuLoadTarget> targets;
-		targets.reserve(jobs.size());
-		for (const ProcJob &j : jobs)
-			targets.push_back({j.pid, outcomes_[j.pid].ns_pid});
-		bool alongside = load_gpu_ && std::none_of(targets.begin(), targets.end(), [this](const GpuLoadTarget &t) {
-			return load_gpu_.writes(t.ns_pid);
-		}) && !(load_gpu_.cached && load_gpu_.cached());
-		if (load_gpu_ && !alongside && !jobs.empty()) {
-			// Chunks to write: every chunk is checked and put into its process before any driver call; a
-			// damaged image is refused with every process still stopped.
+		// Each process's chunks: handled before the driver's restore (written, or read back from CRIU's
+		// pages), or mapped by CRIU and checked by check_mapped, which gates its unlock.
+		std::vector<GpuLoadTarget> first, mapped;
+		for (const ProcJob &j : jobs) {
+			GpuLoadTarget t{j.pid, outcomes_[j.pid].ns_pid};
+			bool is_mapped = load_gpu_ && load_gpu_.check_mapped && !load_gpu_.first(t.ns_pid);
+			(is_mapped ? mapped : first).push_back(t);
+		}
+		if (load_gpu_ && !first.empty() && !jobs.empty()) {
+			// A damaged image is refused with every process still stopped, before any driver call.
 			uint64_t t0 = now_us();
-			Status st = load_gpu_(targets);
+			Status st = load_gpu_(first);
 			load_gpu_us_ += now_us() - t0;
 			if (!st) {
 				failed(pids_of(jobs), st.error(), true);
 				jobs.clear();
 			}
 		}
-		if (alongside && !jobs.empty()) {
-			checked = check_alongside(targets);
-			checked_alongside_ = true;
+		if (!mapped.empty() && !jobs.empty()) {
+			start_check([] {}); // a CRIU without POST_FORKING: at the latest now
+			checked = mapped_checked_;
+			mapped_check_ready_before_driver_ =
+				checked.wait_for(std::chrono::seconds(0)) == std::future_status::ready;
+			if (mapped_check_ready_before_driver_ && !checked.get()) {
+				failed(pids_of(jobs), checked.get().error(), true); // before any driver call
+				jobs.clear();
+			}
+			LOG_INFO("the GPU image CRIU maps: %s", mapped_check_ready_before_driver_
+				 ? format("checked in %s, while CRIU restored memory",
+					  seconds(mapped_check_us_->load()).c_str()).c_str()
+				 : "its check runs on while the driver restores; no process is unlocked before it has passed");
 		}
 		for (ProcJob &j : jobs) {
 			j.call = [pid = j.pid, p = *pairs, checked](Driver &d) -> Status {
@@ -240,10 +266,8 @@ void RestoreSession::restore_batch(const std::vector<pid_t> &candidates)
 	if (!jobs.empty())
 		restore_all(std::move(jobs));
 	host_.release_gpu_memory(); // what it restored now shows in the GPUs' free memory
-	if (checked.valid()) {
-		checked.wait(); // the check's own time, when a restore failed before it
-		load_gpu_us_ += check_us_->load();
-	}
+	if (checked.valid())
+		checked.wait(); // its time for the summary, when a restore failed before it
 	if (image_)
 		report_missing();
 }
@@ -379,8 +403,11 @@ std::string RestoreSession::summary() const
 		      "load %s; plugin's own time beyond the driver: %s%s%s",
 		      outcomes_.size(), failed, seconds(device_phase_us_).c_str(), seconds(restore_cost_.load_us).c_str(),
 		      restore_cost_.per_process().c_str(),
-		      load_gpu_ ? format("; GPU image checked in %s%s", seconds(load_gpu_us_).c_str(),
-					 checked_alongside_ ? " (alongside the driver's restore)" : "")
+		      load_gpu_ ? format("; GPU image checked in %s%s", seconds(load_gpu_us_ + mapped_check_us_->load()).c_str(),
+					 !mapped_checked_.valid()             ? ""
+					 : mapped_check_ready_before_driver_ ? " (what CRIU maps: while CRIU restored memory)"
+									     : " (what CRIU maps: from CRIU's restore of memory into "
+									       "the driver's restore)")
 					  .c_str()
 				: "",
 		      image_ ? "" : " [image of CRIU's own cuda plugin: no cuda-plugin.img]");

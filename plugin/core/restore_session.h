@@ -28,17 +28,17 @@
 namespace cuda_criu {
 
 // Puts the GPU state the plugin stored itself (core/gpu_store.h) back into the restored processes, each
-// chunk checked (run); empty when CRIU's pages images hold it unchecked. writes(ns_pid): whether run
-// writes into that process; where it writes into none, it only reads (chunks CRIU mapped, or CRIU's
-// pages), and, when the image is not in the page cache, runs alongside the driver's restore, which then
-// reads the disk once for both: no process is unlocked before it has passed.
+// chunk checked; empty when CRIU's pages images hold it unchecked.
+// - first(ns_pid): whether run handles that process before the driver's restore: it writes the process's
+//   chunks into it, or reads back and checks what CRIU restored from its pages images (checksums only).
+// - check_mapped: checks the chunks of every other process, which CRIU maps from the plugin's files. It
+//   reads only those files, so it starts as soon as CRIU has forked the tasks (POST_FORKING) and runs on
+//   threads of its own while CRIU restores memory and, if it is not done by then, while the driver
+//   restores; no process is unlocked before it has passed. Empty when CRIU maps nothing.
 struct GpuImageLoad {
 	std::function<Status(const std::vector<GpuLoadTarget> &targets)> run;
-	std::function<bool(pid_t ns_pid)> writes;
-	// Whether the image is in the page cache: its check then reads at memory speed and runs first, alone
-	// (run alongside, it slowed the driver's warm restore more than it took: H200, 4 GiB, 1.05 -> 1.21 s).
-	// Empty: not known, the check runs alongside.
-	std::function<bool()> cached;
+	std::function<bool(pid_t ns_pid)> first;
+	std::function<Status(const std::atomic<bool> &cancel)> check_mapped;
 
 	explicit operator bool() const { return static_cast<bool>(run); }
 	Status operator()(const std::vector<GpuLoadTarget> &targets) const { return run(targets); }
@@ -52,6 +52,15 @@ public:
 	// guard: told about each process before its restore and after its unlock (inactive in tests).
 	RestoreSession(Options options, Host &host, DriverSource driver, std::optional<ImageRecord> image,
 		       bool criu_fails_on_error, RestoreGuard guard = {}, GpuImageLoad load_gpu = {});
+	// Cancels the check of the mapped GPU image if it still runs (a restore that failed before its
+	// processes were found) and waits for its threads: they read the image directory CRIU closes.
+	~RestoreSession();
+	RestoreSession(const RestoreSession &) = delete;
+	RestoreSession &operator=(const RestoreSession &) = delete;
+
+	// POST_FORKING: starts GpuImageLoad::check_mapped on a thread that first runs own_fs (core/background.h).
+	// Without that hook (or in tests) it starts at the first RESUME_DEVICES_LATE. Once only.
+	void start_check(std::function<void()> own_fs);
 
 	// RESUME_DEVICES_LATE: the first call restores and unlocks every restored CUDA process at once.
 	// false: pid is not a CUDA process. An error returned has been logged, naming the process, where the
@@ -72,7 +81,6 @@ private:
 	};
 
 	void restore_batch(const std::vector<pid_t> &candidates);
-	std::shared_future<Status> check_alongside(const std::vector<GpuLoadTarget> &targets);
 	std::vector<ProcJob> find_cuda_processes(const std::vector<pid_t> &candidates);
 	Status load_driver(pid_t pid);
 	void restore_all(std::vector<ProcJob> jobs);
@@ -96,9 +104,12 @@ private:
 	std::set<pid_t> missing_reported_;
 	uint64_t device_phase_us_ = 0;
 	GpuImageLoad load_gpu_;
-	uint64_t load_gpu_us_ = 0;
-	bool checked_alongside_ = false;
-	std::shared_ptr<std::atomic<uint64_t>> check_us_; // the check's time, written on its own thread
+	uint64_t load_gpu_us_ = 0; // run's time, before the driver's restore
+	// check_mapped's result, its time (written on its own thread) and its cancel flag; invalid until started.
+	std::shared_future<Status> mapped_checked_;
+	std::shared_ptr<std::atomic<uint64_t>> mapped_check_us_ = std::make_shared<std::atomic<uint64_t>>(0);
+	std::shared_ptr<std::atomic<bool>> cancel_check_ = std::make_shared<std::atomic<bool>>(false);
+	bool mapped_check_ready_before_driver_ = false;
 };
 
 } // namespace cuda_criu

@@ -40,8 +40,9 @@ bool listed(const CriuRestoreCalls &criu, const char *name)
 }
 
 // For an image whose GPU state the plugin stored itself: checks its files now, before CRIU restores
-// anything, asks CRIU to map what it can from them, and returns what the restore runs before the
-// driver's restore (check every chunk, write what is not mapped).
+// anything, asks CRIU to map what it can from them, and returns how the restore checks every chunk
+// (GpuImageLoad: writes what is not mapped before the driver's restore, checks what is from POST_FORKING
+// on).
 Result<GpuImageLoad> prepare_gpu_image(const Options &options, Host &host, const CriuRestoreCalls &criu,
 				       const ImageRecord &image, bool &maps_image)
 {
@@ -82,16 +83,27 @@ Result<GpuImageLoad> prepare_gpu_image(const Options &options, Host &host, const
 		for (const GpuChunk &c : p.chunks)
 			if (data && idx->files[c.file].parent_depth) // checksums only: no files
 				from_parent.insert(p.ns_pid);
-	auto writes = [data, mapped, from_parent](pid_t ns_pid) {
-		return data && (!mapped.count(ns_pid) || from_parent.count(ns_pid));
+	auto first = [data, mapped, from_parent](pid_t ns_pid) {
+		return !data || !mapped.count(ns_pid) || from_parent.count(ns_pid);
 	};
-	return GpuImageLoad{[idx, dir, h, threads, mapped](const std::vector<GpuLoadTarget> &targets) {
-				    std::vector<GpuLoadTarget> t = targets;
-				    for (GpuLoadTarget &x : t)
-					    x.write = !mapped.count(x.ns_pid);
-				    return load_gpu_state(*h, dir, *idx, t, threads);
-			    },
-			    writes, [idx, dir, data] { return !data || gpu_image_cached(dir, *idx); }};
+	GpuImageLoad load{[idx, dir, h, threads, mapped](const std::vector<GpuLoadTarget> &targets) {
+				  std::vector<GpuLoadTarget> t = targets;
+				  for (GpuLoadTarget &x : t)
+					  x.write = !mapped.count(x.ns_pid);
+				  return load_gpu_state(*h, dir, *idx, t, threads);
+			  },
+			  first, {}};
+	std::vector<GpuLoadTarget> only_mapped; // no pid yet: only read from the files (the host is never used)
+	for (const GpuProcessChunks &p : idx->processes)
+		if (!first(p.ns_pid))
+			only_mapped.push_back({0, p.ns_pid, false});
+	// One thread fewer than a restore's readers: CRIU restores memory meanwhile.
+	unsigned check_threads = threads > 1 ? threads - 1 : 1;
+	if (!only_mapped.empty())
+		load.check_mapped = [idx, dir, h, check_threads, only_mapped](const std::atomic<bool> &cancel) {
+			return load_gpu_state(*h, dir, *idx, only_mapped, check_threads, &cancel);
+		};
+	return load;
 }
 
 // An image without cuda-plugin.img may still hold a GPU index: checksums of a GPU state CRIU's pages

@@ -85,15 +85,15 @@ flip_stored_byte "$f"
 must_fail flipped "$V" "fails its checksum \(CRC-32C [0-9a-f]+, recorded [0-9a-f]+\)"
 expect_log "$T/restore.log" "in $(basename "$f") at offset [0-9]+ fails its checksum" "flipped: the file is not named"
 
-# The same flipped byte with the image out of the page cache: the check runs alongside the driver's restore
-# (a cold image is read once for both), and the process is never unlocked.
+# The same flipped byte with the image out of the page cache: read from the disk by the check of what CRIU
+# maps, which starts once CRIU has forked the tasks; the process is never unlocked.
 variant flipped-cold
 f=$(data_file)
 flip_stored_byte "$f"
 python3 -c 'import os, sys
 for p in sys.argv[1:]:
     fd = os.open(p, os.O_RDONLY); os.fdatasync(fd); os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED); os.close(fd)' "$V"/cuda-gpu*.img
-must_fail flipped-cold "$V" "the GPU image failed its check during the driver's restore; the process is not unlocked"
+must_fail flipped-cold "$V" "the GPU image CRIU maps failed its check; the processes are not unlocked"
 expect_log "$T/restore.log" "in $(basename "$f") at offset [0-9]+ fails its checksum" "flipped-cold: the file is not named"
 
 variant truncated

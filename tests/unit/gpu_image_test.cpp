@@ -3,9 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <fcntl.h>
-#include <linux/magic.h>
 #include <sys/stat.h>
-#include <sys/vfs.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -342,29 +340,6 @@ TEST(GpuImageDump, ARefusalAfterCriuAgreedFailsTheDump)
 	ASSERT_FALSE(st.ok());
 	EXPECT_NE(st.error().message().find("CRIU refused to leave the GPU state at 0x200000-0x201000"), std::string::npos)
 		<< st.error().message();
-}
-
-// Just written, the image is in the page cache; once its pages are dropped (written back, then
-// POSIX_FADV_DONTNEED), it is not.
-TEST(GpuStore, TellsWhetherTheImageIsInThePageCache)
-{
-	TempDir dir;
-	Scenario s;
-	auto idx = save_gpu_state(s.host, dir.fd(), s.targets, new_gpu_image_id(), 3, kChunk);
-	ASSERT_TRUE(idx.ok()) << idx.error().message();
-	EXPECT_TRUE(gpu_image_cached(dir.fd(), *idx));
-	for (const GpuDataFile &f : idx->files) {
-		int fd = openat(dir.fd(), f.path().c_str(), O_RDONLY | O_CLOEXEC);
-		ASSERT_GE(fd, 0);
-		ASSERT_EQ(fdatasync(fd), 0);
-		ASSERT_EQ(posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED), 0);
-		close(fd);
-	}
-	struct statfs fs;
-	ASSERT_EQ(fstatfs(dir.fd(), &fs), 0);
-	if (fs.f_type == TMPFS_MAGIC)
-		GTEST_SKIP() << "the temporary directory is on tmpfs, whose pages are never dropped";
-	EXPECT_FALSE(gpu_image_cached(dir.fd(), *idx));
 }
 
 TEST(GpuImageRestore, ADamagedImageIsRefusedBeforeAnyDriverCall)

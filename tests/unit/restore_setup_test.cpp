@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 
+#include <atomic>
 #include <cerrno>
 #include <string>
 #include <tuple>
@@ -209,7 +210,12 @@ TEST_F(RestoreSetupTest, ThePluginsGpuImageIsCheckedMappedAndTakenOffTheInventor
 	EXPECT_FALSE(mapped_files.empty());
 	ASSERT_TRUE(s->load_gpu);
 	EXPECT_TRUE(s->load_gpu({{4242, 7, true}}).ok());
-	EXPECT_FALSE(s->load_gpu.writes(7)); // mapped: its check may run alongside the driver's restore
+	EXPECT_FALSE(s->load_gpu.first(7)); // mapped: checked from POST_FORKING on, alongside CRIU
+	ASSERT_TRUE(s->load_gpu.check_mapped);
+	std::atomic<bool> cancel{false};
+	EXPECT_TRUE(s->load_gpu.check_mapped(cancel).ok());
+	cancel = true;
+	EXPECT_EQ(s->load_gpu.check_mapped(cancel).error().errno_value(), ECANCELED);
 
 	mapped_files.clear();
 	criu.map_file = nullptr; // a CRIU without patch 0005: the chunks are written, not mapped
@@ -217,7 +223,8 @@ TEST_F(RestoreSetupTest, ThePluginsGpuImageIsCheckedMappedAndTakenOffTheInventor
 	ASSERT_TRUE(s.ok()) << s.error().message();
 	EXPECT_FALSE(s->maps_image);
 	EXPECT_TRUE(s->load_gpu);
-	EXPECT_TRUE(s->load_gpu.writes(7));
+	EXPECT_TRUE(s->load_gpu.first(7));
+	EXPECT_FALSE(s->load_gpu.check_mapped);
 
 	dir.resize(idx.files.front().name, 100);
 	EXPECT_EQ(refusal().rfind("cannot restore: the GPU image is incomplete", 0), 0u) << refusal();
@@ -225,7 +232,7 @@ TEST_F(RestoreSetupTest, ThePluginsGpuImageIsCheckedMappedAndTakenOffTheInventor
 
 // An incremental dump (criu dump --prev-images-dir) references unchanged chunks in its parent's files,
 // which CRIU never maps: the plugin writes them, so the process counts as written into even where its
-// own chunks are mapped, and its check cannot run alongside the driver's restore.
+// own chunks are mapped, and all of its chunks are handled before the driver's restore.
 TEST_F(RestoreSetupTest, ChunksInAParentsFilesAreWrittenEvenWhereTheImageIsMapped)
 {
 	ASSERT_EQ(mkdir(dir.file("parent").c_str(), 0700), 0);
@@ -249,7 +256,8 @@ TEST_F(RestoreSetupTest, ChunksInAParentsFilesAreWrittenEvenWhereTheImageIsMappe
 	ASSERT_TRUE(s.ok()) << s.error().message();
 	ASSERT_TRUE(s->maps_image); // its own chunk mapped
 	ASSERT_TRUE(s->load_gpu);
-	EXPECT_TRUE(s->load_gpu.writes(7));
+	EXPECT_TRUE(s->load_gpu.first(7));
+	EXPECT_FALSE(s->load_gpu.check_mapped);
 }
 
 TEST_F(RestoreSetupTest, AGpuImageOfAnotherDumpIsRefused)

@@ -4,6 +4,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <initializer_list>
 #include <mutex>
 
@@ -633,19 +635,28 @@ TEST_F(RestoreTest, FailureOutsideTheSessionKillsWhenCriuWouldIgnoreIt)
 	}
 }
 
-// A GPU image CRIU mapped (nothing to write): its check runs while the driver restores, and a process is
-// unlocked only once it has passed. Here the check waits for the driver's restore call, so it cannot have
-// run before it, then fails: no process is unlocked, and the failure names the check.
-TEST_F(RestoreTest, MappedImageIsCheckedAlongsideTheDriversRestoreAndGatesTheUnlock)
+// A GPU image CRIU mapped (nothing to write) whose check is not done when the driver's restore starts:
+// it runs on, and a process is unlocked only once it has passed. Here the check waits for the driver's
+// restore call, so it cannot have ended before it, then fails: no process is unlocked, and the failure
+// names the check. (Started at RESUME_DEVICES_LATE: as on a CRIU without POST_FORKING.)
+TEST_F(RestoreTest, MappedImageStillBeingCheckedGatesTheUnlock)
 {
 	for (bool passes : {true, false}) {
 		add_cuda(20, CudaState::Checkpointed);
 		host.stopped = {20};
+		{
+			std::lock_guard<std::mutex> g(driver.mu);
+			driver.calls.clear(); // the calls of the round before
+		}
 		auto restored = [this] {
 			std::lock_guard<std::mutex> g(driver.mu);
 			return std::find(driver.calls.begin(), driver.calls.end(), "restore 20") != driver.calls.end();
 		};
-		GpuImageLoad check{[&](const std::vector<GpuLoadTarget> &) -> Status {
+		GpuImageLoad check{[](const std::vector<GpuLoadTarget> &) -> Status {
+					   return make_error(EIO, "%s", "a mapped process's chunks are not written");
+				   },
+				   [](pid_t) { return false; },
+				   [&](const std::atomic<bool> &) -> Status {
 					   for (int i = 0; i < 5000 && !restored(); i++)
 						   usleep(1000);
 					   if (!restored())
@@ -653,39 +664,91 @@ TEST_F(RestoreTest, MappedImageIsCheckedAlongsideTheDriversRestoreAndGatesTheUnl
 					   if (!passes)
 						   return make_error(EBADMSG, "chunk at 0x1000 fails its checksum");
 					   return {};
-				   },
-				   [](pid_t) { return false; }, [] { return false; }};
+				   }};
 		RestoreSession s(options, host, source(), image_with({20}), true, {}, check);
 		auto r = s.resume(20);
+		EXPECT_NE(s.summary().find("into the driver's restore"), std::string::npos) << s.summary();
 		if (passes) {
 			ASSERT_TRUE(r.ok()) << r.error().message();
 			EXPECT_EQ(driver.state_of(20), CudaState::Running);
 			continue;
 		}
 		ASSERT_FALSE(r.ok());
-		EXPECT_NE(r.error().message().find("failed its check during the driver's restore"), std::string::npos)
+		EXPECT_NE(r.error().message().find("the GPU image CRIU maps failed its check; the processes are not unlocked"),
+			  std::string::npos)
 			<< r.error().message();
+		EXPECT_NE(r.error().message().find("fails its checksum"), std::string::npos) << r.error().message();
 		EXPECT_EQ(driver.state_of(20), CudaState::Locked);
 	}
 }
 
-// The same image in the page cache: the check reads at memory speed, and runs first, alone.
-TEST_F(RestoreTest, MappedImageInThePageCacheIsCheckedBeforeTheDriversRestore)
+// Started at POST_FORKING, the check of a mapped image is done before the restore hook: a pass lets the
+// driver restore, a failure refuses every process before any driver call, still checkpointed.
+TEST_F(RestoreTest, MappedImageCheckedWhileCriuRestoresMemoryDecidesBeforeTheDriver)
 {
-	add_cuda(20, CudaState::Checkpointed);
-	host.stopped = {20};
-	bool calls_before = true;
-	GpuImageLoad check{[&](const std::vector<GpuLoadTarget> &) -> Status {
-				   std::lock_guard<std::mutex> g(driver.mu);
-				   calls_before = std::find(driver.calls.begin(), driver.calls.end(), "restore 20") != driver.calls.end();
-				   return {};
-			   },
-			   [](pid_t) { return false; }, [] { return true; }};
-	RestoreSession s(options, host, source(), image_with({20}), true, {}, check);
-	ASSERT_TRUE(s.resume(20).ok());
-	EXPECT_FALSE(calls_before);
-	EXPECT_EQ(driver.state_of(20), CudaState::Running);
-	EXPECT_EQ(s.summary().find("alongside"), std::string::npos) << s.summary();
+	for (bool passes : {true, false}) {
+		add_cuda(20, CudaState::Checkpointed);
+		host.stopped = {20};
+		{
+			std::lock_guard<std::mutex> g(driver.mu);
+			driver.calls.clear(); // the calls of the round before
+		}
+		std::atomic<bool> own_fs{false};
+		std::atomic<bool> ran{false};
+		GpuImageLoad check{[](const std::vector<GpuLoadTarget> &) -> Status {
+					   return make_error(EIO, "%s", "a mapped process's chunks are not written");
+				   },
+				   [](pid_t) { return false; },
+				   [&](const std::atomic<bool> &) -> Status {
+					   ran = true;
+					   if (!passes)
+						   return make_error(EBADMSG, "chunk at 0x1000 fails its checksum");
+					   return {};
+				   }};
+		RestoreSession s(options, host, source(), image_with({20}), true, {}, check);
+		s.start_check([&] { own_fs = true; });
+		EXPECT_TRUE(own_fs); // before the hook returns
+		for (int i = 0; i < 5000 && !ran; i++)
+			usleep(1000);
+		usleep(300000); // its result set, just after
+		auto r = s.resume(20);
+		EXPECT_NE(s.summary().find("while CRIU restored memory"), std::string::npos) << s.summary();
+		if (passes) {
+			ASSERT_TRUE(r.ok()) << r.error().message();
+			EXPECT_EQ(driver.state_of(20), CudaState::Running);
+			continue;
+		}
+		ASSERT_FALSE(r.ok());
+		EXPECT_NE(r.error().message().find("fails its checksum"), std::string::npos) << r.error().message();
+		EXPECT_EQ(driver.state_of(20), CudaState::Checkpointed);
+		std::lock_guard<std::mutex> g(driver.mu);
+		for (const std::string &c : driver.calls)
+			EXPECT_EQ(c.rfind("restore", 0), std::string::npos) << c;
+	}
+}
+
+// A restore that ends before its processes are found (CRIU failed) cancels the check still running and
+// waits for it: its threads read the image directory CRIU is about to close.
+TEST_F(RestoreTest, ASessionEndingCancelsTheMappedImagesCheck)
+{
+	std::atomic<bool> started{false}, cancelled{false};
+	GpuImageLoad check{[](const std::vector<GpuLoadTarget> &) -> Status { return {}; }, [](pid_t) { return false; },
+			   [&](const std::atomic<bool> &cancel) -> Status {
+				   started = true;
+				   for (int i = 0; i < 10000 && !cancel; i++)
+					   usleep(1000);
+				   cancelled = cancel.load();
+				   return make_error(ECANCELED, "cancelled");
+			   }};
+	auto t0 = std::chrono::steady_clock::now();
+	{
+		RestoreSession s(options, host, source(), image_with({20}), true, {}, check);
+		s.start_check([] {});
+		for (int i = 0; i < 5000 && !started; i++)
+			usleep(1000);
+	}
+	EXPECT_TRUE(cancelled);
+	EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(5));
 }
 
 TEST_F(RestoreTest, ProcessOfTheImageWithoutRestoreThreadFails)

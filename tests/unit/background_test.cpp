@@ -1,4 +1,5 @@
-// The restore's driver warm-up: a load that returns is waited for; a wedged one is given up once.
+// Work on a thread of its own (the restore's driver load): work that returns is waited for; a wedged one is given
+// up once.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -6,24 +7,24 @@
 #include <memory>
 #include <thread>
 
-#include "core/driver_warmup.h"
+#include "core/background.h"
 
 namespace cuda_criu {
 namespace {
 
-TEST(DriverWarmup, TakesItsOwnFsBeforeReturningAndIsWaitedFor)
+TEST(Background, TakesItsOwnFsBeforeReturningAndIsWaitedFor)
 {
 	auto own_fs = std::make_shared<std::atomic<bool>>(false);
-	auto w = DriverWarmup::start([own_fs] { *own_fs = true; }, [] {}, 5000);
+	auto w = Background::start([own_fs] { *own_fs = true; }, [] {}, 5000);
 	EXPECT_TRUE(*own_fs);
 	EXPECT_TRUE(w->wait(5000));
 	EXPECT_TRUE(w->wait(0));
 }
 
-TEST(DriverWarmup, AWedgedLoadIsGivenUpOnceAndNotWaitedForAgain)
+TEST(Background, AWedgedLoadIsGivenUpOnceAndNotWaitedForAgain)
 {
 	auto release = std::make_shared<std::atomic<bool>>(false);
-	auto w = DriverWarmup::start([] {}, [release] {
+	auto w = Background::start([] {}, [release] {
 		while (!*release)
 			std::this_thread::sleep_for(std::chrono::milliseconds(5));
 	}, 5000);
@@ -31,7 +32,7 @@ TEST(DriverWarmup, AWedgedLoadIsGivenUpOnceAndNotWaitedForAgain)
 	EXPECT_FALSE(w->wait(100));
 	EXPECT_FALSE(w->wait(5000)); // given up: no second wait
 	EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(2));
-	*release = true; // the thread ends; it holds its own share of the warm-up
+	*release = true; // the thread ends; it holds its own share of the task
 	for (int i = 0; i < 200 && !w->wait(0); i++)
 		std::this_thread::sleep_for(std::chrono::milliseconds(5));
 	EXPECT_TRUE(w->wait(0));

@@ -1,22 +1,22 @@
-#include "core/driver_warmup.h"
+#include "core/background.h"
 
 #include <chrono>
 #include <thread>
 
 namespace cuda_criu {
 
-std::shared_ptr<DriverWarmup> DriverWarmup::start(std::function<void()> own_fs, std::function<void()> load,
-						  unsigned own_fs_wait_ms)
+std::shared_ptr<Background> Background::start(std::function<void()> own_fs, std::function<void()> work,
+						 unsigned own_fs_wait_ms)
 {
-	auto w = std::make_shared<DriverWarmup>();
-	std::thread([w, own_fs = std::move(own_fs), load = std::move(load)] {
+	auto w = std::make_shared<Background>();
+	std::thread([w, own_fs = std::move(own_fs), work = std::move(work)] {
 		own_fs();
 		{
 			std::lock_guard<std::mutex> g(w->mu_);
 			w->own_fs_ = true;
 			w->cv_.notify_all();
 		}
-		load();
+		work();
 		std::lock_guard<std::mutex> g(w->mu_);
 		w->done_ = true;
 		w->cv_.notify_all();
@@ -26,7 +26,7 @@ std::shared_ptr<DriverWarmup> DriverWarmup::start(std::function<void()> own_fs, 
 	return w;
 }
 
-bool DriverWarmup::wait(unsigned timeout_ms)
+bool Background::wait(unsigned timeout_ms)
 {
 	std::unique_lock<std::mutex> g(mu_);
 	if (!given_up_ && !cv_.wait_for(g, std::chrono::milliseconds(timeout_ms), [this] { return done_; }))
