@@ -56,9 +56,12 @@ every 50 ms); the image's size on disk (apparent and allocated: the GPU image
 files are sparse) and where it was (disk, or a tmpfs when it would not fit); CRIU's peak resident memory; restore-to-ready. With --cold-rounds N the last N rounds
 restore the same image a second time with the page cache dropped (sync, drop_caches); --cold-cache drops it
 before every restore instead. The workload's data is verified after every restore. Medians, ratios
-(ours / baseline), rates in GB/s, results.json (every raw figure), results.txt, bench.png and growth.png go to --out
-(default: $OUT or ./bench-out). --from-json FILE... reports earlier results without running anything;
---plan prints the plan and its expected duration and stops.
+(ours / baseline), rates in GB/s, results.json (every raw figure), results.txt and the plots go to --out
+(default: $OUT or ./bench-out): bench.png, restore to the first answer against a start from scratch per
+variant, with the page cache warm and dropped; bench-phases.png, dump and restore by phase, the image, ratios,
+GB/s per phase and replicas; growth.png and scaling.png when those scenarios ran. One colour per variant in
+all of them. --from-json FILE... reports and plots earlier results without running anything; --plan prints
+the plan and its expected duration and stops.
 """
 
 import argparse

@@ -188,6 +188,29 @@ def report(results, cold, out_dir, failures=(), meta=None):
         plot_scaling(table, counts, variants, os.path.join(out_dir, "scaling.png"))
 
 
+# One colour per variant and one for a start from scratch, the same in every figure; the phases of a dump or
+# restore, and the parts of an image, have colours of their own that no variant has.
+VARIANT_COLORS = {"ours": "#1f77b4", "in-tree": "#ff7f0e", "ours-criu": "#2ca02c", "ours-copy": "#9467bd",
+                  "in-tree+cuda-criu": "#8c564b"}
+SPARE_COLORS = ["#d62728", "#393b79", "#637939", "#843c39"]
+START_COLOR = "#7f7f7f"
+PHASE_COLORS = {"driver": "#bcbd22", "gpu image": "#17becf", "hooks": "#f7b6d2", "in-tree hooks": "#dbdb8d",
+                "criu": "#e5c494"}
+
+
+def variant_color(v, variants=()):
+    if v in VARIANT_COLORS:
+        return VARIANT_COLORS[v]
+    others = [x for x in variants if x not in VARIANT_COLORS]
+    return SPARE_COLORS[(others.index(v) if v in others else 0) % len(SPARE_COLORS)]
+
+
+def save(fig, plt, path):
+    fig.savefig(path, dpi=100, bbox_inches="tight")
+    plt.close(fig)
+    log(f"plot: {path}")
+
+
 def pyplot():
     try:
         import matplotlib
@@ -206,11 +229,11 @@ def plot_scaling(table, counts, variants, path):
         return
     panels = [("device_dump_s", "device phases of dump, s"), ("device_restore_s", "device phases of restore, s"),
               ("dump_s", "criu dump, s"), ("restore_s", "criu restore, s")]
-    fig, axes = plt.subplots(1, len(panels), figsize=(4.5 * len(panels), 4))
+    fig, axes = plt.subplots(1, len(panels), figsize=(4.5 * len(panels), 4), constrained_layout=True)
     for ax, (key, title) in zip(axes, panels):
         for v in variants:
             ys = [table[(f"{n}gpu", v)][key] for n in counts]
-            ax.plot(counts, ys, marker="o", label=v)
+            ax.plot(counts, ys, marker="o", label=v, color=variant_color(v, variants))
             for n, y in zip(counts, ys):
                 if ok(y):
                     ax.annotate(f"{y:.2f}", (n, y), textcoords="offset points", xytext=(0, 6), ha="center", fontsize=7)
@@ -218,169 +241,275 @@ def plot_scaling(table, counts, variants, path):
         ax.set_xlabel("GPUs (one 4 GiB process each)")
         ax.set_title(title)
         ax.set_ylim(bottom=0)
-        ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    log(f"plot: {path}")
+    axes[-1].legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
+    save(fig, plt, path)
 
 
-def plot(table, rate_table, scenarios, variants, cold, path):
-    """Dump and restore seconds by phase, image size, ratios against the baseline and the phases' rates
-    against the machine's limits (and the expensive start, when measured)."""
+def first_answer_panels(table, scenarios, variants, cold):
+    """The headline's content: per scenario, a group per page-cache state (warm, dropped), each a list of bars
+    (label, seconds, colour, hatch, is a start from scratch): each variant's restore to its first answer
+    (ready) and the starts from scratch it is measured against."""
+    def cold_median(what):
+        vals = [c["seconds"] for c in cold if c["what"] == what]
+        return statistics.median(vals) if vals else float("nan")
+
+    panels = []
+    for s in scenarios:
+        if SCENARIOS.get(s, ("",))[0] == "serve":
+            warm = [("cold start,\ncompile caches warm", cold_median(f"{s}: cold start, weights in the page cache"),
+                     None),
+                    ("cold start,\nempty compile caches", cold_median(f"{s}: cold start, empty compile caches"), "//")]
+            dropped = [("cold start", cold_median(f"{s}: cold start, page cache dropped"), None)]
+        else:
+            starts = [table[(s, v)]["start_s"] for v in variants if ok(table[(s, v)]["start_s"])]
+            warm = [("cold start", statistics.median(starts) if starts else float("nan"), None)]
+            dropped = []
+        groups = []
+        cached = "image and weights" if SCENARIOS.get(s, ("",))[0] == "serve" else "image"
+        for title, key, starts in ((f"{cached} in the page cache", "restore_to_ready_s", warm),
+                                   ("page cache dropped (a fresh node)", "restore_cold_to_ready_s", dropped)):
+            bars = [(f"restore, {v}", table[(s, v)][key], variant_color(v, variants), None, False) for v in variants]
+            if any(ok(b[1]) for b in bars):
+                groups.append((f"{s}: {title}", bars + [(n, x, START_COLOR, h, True) for n, x, h in starts]))
+        if groups:
+            panels.append(groups)
+    if any(c["what"].startswith("restore-to-ready, ") for c in cold):  # the coldstart scenario
+        bars = [(f"restore, {v}", cold_median(f"restore-to-ready, {v}"), variant_color(v, variants), None, False)
+                for v in variants]
+        bars += [("cold start,\ncompile caches warm", cold_median("cold start, warm caches"), START_COLOR, None, True),
+                 ("cold start,\nempty compile caches", cold_median("cold start, empty caches"), START_COLOR, "//", True)]
+        panels.append([("coldstart (torch.compile, 2 GiB): warm page cache", bars)])
+    return panels
+
+
+def plot_first_answer(table, scenarios, variants, cold, path):
+    """The headline: restore to the first answer against a start from scratch, per variant, with the page
+    cache warm and dropped. Each bar is labelled; no legend."""
+    panels = first_answer_panels(table, scenarios, variants, cold)
+    plt = pyplot() if panels else None
+    if not plt:
+        return
+    rows = max(len(p) for p in panels)
+    # Each row as high as its most bars, so that a bar has one thickness throughout.
+    heights = [max(len(p[row][1]) if row < len(p) else 1 for p in panels) + 1.6 for row in range(rows)]
+    fig, axes = plt.subplots(rows, len(panels), figsize=(6.8 * len(panels), 0.45 * sum(heights) + 0.4),
+                             squeeze=False, constrained_layout=True, gridspec_kw={"height_ratios": heights})
+    for col, groups in enumerate(panels):
+        top = max(nz(x) for _, bars in groups for _, x, *_ in bars)
+        for row in range(rows):
+            ax = axes[row][col]
+            if row >= len(groups):
+                ax.axis("off")
+                continue
+            title, bars = groups[row]
+            bars = [b for b in bars if ok(b[1])]
+            start = next((x for _, x, _, h, is_start in bars if is_start and not h), float("nan"))
+            ys = list(range(len(bars)))
+            for y, (label, x, color, hatch, is_start) in zip(ys, bars):
+                # A start with empty compile caches: the start's colour, hatched.
+                ax.barh([y], [x], 0.7, color=color, hatch=hatch, edgecolor="white" if hatch else color)
+                text = f"{x:.2f} s" if x < 100 else f"{x:.1f} s"
+                if not is_start and ok(start) and x > 0:
+                    text += (f"  ({start / x:.1f}x faster than the cold start)" if x <= start else
+                             f"  ({x / start:.1f}x the cold start's time)")
+                ax.annotate(text, (x, y), xytext=(4, 0), textcoords="offset points", va="center", fontsize=9)
+            ax.set_yticks(ys, [b[0] for b in bars], fontsize=9)
+            ax.invert_yaxis()
+            ax.set_xlim(0, top * 1.6 or 1)
+            ax.set_xlabel("seconds to the first answer (shorter is better)", fontsize=9)
+            ax.set_title(title, fontsize=10)
+            ax.spines[["top", "right"]].set_visible(False)
+    fig.suptitle("Restore to the first answer against a start from scratch", fontsize=12)
+    save(fig, plt, path)
+
+
+def plot_phases(table, rate_table, scenarios, variants, cold, path):
+    """The phases behind the headline: dump and restore seconds by phase, the image on disk, ratios against
+    the baseline, the phases' rates against the machine's limits, and replicas restored at once against as
+    many cold starts. Legends sit beside their axes, never on the data."""
     plt = pyplot()
     if not plt:
         return
     pairs = [(s, v) for s in scenarios for v in variants]
     xs = list(range(len(pairs)))
     ticks = [f"{s}\n{v}" for s, v in pairs]
-    ncols = 3 + (1 if cold else 0)
-    fig, axes = plt.subplots(2, ncols, figsize=(6.2 * ncols, 10.5))
-    axes = axes.flatten()
+    t = [table[p] for p in pairs]
+    replicas = [c for c in cold if " replicas restored at once" in c["what"] or " cold starts at once" in c["what"]]
+    others = [v for v in variants if v != C.BASELINE]
+    has_ratios = C.BASELINE in variants and bool(others)
+    npanels = 4 + has_ratios + bool(replicas)
+    ncols = 2
+    nrows = (npanels + ncols - 1) // ncols
+    width = min(12.0, max(5.6, 0.9 * len(pairs) + 1.2, 0.16 * 6 * len(pairs) + 1.2))
+    fig, axes = plt.subplots(nrows, ncols, figsize=(ncols * (width + 2.6), 4.4 * nrows), constrained_layout=True)
+    axes = list(axes.flatten())
+    for ax in axes[npanels:]:
+        ax.axis("off")
+    axes = iter(axes)
 
-    def stacked(ax, segments, title, totals, marks=()):
+    def legend_beside(ax, **kw):
+        ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False, **kw)
+
+    def stacked(ax, segments, title, totals, ylabel):
         bottom = [0.0] * len(pairs)
         for label, vals, color in segments:
             vals = [nz(x) for x in vals]
             if any(vals):
-                ax.bar(xs, vals, 0.7, bottom=bottom, label=label, color=color)
+                ax.bar(xs, vals, 0.6, bottom=bottom, label=label, color=color)
                 bottom = [b + x for b, x in zip(bottom, vals)]
         for x, total in zip(xs, totals):
             if ok(total):
-                ax.annotate(f"{total:.2f}", (x, total), textcoords="offset points", xytext=(0, 3), ha="center",
-                            fontsize=7)
-        for label, vals, marker in marks:
-            pts = [(x, y) for x, y in zip(xs, vals) if ok(y)]
-            if pts:
-                ax.scatter([p[0] for p in pts], [p[1] for p in pts], marker=marker, color="black", zorder=3,
-                           label=label)
-                for x, y in pts:
-                    ax.annotate(f"{y:.1f}", (x, y), textcoords="offset points", xytext=(9, -3), fontsize=7)
-        tops = [nz(x) for x in list(totals) + [y for _, vals, _ in marks for y in vals]]
-        ax.set_ylim(0, max(tops + [bottom_max(bottom)]) * 1.12 or 1)
-        ax.set_xticks(xs, ticks, fontsize=7)
-        ax.set_title(title)
-        ax.legend(fontsize=7)
+                ax.annotate(f"{total:.2f}", (x, total), textcoords="offset points", xytext=(0, 2), ha="center",
+                            fontsize=8)
+        ax.set_xticks(xs, ticks, fontsize=8)
+        ax.set_xlim(-0.6, len(pairs) - 0.4)
+        ax.set_title(title, fontsize=10)
+        ax.set_ylabel(ylabel, fontsize=9)
 
-    def bottom_max(bottom):
-        return max(bottom) if bottom else 0.0
+    def criu_rest(total, parts):
+        """CRIU's own work: what the parts leave of the whole (the hooks' seconds come from CRIU's log lines
+        and can leave out some of the plugin's, so that the parts add up to the measured whole)."""
+        return [max(0.0, nz(x) - sum(nz(p[i]) for p in parts)) for i, x in enumerate(total)]
 
-    t = [table[p] for p in pairs]
     # Dump: the driver's checkpoint call, our GPU image's write, the rest of the hooks, CRIU's own work.
     ckpt = [r["checkpoint_s"] for r in t]
     write = [nz(r["write_s"]) for r in t]
     hooks_rest = [max(0.0, nz(r["device_dump_s"]) - nz(c) - w) if ok(c) else 0.0 for r, c, w in zip(t, ckpt, write)]
     intree_hooks = [r["device_dump_s"] if not ok(c) else 0.0 for r, c in zip(t, ckpt)]
-    stacked(axes[0], [("driver checkpoint call (ours)", ckpt, "#1f77b4"), ("GPU image write (ours)", write, "#17becf"),
-                      ("rest of the hooks (ours)", hooks_rest, "#aec7e8"), ("hooks (in-tree)", intree_hooks, "#ff7f0e"),
-                      ("CRIU's own work", [r["criu_dump_s"] for r in t], "#c7c7c7")],
-            "criu dump, s, by phase", [r["dump_s"] for r in t])
-    # Restore: our GPU image check, the driver's restore+unlock, the rest of the hooks, CRIU's own work;
-    # the cold restore's total as a marker.
+    dump_criu = criu_rest([r["dump_s"] for r in t], [ckpt, write, hooks_rest, intree_hooks])
+    ax = next(axes)
+    stacked(ax, [("the driver's checkpoint call", ckpt, PHASE_COLORS["driver"]),
+                 ("GPU image write", write, PHASE_COLORS["gpu image"]),
+                 ("the plugin's other work", hooks_rest, PHASE_COLORS["hooks"]),
+                 ("in-tree plugin's hooks\n(cuda-checkpoint runs)", intree_hooks, PHASE_COLORS["in-tree hooks"]),
+                 ("CRIU's own work", dump_criu, PHASE_COLORS["criu"])],
+            "criu dump by phase", [r["dump_s"] for r in t], "seconds")
+    top = max([nz(r["dump_s"]) for r in t] + [0.0])
+    ax.set_ylim(0, top * 1.12 or 1)
+    legend_beside(ax)
+    # Restore (warm): our GPU image check, the driver's restore+unlock, the rest of the hooks, CRIU's own work;
+    # the restore with the page cache dropped as a marker.
     check = [nz(r["gpu_check_s"]) for r in t]
     unlock = [r["restore_unlock_s"] for r in t]
     rest = [max(0.0, nz(r["device_restore_s"]) - nz(u) - c) if ok(u) else 0.0 for r, u, c in zip(t, unlock, check)]
     intree_r = [r["device_restore_s"] if not ok(u) else 0.0 for r, u in zip(t, unlock)]
-    stacked(axes[1], [("GPU image check (ours)", check, "#17becf"), ("driver restore+unlock (ours)", unlock, "#1f77b4"),
-                      ("rest of the hooks (ours)", rest, "#aec7e8"), ("hooks (in-tree)", intree_r, "#ff7f0e"),
-                      ("CRIU's own work", [r["criu_restore_s"] for r in t], "#c7c7c7")],
-            "criu restore, s, by phase (warm page cache)", [r["restore_s"] for r in t],
-            [("restore with the page cache dropped", [r["restore_cold_s"] for r in t], "v")])
-    # Image: apparent size, and the blocks it takes (the GPU image files are sparse).
-    ax = axes[2]
+    restore_criu = criu_rest([r["restore_s"] for r in t], [check, unlock, rest, intree_r])
+    ax = next(axes)
+    stacked(ax, [("the driver's restore + unlock", unlock, PHASE_COLORS["driver"]),
+                 ("GPU image check", check, PHASE_COLORS["gpu image"]),
+                 ("the plugin's other work", rest, PHASE_COLORS["hooks"]),
+                 ("in-tree plugin's hooks\n(cuda-checkpoint runs)", intree_r, PHASE_COLORS["in-tree hooks"]),
+                 ("CRIU's own work", restore_criu, PHASE_COLORS["criu"])],
+            "criu restore by phase (image in the page cache)", [r["restore_s"] for r in t], "seconds")
+    cold_r = [r["restore_cold_s"] for r in t]
+    pts = [(x, y) for x, y in zip(xs, cold_r) if ok(y)]
+    if pts:
+        ax.scatter([p[0] for p in pts], [p[1] for p in pts], marker="v", color="black", zorder=3,
+                   label="whole restore,\npage cache dropped")
+        for x, y in pts:
+            ax.annotate(f"{y:.2f}", (x, y), textcoords="offset points", xytext=(7, -3), fontsize=8)
+    ax.set_ylim(0, max([nz(r["restore_s"]) for r in t] + [nz(y) for y in cold_r] + [0.0]) * 1.12 or 1)
+    legend_beside(ax)
+    # Image on disk: allocated (CRIU's images and our GPU image; the GPU image files are sparse), apparent size.
+    ax = next(axes)
     app = [nz(r["image_gib"]) for r in t]
     alloc = [nz(r["image_alloc_gib"]) for r in t]
     gpu_alloc = [nz(r["gpu_files_alloc_gib"]) for r in t]
-    ax.bar(xs, app, 0.7, color="none", edgecolor="#555555", hatch="//", label="apparent")
-    ax.bar(xs, [a - g for a, g in zip(alloc, gpu_alloc)], 0.5, color="#c7c7c7", label="allocated: CRIU's images")
-    ax.bar(xs, gpu_alloc, 0.5, bottom=[a - g for a, g in zip(alloc, gpu_alloc)], color="#17becf",
-           label="allocated: our GPU image")
+    ax.bar(xs, [a - g for a, g in zip(alloc, gpu_alloc)], 0.6, color=PHASE_COLORS["criu"],
+           label="allocated: CRIU's images")
+    ax.bar(xs, gpu_alloc, 0.6, bottom=[a - g for a, g in zip(alloc, gpu_alloc)], color=PHASE_COLORS["gpu image"],
+           label="allocated: the plugin's GPU image")
+    ax.bar(xs, app, 0.6, color="none", edgecolor="black", linewidth=0.8, linestyle="--",
+           label="apparent size (sparse files)")
     for x, a, b in zip(xs, app, alloc):
-        ax.annotate(f"{b:.2f}" + (f" / {a:.2f}" if abs(a - b) > 0.05 else ""), (x, a), textcoords="offset points",
-                    xytext=(0, 3), ha="center", fontsize=7)
+        ax.annotate(f"{b:.2f}" + (f" / {a:.2f}" if abs(a - b) > 0.05 else ""), (x, max(a, b)),
+                    textcoords="offset points", xytext=(0, 2), ha="center", fontsize=8)
     ax.set_ylim(0, max(app + alloc + [0.0]) * 1.12 or 1)
-    ax.set_xticks(xs, ticks, fontsize=7)
-    ax.set_title("image on disk, GiB (allocated / apparent)")
-    ax.legend(fontsize=7)
-    # Ratios against the baseline.
-    ax = axes[3]
-    others = [v for v in variants if v != C.BASELINE]
-    metrics = [("dump", "dump_s"), ("image alloc", "image_alloc_gib"), ("restore", "restore_s"),
-               ("restore cold", "restore_cold_s")]
-    if C.BASELINE in variants and others:
-        groups = [(s, v) for s in scenarios for v in others]
-        width = 0.8 / len(metrics)
-        top = 1.2
-        for i, (label, key) in enumerate(metrics):
-            vals = [div(table[(s, v)][key], table[(s, C.BASELINE)][key]) for s, v in groups]
-            if not any(ok(x) for x in vals):
-                continue
-            top = max([top] + [x * 1.15 for x in vals if ok(x)])
-            pos = [g + (i - (len(metrics) - 1) / 2) * width for g in range(len(groups))]
-            bars = ax.bar(pos, [nz(x) for x in vals], width, label=label)
-            ax.bar_label(bars, labels=[f"{x:.2f}" if ok(x) else "" for x in vals], fontsize=6)
-        dc = [div(table[g]["dump_s"], table[g]["checkpoint_s"]) for g in groups]
-        pts = [(i, y) for i, y in enumerate(dc) if ok(y)]
-        if pts:
-            ax2 = ax.twinx()
-            ax2.scatter([p[0] for p in pts], [p[1] for p in pts], marker="D", color="black",
-                        label="our dump / our driver checkpoint call (right axis)")
-            ax2.set_ylim(bottom=0, top=max(2.0, max(p[1] for p in pts) * 1.2))
-            ax2.legend(fontsize=7, loc="upper right")
+    ax.set_xticks(xs, ticks, fontsize=8)
+    ax.set_xlim(-0.6, len(pairs) - 0.4)
+    ax.set_title("image on disk (allocated / apparent)", fontsize=10)
+    ax.set_ylabel("GiB", fontsize=9)
+    legend_beside(ax)
+    # Ratios against the baseline and rates: a bar per variant in its colour, a hatch per scenario.
+    hatches = {sc: h for sc, h in zip(scenarios, ["", "//", "..", "xx", "\\\\", "++", "oo", "--"] * 4)}
+
+    def grouped(ax, groups, series, fmt):
+        """Bars grouped along x, one per series (label, scenario, variant, values), labelled with their values."""
+        w = 0.8 / max(1, len(series))
+        for i, (label, sc, v, vals) in enumerate(series):
+            pos = [g + (i - (len(series) - 1) / 2) * w for g in range(len(groups))]
+            bars = ax.bar(pos, [nz(x) for x in vals], w, color=variant_color(v, variants), hatch=hatches[sc],
+                          edgecolor="white", linewidth=0, label=label)
+            ax.bar_label(bars, labels=[fmt(x) if ok(x) else "" for x in vals], fontsize=7,
+                         rotation=90 if len(series) > 3 else 0, padding=2)
+        ax.set_xticks(range(len(groups)), groups, fontsize=8)
+
+    def series_label(sc, v):
+        return v if len(scenarios) == 1 else f"{sc}, {v}"
+
+    if has_ratios:
+        ax = next(axes)
+        metrics = [("dump", "dump_s"), ("image\nallocated", "image_alloc_gib"), ("restore", "restore_s"),
+                   ("restore,\ncache dropped", "restore_cold_s"), ("first\nanswer", "restore_to_ready_s")]
+        metrics = [m for m in metrics if any(ok(table[(sc, C.BASELINE)][m[1]]) for sc in scenarios)]
+        series = [(series_label(sc, v), sc, v, [div(table[(sc, v)][k], table[(sc, C.BASELINE)][k]) for _, k in metrics])
+                  for sc in scenarios for v in others]
+        grouped(ax, [m[0] for m in metrics], series, lambda x: f"{x:.2f}")
+        top = max([1.1] + [x * 1.2 for *_, vals in series for x in vals if ok(x)])
         ax.axhline(1.0, color="black", linewidth=0.8)
+        ax.annotate(f"{C.BASELINE} = 1", (len(metrics) - 0.5, 1.0), textcoords="offset points", xytext=(0, 3),
+                    ha="right", fontsize=8)
         ax.set_ylim(0, top)
-        ax.set_xticks(range(len(groups)), [f"{s}\n{v}" for s, v in groups], fontsize=7)
-        ax.legend(fontsize=7, loc="upper left")
-    ax.set_title(f"ratio variant / {C.BASELINE} (below 1: better)")
-    # Rates against the machine's limits.
-    ax = axes[4]
-    phases = [("driver checkpoint (in-tree: hooks)", "checkpoint"), ("GPU image write", "write"),
-              ("CRIU's own dump", "criu_dump"), ("driver restore (in-tree: hooks)", "restore"),
-              ("restore, end to end", "restore_e2e"), ("restore cold, end to end", "restore_cold_e2e")]
+        ax.set_title(f"variant / {C.BASELINE} (below 1: faster or smaller)", fontsize=10)
+        ax.set_ylabel("ratio", fontsize=9)
+        legend_beside(ax)
+    # Rates against the machine's limits: phases along x.
+    ax = next(axes)
+    phases = [("driver\ncheckpoint", "checkpoint"), ("GPU image\nwrite", "write"), ("CRIU's\nown dump", "criu_dump"),
+              ("driver\nrestore", "restore"), ("restore,\nend to end", "restore_e2e"),
+              ("restore cold,\nend to end", "restore_cold_e2e")]
     phases = [p for p in phases if any(ok(rate_table[q][p[1]]) for q in pairs)]
-    width = 0.8 / max(1, len(phases))
-    for i, (label, key) in enumerate(phases):
-        vals = [rate_table[q][key] for q in pairs]
-        pos = [x + (i - (len(phases) - 1) / 2) * width for x in xs]
-        bars = ax.bar(pos, [nz(x) for x in vals], width, label=label)
-        ax.bar_label(bars, labels=[f"{x:.1f}" if ok(x) else "" for x in vals], fontsize=5)
-    for (label, gbps), style in zip(LIMITS, (":", "--", "-.", (0, (1, 4)))):
-        ax.axhline(gbps, color="black", linewidth=0.9, linestyle=style, label=f"limit: {label}, {gbps} GB/s")
-    # Log scale: the disk's ~1.2 GB/s and the writers' ~13 GB/s both stay readable.
-    ax.set_yscale("log")
+    grouped(ax, [p[0] for p in phases],
+            [(series_label(sc, v), sc, v, [rate_table[(sc, v)][k] for _, k in phases]) for sc, v in pairs],
+            lambda x: f"{x:.1f}")
+    for (label, gbps), style in zip(LIMITS, (":", "--", "-.", (0, (4, 1, 1, 1, 1, 1)))):
+        ax.axhline(gbps, color="black", linewidth=0.8, linestyle=style, label=f"limit: {label}, {gbps} GB/s")
+    ax.set_yscale("log")  # the disk's ~1.2 GB/s and the writers' ~13 GB/s both stay readable
     top = max([nz(rate_table[q][k]) for q in pairs for _, k in phases] + [g for _, g in LIMITS])
-    ax.set_ylim(0.2, top * 6)
-    ax.set_xticks(xs, ticks, fontsize=7)
-    ax.set_title("GB/s of GPU state per phase (log scale), against the machine's limits")
-    ax.legend(fontsize=6, loc="upper left", ncol=2)
-    # Restore-to-ready and the start-up of each workload.
-    ax = axes[5]
-    ready = [r["restore_to_ready_s"] for r in t]
-    bars = ax.bar(xs, [nz(x) for x in ready], 0.7, color="#1f77b4", label="restore to the first verified answer")
-    ax.bar_label(bars, labels=[f"{x:.2f}" if ok(x) else "" for x in ready], fontsize=7)
-    starts = [r["start_s"] for r in t]
-    pts = [(x, y) for x, y in zip(xs, starts) if ok(y)]
-    if pts:
-        ax.scatter([p[0] for p in pts], [p[1] for p in pts], marker="_", s=300, color="black",
-                   label="workload start-up (from scratch)")
-    ax.set_xticks(xs, ticks, fontsize=7)
-    ax.set_title("restore-to-ready against a fresh start, s")
-    ax.legend(fontsize=7)
-    if cold:
-        ax = axes[6]
-        whats = list(dict.fromkeys(c["what"] for c in cold))
-        vals = [statistics.median(c["seconds"] for c in cold if c["what"] == w) for w in whats]
-        colors = ["#999999", "#bbbbbb", "#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd"]
-        bars = ax.barh(whats, vals, color=(colors * 2)[:len(whats)])
-        ax.bar_label(bars, fmt="%.1f s", fontsize=8)
-        ax.set_title("start from scratch vs restore to ready / first answer")
+    ax.set_ylim(0.2, top * 3)
+    ax.set_title("GB/s of GPU state per phase (in-tree: its hooks), log scale", fontsize=10)
+    ax.set_ylabel("GB/s", fontsize=9)
+    legend_beside(ax)
+    # Replicas restored at once from one image, against as many cold starts at once.
+    if replicas:
+        ax = next(axes)
+        whats = list(dict.fromkeys(c["what"] for c in replicas))
+        vals = [statistics.median(c["seconds"] for c in replicas if c["what"] == w) for w in whats]
+        labels, colors = [], []
+        for w in whats:
+            scenario, what = w.split(": ", 1)
+            v = what.rsplit(", ", 1)[-1] if "restored at once" in what else None
+            labels.append(f"{scenario}: restore, {v}" if v else f"{scenario}: {what.split(' (')[0]}")
+            colors.append(variant_color(v, variants) if v else START_COLOR)
+        ys = list(range(len(whats)))
+        ax.barh(ys, vals, 0.6, color=colors)
+        for y, x in zip(ys, vals):
+            ax.annotate(f"{x:.2f} s", (x, y), xytext=(4, 0), textcoords="offset points", va="center", fontsize=8)
+        ax.set_yticks(ys, labels, fontsize=8)
         ax.invert_yaxis()
-    for ax in axes[6 + (1 if cold else 0):]:
-        ax.axis("off")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    log(f"plot: {path}")
+        ax.set_xlim(0, max(vals) * 1.2)
+        n = whats[0].split(": ", 1)[1].split(" ", 1)[0]
+        ax.set_title(f"{n} replicas restored at once from one image, until each has answered", fontsize=10)
+        ax.set_xlabel("seconds", fontsize=9)
+    save(fig, plt, path)
+
+
+def plot(table, rate_table, scenarios, variants, cold, path):
+    """NAME.png: the headline (restore to the first answer against a start from scratch); NAME-phases.png
+    beside it: the phases, sizes, ratios and rates behind it."""
+    plot_first_answer(table, scenarios, variants, cold, path)
+    plot_phases(table, rate_table, scenarios, variants, cold, path[:-len(".png")] + "-phases.png")
+
 
 def growth_lines(table, rate_table, gpu_of, scenarios, variants, results):
     """Sections 4 and 5: how dump and restore grow with the GPU bytes of one process and with the number of
@@ -451,19 +580,16 @@ def plot_growth(table, scenarios, variants, gpu_of, path):
     plt = pyplot() if panels else None
     if not plt:
         return
-    fig, axes = plt.subplots(1, len(panels), figsize=(4.6 * len(panels), 4.2), squeeze=False)
+    fig, axes = plt.subplots(1, len(panels), figsize=(4.6 * len(panels), 4.2), squeeze=False, constrained_layout=True)
     for ax, (xlabel, xs, names, key, title) in zip(axes[0], panels):
         for v in variants:
             pts = [(x, table[(s, v)][key]) for x, s in zip(xs, names) if ok(x) and ok(table[(s, v)][key])]
             if pts:
-                ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=v)
+                ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=v, color=variant_color(v, variants))
                 for x, y in pts:
                     ax.annotate(f"{y:.2f}", (x, y), textcoords="offset points", xytext=(0, 6), ha="center", fontsize=7)
         ax.set_xlabel(xlabel)
         ax.set_title(title, fontsize=10)
         ax.set_ylim(bottom=0)
-        ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    log(f"plot: {path}")
+    axes[0][-1].legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
+    save(fig, plt, path)
