@@ -31,10 +31,23 @@ Status refuse_shared_handles(Host &host, pid_t pid, const std::vector<DeviceFd> 
 
 namespace {
 
-// Whether the pid a legacy IPC file's name carries is p's, in the host's or p's own pid namespace.
-bool named_by(Host &host, pid_t p, pid_t named)
+// Whether q is the exporter of the legacy IPC file f: the driver's exporter holds its file open, an importer
+// only maps it. The fd pins the pid namespace the file's name was given in, so q's pid there (in its own,
+// innermost namespace) must be the number the name carries: a process of another namespace whose pid is
+// that number (a host pid equal to a container's pid) is no exporter of it, nor is a child that inherited
+// the exporter's fd.
+bool exports(Host &host, pid_t q, const IpcFileMapping &f)
 {
-	return p == named || host.task_info(p).ns_pid == named;
+	return host.task_info(q).ns_pid == f.named_pid && host.holds_file(q, f.dev, f.inode);
+}
+
+// "pid 4242", and where the process is in a pid namespace below this one, its pid and namespace there.
+std::string describe_exporter(Host &host, pid_t exporter, pid_t ns_pid)
+{
+	if (ns_pid == exporter)
+		return format("pid %d", exporter);
+	std::string ns = host.pid_namespace(exporter);
+	return format("pid %d (pid %d in pid namespace %s)", exporter, ns_pid, ns.empty() ? "unknown" : ns.c_str());
 }
 
 std::string pid_list(const std::vector<pid_t> &pids)
@@ -59,17 +72,19 @@ Status refuse_legacy_ipc(Host &host, pid_t pid)
 	for (const IpcFileMapping &f : host.cuda_ipc_files(pid)) {
 		std::vector<pid_t> others = host.processes_mapping(f.dev, f.inode);
 		others.erase(std::remove(others.begin(), others.end(), pid), others.end());
-		if (!named_by(host, pid, f.named_pid)) {
-			auto exporter = std::find_if(others.begin(), others.end(),
-						     [&](pid_t q) { return named_by(host, q, f.named_pid); });
+		if (!exports(host, pid, f)) {
+			auto exporter = std::find_if(others.begin(), others.end(), [&](pid_t q) { return exports(host, q, f); });
 			std::string who = exporter != others.end()
-						  ? format("pid %d", *exporter)
-						  : format("pid %d (as its pid namespace numbers it; it has exited)", f.named_pid);
+						  ? describe_exporter(host, *exporter, f.named_pid)
+						  : format("pid %d as its own pid namespace numbered it, which has exited (no process "
+							   "that maps the file holds it open)",
+							   f.named_pid);
+			std::string that = exporter != others.end() ? format("pid %d", *exporter) : "the exited process";
 			return make_error(EBUSY,
 					  "pid %d maps %s, the legacy CUDA IPC file of %s: it opened GPU memory or an event "
 					  "that %s exported (cuIpcOpenMemHandle, cuIpcOpenEventHandle; torch.multiprocessing passes CUDA "
 					  "tensors that way); %s",
-					  pid, f.path.c_str(), who.c_str(), who.c_str(), kIpcWhatToDo);
+					  pid, f.path.c_str(), who.c_str(), that.c_str(), kIpcWhatToDo);
 		}
 		if (!others.empty())
 			return make_error(EBUSY,

@@ -20,8 +20,10 @@ namespace cuda_criu {
 Status refuse_shared_handles(Host &host, pid_t pid, const std::vector<DeviceFd> &fds);
 
 // Legacy CUDA IPC (cuIpcGetMemHandle / cuIpcOpenMemHandle; torch.multiprocessing's CUDA tensors), seen in
-// the driver's files in /dev/shm (os/maps.h): an importer (it maps another process's file), or an exporter
-// whose file another live process maps. An exporter alone is let through (logged).
+// the driver's files in /dev/shm (os/maps.h): an importer (it maps a file it is not the exporter of), or an
+// exporter whose file another live process maps. The exporter of a file is the process that holds it open
+// and whose pid in its own pid namespace is the one the file's name carries. An exporter alone is let
+// through (logged).
 Status refuse_legacy_ipc(Host &host, pid_t pid);
 
 // Both of the above: what makes pid a process the driver checkpoints but cannot restore.

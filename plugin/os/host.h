@@ -115,6 +115,12 @@ public:
 	// Every process that maps the file dev:inode, in pid order. Reads the maps of every process on the
 	// machine: asked only about a file some process maps.
 	virtual std::vector<pid_t> processes_mapping(const std::string &dev, uint64_t inode) = 0;
+	// Whether pid holds the file dev:inode (as /proc/PID/maps writes them) open as an fd; false also when
+	// its fds cannot be read.
+	virtual bool holds_file(pid_t pid, const std::string &dev, uint64_t inode) = 0;
+	// The pid namespace pid lives in, as its /proc/PID/ns/pid link reads ("pid:[4026531836]"); "" when
+	// unknown.
+	virtual std::string pid_namespace(pid_t pid) = 0;
 	// The machine's ledger of GPU memory that restores in progress are about to take (os/gpu_ledger.h).
 	virtual Status reserve_gpu_memory(const ReserveDecision &decide) = 0;
 	virtual void release_gpu_memory() = 0;
@@ -151,6 +157,8 @@ public:
 	std::vector<unsigned long> nvidia_device_mappings(pid_t pid) override;
 	std::vector<IpcFileMapping> cuda_ipc_files(pid_t pid) override;
 	std::vector<pid_t> processes_mapping(const std::string &dev, uint64_t inode) override;
+	bool holds_file(pid_t pid, const std::string &dev, uint64_t inode) override;
+	std::string pid_namespace(pid_t pid) override;
 	Status reserve_gpu_memory(const ReserveDecision &decide) override;
 	void release_gpu_memory() override;
 };

@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <set>
 
+#include "base/format.h"
 #include "base/text.h"
 #include "os/dir.h"
 #include "os/nvidia.h"
@@ -160,6 +161,29 @@ std::vector<pid_t> SystemHost::processes_mapping(const std::string &dev, uint64_
 	}
 	std::sort(out.begin(), out.end());
 	return out;
+}
+
+bool SystemHost::holds_file(pid_t pid, const std::string &dev, uint64_t inode)
+{
+	auto fds = Dir::open("/proc/" + std::to_string(pid) + "/fd");
+	if (!fds)
+		return false;
+	while (const char *name = fds->next()) {
+		struct stat st;
+		// The fd's link leads to the file itself, also one deleted or in another mount namespace.
+		if (fstatat(fds->fd(), name, &st, 0) == 0 && st.st_ino == inode &&
+		    format("%02x:%02x", major(st.st_dev), minor(st.st_dev)) == dev)
+			return true;
+	}
+	return false;
+}
+
+std::string SystemHost::pid_namespace(pid_t pid)
+{
+	std::string link = "/proc/" + std::to_string(pid) + "/ns/pid";
+	char target[64];
+	ssize_t n = readlink(link.c_str(), target, sizeof(target));
+	return n > 0 && static_cast<size_t>(n) < sizeof(target) ? std::string(target, static_cast<size_t>(n)) : std::string();
 }
 
 // tmpfs, root's: a reboot, which ends every restore, empties it.

@@ -139,6 +139,17 @@ public:
 		return ipc_files.count(pid) ? ipc_files[pid] : std::vector<IpcFileMapping>{};
 	}
 	std::vector<pid_t> processes_mapping(const std::string &dev, uint64_t inode) override;
+	// holds_file(): the files (inode) each pid holds open (default: none; a dead pid holds none).
+	std::map<pid_t, std::set<uint64_t>> open_inodes;
+	bool holds_file(pid_t pid, const std::string &, uint64_t inode) override
+	{
+		return !dead.count(pid) && open_inodes.count(pid) && open_inodes[pid].count(inode);
+	}
+	std::map<pid_t, std::string> pid_namespaces; // pid_namespace() (default: "pid:[4026531836]")
+	std::string pid_namespace(pid_t pid) override
+	{
+		return pid_namespaces.count(pid) ? pid_namespaces[pid] : std::string("pid:[4026531836]");
+	}
 	// The GPU reservation ledger: what other restores hold (owner != 0), and this one's (owner 0).
 	std::vector<GpuReservation> ledger;
 	std::vector<std::vector<GpuReservation>> reserved; // what each reserve_gpu_memory() recorded
