@@ -6,6 +6,8 @@ set -euo pipefail
 pkgs=(
 	# toolchain, test framework, fuzzing (clang's libFuzzer) and static checks
 	build-essential cmake pkg-config libgtest-dev libgmock-dev clang libclang-rt-14-dev clang-tidy
+	# the GPU image's chunk compression
+	libzstd-dev
 	# the CLI's --json output
 	nlohmann-json3-dev
 	# CRIU's build dependencies

@@ -59,7 +59,7 @@ struct State {
 	bool inventory_added = false;
 	bool image_written = false;
 	bool maps_image = false; // restore: CRIU was asked to map GPU state from the image
-	std::shared_ptr<Background> driver_warmup; // restore: loads libcuda while CRIU restores memory
+	std::shared_ptr<Background> driver_load; // restore: libcuda and NVML loaded while CRIU restores memory
 };
 State *g_state = nullptr; // one CRIU run: created in init, destroyed in exit
 
@@ -346,9 +346,9 @@ static int cuda_plugin_post_forking()
 	hook_barrier("POST_FORKING", [&] {
 		if (g_state && g_state->restore)
 			g_state->restore->start_check(use_own_fs_context);
-		if (g_state && g_state->restore && !g_state->driver_warmup) {
+		if (g_state && g_state->restore && !g_state->driver_load) {
 			std::string path = g_state->options.libcuda;
-			g_state->driver_warmup = Background::start(
+			g_state->driver_load = Background::start(
 				use_own_fs_context,
 				[path] {
 					(void)load_libcuda(path);
@@ -372,7 +372,7 @@ static int cuda_plugin_resume_devices_late(int pid)
 		std::optional<Error> outside;
 		Result<bool> r = false;
 		try {
-			if (g_state->driver_warmup && !g_state->driver_warmup->wait(kDriverLoadTimeoutMs))
+			if (g_state->driver_load && !g_state->driver_load->wait(kDriverLoadTimeoutMs))
 				outside = make_error(ETIMEDOUT,
 						     "restore pid %d: loading the CUDA driver (cuInit, NVML) gave no answer "
 						     "within %u s; check the NVIDIA driver (nvidia-smi)",

@@ -132,15 +132,19 @@ uint64_t add_saturated(uint64_t a, uint64_t b) { return b > std::numeric_limits<
 
 // Room for the GPU state on each target: a process's state counts evenly over the GPUs it held. Sums
 // saturate, so that an image's sizes cannot wrap around the check.
-Status check_room(const std::vector<ProcessRecord> &processes, const Placement &p, std::map<GpuUuid, uint64_t> &on_gpu)
+Status check_room(const std::vector<ProcessRecord> &processes, const Placement &p, GpuPlan &plan)
 {
 	std::map<const GpuInfo *, uint64_t> need;
 	for (const ProcessRecord &proc : processes)
 		for (const GpuUuid &u : proc.gpu_uuids)
-			if (auto t = p.targets.find(u); t != p.targets.end())
-				need[t->second.gpu] = add_saturated(need[t->second.gpu], proc.state_bytes / proc.gpu_uuids.size());
+			if (auto t = p.targets.find(u); t != p.targets.end()) {
+				uint64_t share = proc.state_bytes / proc.gpu_uuids.size();
+				need[t->second.gpu] = add_saturated(need[t->second.gpu], share);
+				uint64_t &mine = plan.need_by_process[proc.ns_pid][t->second.gpu->uuid];
+				mine = add_saturated(mine, share);
+			}
 	for (const auto &[g, bytes] : need) {
-		on_gpu[g->uuid] = bytes;
+		plan.need[g->uuid] = bytes;
 		if (g->memory_bytes && bytes > g->memory_bytes)
 			return make_error(ENOSPC,
 					  "GPU %d (%s, %s) has %s of memory; the processes restored onto it need %s: "
@@ -209,7 +213,7 @@ Result<GpuPlan> plan(const std::vector<GpuRecord> &held, const std::vector<GpuRe
 	if (auto st = place_unmapped(held, here, !map.empty(), p); !st)
 		return std::move(st).error();
 	GpuPlan out;
-	if (auto st = check_room(processes, p, out.need); !st)
+	if (auto st = check_room(processes, p, out); !st)
 		return std::move(st).error();
 	bool moved = std::any_of(p.targets.begin(), p.targets.end(), [](const auto &kv) { return kv.first != kv.second.gpu->uuid; });
 	if (!moved && map.empty())

@@ -18,6 +18,9 @@ struct GpuPlan {
 	std::vector<GpuPair> pairs; // empty: every GPU is restored onto itself; with a device map, always all
 	std::string description;    // "GPU-aa.. -> GPU-bb.. (automatic: same model)" for the log
 	std::map<GpuUuid, uint64_t> need; // the GPU state restored onto each target GPU
+	// The same by process (its pid in its namespace, as the image numbers it) and target GPU: what each
+	// process's restore allocates, so that its reservation can end with its restore (os/gpu_ledger.h).
+	std::map<int, std::map<GpuUuid, uint64_t>> need_by_process;
 };
 
 // The image's NVIDIA driver version against this machine's kernel module version ("" when unknown: no

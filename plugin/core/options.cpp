@@ -101,6 +101,22 @@ const Key kKeys[] = {
 	 }},
 	{"huge-pages", [](Options &o, const std::string &v) { return set_auto_off(o.huge_pages, v); }},
 	{"map-image", [](Options &o, const std::string &v) { return set_auto_off(o.map_image, v); }},
+	{"ledger",
+	 [](Options &o, const std::string &v) -> Status {
+		 if (v.size() < 2 || v[0] != '/' || v.back() == '/')
+			 return make_error(EINVAL, "'%s' is not the absolute path of a file", v.c_str());
+		 o.ledger = v;
+		 return {};
+	 }},
+	{"ledger-timeout",
+	 [](Options &o, const std::string &v) -> Status {
+		 // A restore holds the lock for milliseconds: a long wait only lets someone else's lock stall restores.
+		 auto ms = parse_seconds(v);
+		 if (!ms || *ms > 60000)
+			 return make_error(EINVAL, "'%s' is not a number of seconds from 0 (one try) to 60", v.c_str());
+		 o.ledger_timeout_ms = *ms;
+		 return {};
+	 }},
 };
 
 std::string env_name(const char *key)

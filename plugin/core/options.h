@@ -36,6 +36,10 @@ struct Options {
 	// huge-pages: auto (true): the driver's checkpoint buffer put on huge pages and populated by the
 	// plugin's threads (os/checkpoint_buffer.h); off: left to the driver.
 	bool huge_pages = true;
+	// ledger, ledger-timeout: the machine's GPU reservation ledger (os/gpu_ledger.h) and how long a restore
+	// waits for its lock before it goes on without it; never unbounded (0: one try).
+	std::string ledger = "/run/cuda-criu/gpu-reservations";
+	unsigned ledger_timeout_ms = 5000;
 	std::string config_file;                 // the file that was read, if any
 };
 

@@ -5,6 +5,8 @@
 #include <cstdint>
 #include <map>
 #include <optional>
+#include <set>
+#include <utility>
 
 #include "base/format.h"
 #include "base/text.h"
@@ -36,34 +38,32 @@ void RestoreSession::start_check(std::function<void()> own_fs)
 	auto done = std::make_shared<std::promise<Status>>();
 	mapped_checked_ = done->get_future().share();
 	// Copies only: the thread may outlive a failed restore's session by one chunk.
-	Background::start(
-		std::move(own_fs),
-		[done, check = load_gpu_.check_mapped, cancel = cancel_check_, spent = mapped_check_us_] {
-			uint64_t t0 = now_us();
-			Status st;
-			try {
-				st = check(*cancel);
-			} catch (const std::exception &e) {
-				st = make_error(ENOMEM, "internal error: %s", e.what());
-			}
-			*spent = now_us() - t0;
-			if (!st)
-				st = std::move(st).error().context("%s", "the GPU image CRIU maps failed its check; the processes "
-									 "are not unlocked");
-			done->set_value(std::move(st));
-		},
-		5000);
+	try {
+		Background::start(
+			std::move(own_fs),
+			[done, check = load_gpu_.check_mapped, cancel = cancel_check_, spent = mapped_check_us_] {
+				uint64_t t0 = now_us();
+				Status st;
+				try {
+					st = check(*cancel);
+				} catch (const std::exception &e) {
+					st = make_error(ENOMEM, "internal error: %s", e.what());
+				}
+				*spent = now_us() - t0;
+				if (!st)
+					st = std::move(st).error().context("%s", "the GPU image CRIU maps failed its check; the "
+										 "processes are not unlocked");
+				done->set_value(std::move(st));
+			},
+			5000);
+	} catch (const std::exception &e) { // no thread: nothing else sets the result
+		done->set_value(make_error(EAGAIN, "cannot start the check of the GPU image CRIU maps: %s", e.what()));
+	}
 }
 
-Result<std::vector<GpuPair>> RestoreSession::gpu_pairs()
+// Each GPU of this machine the restore may use, with its free memory read now (NVML).
+Result<std::vector<GpuInfo>> RestoreSession::gpus_with_free_memory()
 {
-	if (!image_ || image_->gpus.empty()) {
-		if (!options_.device_map.empty())
-			return make_error(EINVAL, "%s",
-					  "a device map needs the GPU list of cuda-plugin.img, which this image lacks (it was "
-					  "made by CRIU's own CUDA plugin or by a dump without GPU information)");
-		return std::vector<GpuPair>();
-	}
 	auto here = ask<std::vector<GpuInfo>>(driver_, kDriverGraceMs, "list the GPUs", [](Driver &d) { return d.gpus(); });
 	if (!here)
 		return std::move(here).error().context("%s", "list this machine's GPUs");
@@ -75,32 +75,63 @@ Result<std::vector<GpuPair>> RestoreSession::gpu_pairs()
 			return std::move(free).error();
 		g.free_bytes = *free;
 	}
+	return here;
+}
+
+namespace {
+
+// The free memory of each GPU less what restores in progress have reserved on it; note names them.
+std::vector<GpuInfo> room_beside(std::vector<GpuInfo> gpus, const std::vector<GpuReservation> &others, std::string &note)
+{
+	std::map<GpuUuid, uint64_t> reserved;
+	std::map<GpuUuid, std::set<pid_t>> owners;
+	for (const GpuReservation &r : others) {
+		uint64_t &sum = reserved[r.gpu]; // saturating: a ledger cannot wrap the check around
+		sum = r.bytes > UINT64_MAX - sum ? UINT64_MAX : sum + r.bytes;
+		owners[r.gpu].insert(r.owner);
+	}
+	for (GpuInfo &g : gpus) {
+		auto it = reserved.find(g.uuid);
+		if (!g.free_bytes || it == reserved.end())
+			continue;
+		g.free_bytes = it->second < g.free_bytes ? g.free_bytes - it->second : 1; // (0 would mean unknown)
+		std::string pids;
+		for (pid_t p : owners[g.uuid])
+			pids += (pids.empty() ? "" : ", ") + std::to_string(p);
+		note += format("%s%s of %s by CRIU pid(s) %s", note.empty() ? "" : "; ", human_bytes(it->second).c_str(),
+			       g.uuid.str().c_str(), pids.c_str());
+	}
+	return gpus;
+}
+
+} // namespace
+
+Result<std::vector<GpuPair>> RestoreSession::gpu_pairs()
+{
+	if (!image_ || image_->gpus.empty()) {
+		if (!options_.device_map.empty())
+			return make_error(EINVAL, "%s",
+					  "a device map needs the GPU list of cuda-plugin.img, which this image lacks (it was "
+					  "made by CRIU's own CUDA plugin or by a dump without GPU information)");
+		return std::vector<GpuPair>();
+	}
 	// Restores started at once (replicas of one image) all see the free memory before any of them has
 	// allocated: each also counts what the others have reserved, so that the one that does not fit is
-	// refused here, by name, before any driver call, and the others run on.
+	// refused here, by name, before any driver call, and the others run on. The free memory is read under
+	// the ledger's lock: no reservation comes or goes between that read and the decision. A process's
+	// reservation ends as soon as its driver restore returns, which is when what it allocated shows in the
+	// free memory; while the driver restores it, what it has allocated so far may be counted twice (free
+	// memory and reservation), so the check errs on refusing by at most the GPU state of the processes
+	// being restored at that moment, and never admits a restore that does not fit.
 	std::optional<GpuPlan> plan;
 	std::vector<GpuInfo> machine = host_.machine_gpus();
-	Status st = host_.reserve_gpu_memory([&](const std::vector<GpuReservation> &others)
-						     -> Result<std::vector<GpuReservation>> {
-		std::vector<GpuInfo> room = *here;
-		std::map<std::string, uint64_t> reserved;
+	auto held = host_.reserve_gpu_memory({options_.ledger, options_.ledger_timeout_ms},
+					     [&](const std::vector<GpuReservation> &others) -> Result<std::vector<GpuReservation>> {
+		auto here = gpus_with_free_memory();
+		if (!here)
+			return std::move(here).error();
 		std::string note;
-		for (const GpuReservation &r : others) {
-			uint64_t &sum = reserved[r.gpu]; // saturating: a ledger cannot wrap the check around
-			sum = r.bytes > UINT64_MAX - sum ? UINT64_MAX : sum + r.bytes;
-		}
-		for (GpuInfo &g : room) {
-			auto it = reserved.find(g.uuid.str());
-			if (!g.free_bytes || it == reserved.end())
-				continue;
-			g.free_bytes = it->second < g.free_bytes ? g.free_bytes - it->second : 1; // (0 would mean unknown)
-			std::string pids;
-			for (const GpuReservation &r : others)
-				if (r.gpu == it->first)
-					pids += (pids.empty() ? "" : ", ") + std::to_string(r.owner);
-			note += format("%s%s of %s by CRIU pid(s) %s", note.empty() ? "" : "; ", human_bytes(it->second).c_str(),
-				       it->first.c_str(), pids.c_str());
-		}
+		std::vector<GpuInfo> room = room_beside(std::move(*here), others, note);
 		auto p = plan_gpus(*image_, room, machine, options_.device_map);
 		if (!p) {
 			if (note.empty() || p.error().errno_value() != ENOSPC)
@@ -112,13 +143,15 @@ Result<std::vector<GpuPair>> RestoreSession::gpu_pairs()
 		if (!note.empty())
 			LOG_INFO("restores in progress on this machine have reserved %s; this one fits beside them", note.c_str());
 		std::vector<GpuReservation> mine;
-		for (const auto &[uuid, bytes] : p->need)
-			mine.push_back({0, uuid.str(), bytes});
+		for (const auto &[process, gpus] : p->need_by_process)
+			for (const auto &[uuid, bytes] : gpus)
+				mine.push_back({0, 0, uuid, bytes, process});
 		plan = std::move(*p);
 		return mine;
 	});
-	if (!st)
-		return std::move(st).error().context("%s", "cannot restore the image's GPU state on this machine");
+	if (!held)
+		return std::move(held).error().context("%s", "cannot restore the image's GPU state on this machine");
+	reservations_ = std::move(*held);
 	if (!plan->pairs.empty())
 		LOG_INFO("restoring with GPU pairs: %s", plan->description.c_str());
 	return plan->pairs;
@@ -222,23 +255,23 @@ void RestoreSession::restore_batch(const std::vector<pid_t> &candidates)
 		}
 		// Each process's chunks: handled before the driver's restore (written, or read back from CRIU's
 		// pages), or mapped by CRIU and checked by check_mapped, which gates its unlock.
-		std::vector<GpuLoadTarget> first, mapped;
+		std::vector<GpuLoadTarget> handled_before_restore, mapped_by_criu;
 		for (const ProcJob &j : jobs) {
 			GpuLoadTarget t{j.pid, outcomes_[j.pid].ns_pid};
-			bool is_mapped = load_gpu_ && load_gpu_.check_mapped && !load_gpu_.first(t.ns_pid);
-			(is_mapped ? mapped : first).push_back(t);
+			bool is_mapped = load_gpu_ && load_gpu_.check_mapped && !load_gpu_.handled_before_restore(t.ns_pid);
+			(is_mapped ? mapped_by_criu : handled_before_restore).push_back(t);
 		}
-		if (load_gpu_ && !first.empty() && !jobs.empty()) {
+		if (load_gpu_ && !handled_before_restore.empty() && !jobs.empty()) {
 			// A damaged image is refused with every process still stopped, before any driver call.
 			uint64_t t0 = now_us();
-			Status st = load_gpu_(first);
+			Status st = load_gpu_(handled_before_restore);
 			load_gpu_us_ += now_us() - t0;
 			if (!st) {
 				failed(pids_of(jobs), st.error(), true);
 				jobs.clear();
 			}
 		}
-		if (!mapped.empty() && !jobs.empty()) {
+		if (!mapped_by_criu.empty() && !jobs.empty()) {
 			start_check([] {}); // a CRIU without POST_FORKING: at the latest now
 			checked = mapped_checked_;
 			mapped_check_ready_before_driver_ =
@@ -247,14 +280,19 @@ void RestoreSession::restore_batch(const std::vector<pid_t> &candidates)
 				failed(pids_of(jobs), checked.get().error(), true); // before any driver call
 				jobs.clear();
 			}
-			LOG_INFO("the GPU image CRIU maps: %s", mapped_check_ready_before_driver_
-				 ? format("checked in %s, while CRIU restored memory",
-					  seconds(mapped_check_us_->load()).c_str()).c_str()
-				 : "its check runs on while the driver restores; no process is unlocked before it has passed");
+			if (!mapped_check_ready_before_driver_)
+				LOG_INFO("%s", "the GPU image CRIU maps: its check runs on while the driver restores; no process is "
+					       "unlocked before it has passed");
+			else if (!jobs.empty())
+				LOG_INFO("the GPU image CRIU maps: checked in %s, while CRIU restored memory",
+					 seconds(mapped_check_us_->load()).c_str());
 		}
 		for (ProcJob &j : jobs) {
-			j.call = [pid = j.pid, p = *pairs, checked](Driver &d) -> Status {
+			j.call = [pid = j.pid, p = *pairs, checked, held = reservations_, ns_pid = outcomes_[j.pid].ns_pid](
+					 Driver &d) -> Status {
 				Status st = d.restore(pid, p);
+				if (held) // what it allocated shows in the free memory now
+					held->settle(ns_pid);
 				if (st && checked.valid()) // the process stays locked until its chunks have passed
 					st = checked.get();
 				if (st)
@@ -265,7 +303,8 @@ void RestoreSession::restore_batch(const std::vector<pid_t> &candidates)
 	}
 	if (!jobs.empty())
 		restore_all(std::move(jobs));
-	host_.release_gpu_memory(); // what it restored now shows in the GPUs' free memory
+	if (reservations_) // what it restored now shows in the GPUs' free memory
+		std::exchange(reservations_, nullptr)->release();
 	if (checked.valid())
 		checked.wait(); // its time for the summary, when a restore failed before it
 	if (image_)

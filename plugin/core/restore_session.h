@@ -29,7 +29,7 @@ namespace cuda_criu {
 
 // Puts the GPU state the plugin stored itself (core/gpu_store.h) back into the restored processes, each
 // chunk checked; empty when CRIU's pages images hold it unchecked.
-// - first(ns_pid): whether run handles that process before the driver's restore: it writes the process's
+// - handled_before_restore(ns_pid): whether run handles that process before the driver's restore: it writes the process's
 //   chunks into it, or reads back and checks what CRIU restored from its pages images (checksums only).
 // - check_mapped: checks the chunks of every other process, which CRIU maps from the plugin's files. It
 //   reads only those files, so it starts as soon as CRIU has forked the tasks (POST_FORKING) and runs on
@@ -37,7 +37,7 @@ namespace cuda_criu {
 //   restores; no process is unlocked before it has passed. Empty when CRIU maps nothing.
 struct GpuImageLoad {
 	std::function<Status(const std::vector<GpuLoadTarget> &targets)> run;
-	std::function<bool(pid_t ns_pid)> first;
+	std::function<bool(pid_t ns_pid)> handled_before_restore;
 	std::function<Status(const std::atomic<bool> &cancel)> check_mapped;
 
 	explicit operator bool() const { return static_cast<bool>(run); }
@@ -87,6 +87,7 @@ private:
 	PhaseProgress restore_progress(const std::vector<pid_t> &pids);
 	void report_missing();
 	Result<std::vector<GpuPair>> gpu_pairs();
+	Result<std::vector<GpuInfo>> gpus_with_free_memory();
 	void failed(const std::vector<pid_t> &pids, const Error &e, bool shared = false);
 	void kill_if_criu_ignores_failure(const std::vector<pid_t> &candidates);
 
@@ -103,6 +104,8 @@ private:
 	bool killed_ = false;
 	std::set<pid_t> missing_reported_;
 	uint64_t device_phase_us_ = 0;
+	// This batch's GPU memory in the machine's ledger (null: none held); shared with its driver calls.
+	std::shared_ptr<GpuReservations> reservations_;
 	GpuImageLoad load_gpu_;
 	uint64_t load_gpu_us_ = 0; // run's time, before the driver's restore
 	// check_mapped's result, its time (written on its own thread) and its cancel flag; invalid until started.

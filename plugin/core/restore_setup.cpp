@@ -64,12 +64,12 @@ Result<GpuImageLoad> prepare_gpu_image(const Options &options, Host &host, const
 		return make_error(EINVAL, "cannot restore: %s belongs to another dump (GPU image id %s, %s names %s): the "
 					  "image directory mixes files of two dumps",
 				  kGpuIndexFileName, idx->id.c_str(), kImageFileName, id.c_str());
-	std::set<int> mapped;
+	std::set<int> mapped_processes; // ns pids whose chunks CRIU maps
 	if (data) {
 		if (auto st = check_gpu_files(dir, *idx); !st)
 			return std::move(st).error().context("%s", "cannot restore: the GPU image is incomplete");
-		mapped = request_mapped_gpu_image(*idx, options.map_image, criu.map_file);
-		maps_image = !mapped.empty();
+		mapped_processes = request_mapped_gpu_image(*idx, options.map_image, criu.map_file);
+		maps_image = !mapped_processes.empty();
 	}
 	uint64_t bytes = 0;
 	for (const GpuProcessChunks &p : idx->processes)
@@ -83,25 +83,25 @@ Result<GpuImageLoad> prepare_gpu_image(const Options &options, Host &host, const
 		for (const GpuChunk &c : p.chunks)
 			if (data && idx->files[c.file].parent_depth) // checksums only: no files
 				from_parent.insert(p.ns_pid);
-	auto first = [data, mapped, from_parent](pid_t ns_pid) {
-		return !data || !mapped.count(ns_pid) || from_parent.count(ns_pid);
+	auto handled_before_restore = [data, mapped_processes, from_parent](pid_t ns_pid) {
+		return !data || !mapped_processes.count(ns_pid) || from_parent.count(ns_pid);
 	};
-	GpuImageLoad load{[idx, dir, h, threads, mapped](const std::vector<GpuLoadTarget> &targets) {
+	GpuImageLoad load{[idx, dir, h, threads, mapped_processes](const std::vector<GpuLoadTarget> &targets) {
 				  std::vector<GpuLoadTarget> t = targets;
 				  for (GpuLoadTarget &x : t)
-					  x.write = !mapped.count(x.ns_pid);
+					  x.write = !mapped_processes.count(x.ns_pid);
 				  return load_gpu_state(*h, dir, *idx, t, threads);
 			  },
-			  first, {}};
-	std::vector<GpuLoadTarget> only_mapped; // no pid yet: only read from the files (the host is never used)
+			  handled_before_restore, {}};
+	std::vector<GpuLoadTarget> mapped_by_criu; // no pid yet: only read from the files (the host is never used)
 	for (const GpuProcessChunks &p : idx->processes)
-		if (!first(p.ns_pid))
-			only_mapped.push_back({0, p.ns_pid, false});
+		if (!handled_before_restore(p.ns_pid))
+			mapped_by_criu.push_back({0, p.ns_pid, false});
 	// One thread fewer than a restore's readers: CRIU restores memory meanwhile.
 	unsigned check_threads = threads > 1 ? threads - 1 : 1;
-	if (!only_mapped.empty())
-		load.check_mapped = [idx, dir, h, check_threads, only_mapped](const std::atomic<bool> &cancel) {
-			return load_gpu_state(*h, dir, *idx, only_mapped, check_threads, &cancel);
+	if (!mapped_by_criu.empty())
+		load.check_mapped = [idx, dir, h, check_threads, mapped_by_criu](const std::atomic<bool> &cancel) {
+			return load_gpu_state(*h, dir, *idx, mapped_by_criu, check_threads, &cancel);
 		};
 	return load;
 }

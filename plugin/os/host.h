@@ -121,9 +121,11 @@ public:
 	// The pid namespace pid lives in, as its /proc/PID/ns/pid link reads ("pid:[4026531836]"); "" when
 	// unknown.
 	virtual std::string pid_namespace(pid_t pid) = 0;
-	// The machine's ledger of GPU memory that restores in progress are about to take (os/gpu_ledger.h).
-	virtual Status reserve_gpu_memory(const ReserveDecision &decide) = 0;
-	virtual void release_gpu_memory() = 0;
+	// The machine's ledger of GPU memory that restores in progress are about to take (os/gpu_ledger.h):
+	// decide runs under its lock; what it returns is held until the result settles or releases it (null:
+	// nothing held, the ledger could not be used).
+	virtual Result<std::shared_ptr<GpuReservations>> reserve_gpu_memory(const GpuLedgerPlace &place,
+									   const ReserveDecision &decide) = 0;
 };
 
 class SystemHost final : public Host {
@@ -159,8 +161,8 @@ public:
 	std::vector<pid_t> processes_mapping(const std::string &dev, uint64_t inode) override;
 	bool holds_file(pid_t pid, const std::string &dev, uint64_t inode) override;
 	std::string pid_namespace(pid_t pid) override;
-	Status reserve_gpu_memory(const ReserveDecision &decide) override;
-	void release_gpu_memory() override;
+	Result<std::shared_ptr<GpuReservations>> reserve_gpu_memory(const GpuLedgerPlace &place,
+								   const ReserveDecision &decide) override;
 };
 
 } // namespace cuda_criu

@@ -186,12 +186,11 @@ std::string SystemHost::pid_namespace(pid_t pid)
 	return n > 0 && static_cast<size_t>(n) < sizeof(target) ? std::string(target, static_cast<size_t>(n)) : std::string();
 }
 
-// tmpfs, root's: a reboot, which ends every restore, empties it.
-constexpr const char *kGpuLedger = "/run/cuda-criu/gpu-reservations";
-
-Status SystemHost::reserve_gpu_memory(const ReserveDecision &decide) { return reserve_in_ledger(kGpuLedger, decide); }
-
-void SystemHost::release_gpu_memory() { release_in_ledger(kGpuLedger); }
+Result<std::shared_ptr<GpuReservations>> SystemHost::reserve_gpu_memory(const GpuLedgerPlace &place,
+									const ReserveDecision &decide)
+{
+	return reserve_in_ledger(place, decide);
+}
 
 std::vector<GpuInfo> SystemHost::machine_gpus() { return kernel_gpus(); }
 

@@ -206,18 +206,54 @@ std::vector<pid_t> FakeHost::processes_mapping(const std::string &dev, uint64_t 
 	return out;
 }
 
-Status FakeHost::reserve_gpu_memory(const ReserveDecision &decide)
+namespace {
+
+class FakeReservations final : public GpuReservations {
+public:
+	explicit FakeReservations(std::shared_ptr<FakeHost::Ledger> ledger) : ledger_(std::move(ledger)) {}
+	void settle(pid_t process) override
+	{
+		std::lock_guard<std::mutex> g(ledger_->mu);
+		ledger_->settled.push_back(process);
+		std::erase_if(ledger_->entries, [&](const GpuReservation &r) { return r.owner == 0 && r.process == process; });
+	}
+	void release() override
+	{
+		std::lock_guard<std::mutex> g(ledger_->mu);
+		std::erase_if(ledger_->entries, [](const GpuReservation &r) { return r.owner == 0; });
+	}
+
+private:
+	std::shared_ptr<FakeHost::Ledger> ledger_;
+};
+
+} // namespace
+
+Result<std::shared_ptr<GpuReservations>> FakeHost::reserve_gpu_memory(const GpuLedgerPlace &place,
+								      const ReserveDecision &decide)
 {
-	release_gpu_memory();
-	auto mine = decide(ledger);
+	if (ledger->on_lock)
+		ledger->on_lock();
+	std::vector<GpuReservation> others;
+	{
+		std::lock_guard<std::mutex> g(ledger->mu);
+		ledger->place = place;
+		std::erase_if(ledger->entries, [](const GpuReservation &r) { return r.owner == 0; });
+		if (ledger->usable)
+			others = ledger->entries;
+	}
+	auto mine = decide(others);
 	if (!mine)
 		return std::move(mine).error();
-	for (GpuReservation &r : *mine) {
+	if (!ledger->usable)
+		return std::shared_ptr<GpuReservations>();
+	std::lock_guard<std::mutex> g(ledger->mu);
+	for (GpuReservation r : *mine) {
 		r.owner = 0;
-		ledger.push_back(r);
+		ledger->entries.push_back(r);
 	}
-	reserved.push_back(std::move(*mine));
-	return {};
+	ledger->reserved.push_back(std::move(*mine));
+	return std::shared_ptr<GpuReservations>(std::make_shared<FakeReservations>(ledger));
 }
 
 std::vector<Mapping> FakeHost::memory_map(pid_t pid)

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <condition_variable>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -150,11 +151,20 @@ public:
 	{
 		return pid_namespaces.count(pid) ? pid_namespaces[pid] : std::string("pid:[4026531836]");
 	}
-	// The GPU reservation ledger: what other restores hold (owner != 0), and this one's (owner 0).
-	std::vector<GpuReservation> ledger;
-	std::vector<std::vector<GpuReservation>> reserved; // what each reserve_gpu_memory() recorded
-	Status reserve_gpu_memory(const ReserveDecision &decide) override;
-	void release_gpu_memory() override { std::erase_if(ledger, [](const GpuReservation &r) { return r.owner == 0; }); }
+	// The GPU reservation ledger: what other restores hold (owner != 0), and this one's (owner 0); shared
+	// with the reservations handed out, which the driver's workers settle.
+	struct Ledger {
+		std::mutex mu;
+		std::vector<GpuReservation> entries;
+		std::vector<std::vector<GpuReservation>> reserved; // what each reserve_gpu_memory() recorded
+		std::vector<pid_t> settled;                        // the processes settled, in order
+		GpuLedgerPlace place;                              // where the last reserve was asked to look
+		bool usable = true;                                // false: as a ledger that cannot be used
+		std::function<void()> on_lock;                     // runs once the lock is "taken", before decide
+	};
+	std::shared_ptr<Ledger> ledger = std::make_shared<Ledger>();
+	Result<std::shared_ptr<GpuReservations>> reserve_gpu_memory(const GpuLedgerPlace &place,
+								   const ReserveDecision &decide) override;
 	// same_open_file(): (pid, fd) -> the open file it refers to; same number, same file (default: unknown)
 	std::map<std::pair<pid_t, int>, int> open_files;
 	std::optional<bool> same_open_file(pid_t a, int fd_a, pid_t b, int fd_b) override

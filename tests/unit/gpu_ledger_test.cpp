@@ -3,7 +3,10 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <sys/stat.h>
+
 #include <fstream>
+#include <map>
 #include <sstream>
 
 #include "core/restore_session.h"
@@ -37,60 +40,104 @@ uint64_t init_start_time()
 	return 0;
 }
 
-TEST(GpuLedger, ParsesItsLinesAndSkipsOthers)
+GpuUuid uuid_of(uint8_t first)
 {
-	auto e = parse_ledger("12 345 GPU-aa 1024\ngarbage\n0 1 GPU-bb 5\n13 346 GPU-cc 2048\n");
-	ASSERT_EQ(e.size(), 2u);
-	EXPECT_EQ(e[0].first.owner, 12);
-	EXPECT_EQ(e[0].second, 345u);
-	EXPECT_EQ(e[0].first.gpu, "GPU-aa");
-	EXPECT_EQ(e[1].first.bytes, 2048u);
+	GpuUuid u;
+	u.bytes[0] = first;
+	return u;
 }
 
-TEST(GpuLedger, OthersThatLiveCountTheirOwnAreReplacedAndReleased)
+const GpuUuid kGpuA = uuid_of(0xaa);
+
+ReserveDecision reserve(uint64_t bytes, pid_t process = 7, std::vector<GpuReservation> *seen = nullptr)
+{
+	return [=](const std::vector<GpuReservation> &others) -> Result<std::vector<GpuReservation>> {
+		if (seen)
+			*seen = others;
+		return std::vector<GpuReservation>{{0, 0, kGpuA, bytes, process}};
+	};
+}
+
+TEST(GpuLedger, ParsesItsLinesAndAnOlderVersionsAndRefusesAnythingElse)
+{
+	std::string a = kGpuA.str();
+	auto e = parse_ledger("12 345 " + a + " 1024 7\n13 346 " + a + " 2048\n");
+	ASSERT_TRUE(e);
+	ASSERT_EQ(e->size(), 2u);
+	EXPECT_EQ((*e)[0].owner, 12);
+	EXPECT_EQ((*e)[0].owner_start, 345u);
+	EXPECT_EQ((*e)[0].gpu, kGpuA);
+	EXPECT_EQ((*e)[0].process, 7);
+	EXPECT_EQ((*e)[1].bytes, 2048u);
+	EXPECT_EQ((*e)[1].process, 0) << "an older version's line holds for its whole restore";
+	for (const std::string &bad : std::vector<std::string>{"garbage\n", "0 1 " + a + " 5 1\n", "12 345 GPU-zz 1024 7\n",
+				      "12 345 " + a + " 1024 7 8\n", "12 345 " + a + " 1024 x\n"})
+		EXPECT_FALSE(parse_ledger(bad)) << bad;
+}
+
+TEST(GpuLedger, OthersThatLiveCountEntriesOfTheGoneOrUnreadableDoNot)
 {
 	testing::TempDir dir;
-	std::string path = dir.path() + "/ledger/gpu-reservations"; // its directory is made
-	ASSERT_TRUE(reserve_in_ledger(path, [](const std::vector<GpuReservation> &others) -> Result<std::vector<GpuReservation>> {
-			    EXPECT_TRUE(others.empty());
-			    return std::vector<GpuReservation>{{0, "GPU-aa", 100}};
-		    }).ok());
+	GpuLedgerPlace place{dir.path() + "/ledger/gpu-reservations", 1000}; // its directory is made
+	auto held = reserve_in_ledger(place, reserve(100));
+	ASSERT_TRUE(held.ok());
+	ASSERT_TRUE(*held);
+	struct stat st {};
+	ASSERT_EQ(stat((dir.path() + "/ledger").c_str(), &st), 0);
+	EXPECT_EQ(st.st_mode & 07777, 0700u);
+	ASSERT_EQ(stat(place.path.c_str(), &st), 0);
+	EXPECT_EQ(st.st_mode & 07777, 0600u);
 	// Another restore that lives (pid 1, its start time), one whose owner is gone (a start time that is not
-	// pid 1's), added as other CRIUs would.
+	// pid 1's), one whose start time could not be read (0), added as other CRIUs would.
 	{
-		std::ofstream out(path, std::ios::app);
-		out << "1 " << init_start_time() << " GPU-aa 700\n1 " << init_start_time() + 1 << " GPU-aa 900\n";
+		std::ofstream out(place.path, std::ios::app);
+		out << "1 " << init_start_time() << " " << kGpuA.str() << " 700 3\n1 " << init_start_time() + 1 << " "
+		    << kGpuA.str() << " 900 3\n1 0 " << kGpuA.str() << " 800 3\n";
 	}
 	std::vector<GpuReservation> seen;
-	ASSERT_TRUE(reserve_in_ledger(path, [&](const std::vector<GpuReservation> &others) -> Result<std::vector<GpuReservation>> {
-			    seen = others;
-			    return std::vector<GpuReservation>{{0, "GPU-aa", 200}};
-		    }).ok());
-	ASSERT_EQ(seen.size(), 1u) << "this process's earlier reservation and a dead owner's are not others";
+	auto again = reserve_in_ledger(place, reserve(200, 7, &seen));
+	ASSERT_TRUE(again.ok());
+	ASSERT_EQ(seen.size(), 1u) << "this process's earlier reservation, a dead owner's and an unreadable one are not others";
 	EXPECT_EQ(seen[0].owner, 1);
 	EXPECT_EQ(seen[0].bytes, 700u);
-	auto now = parse_ledger(read_all(path));
-	ASSERT_EQ(now.size(), 2u);
-	EXPECT_EQ(now[1].first.owner, getpid());
-	EXPECT_EQ(now[1].first.bytes, 200u);
+	auto now = parse_ledger(read_all(place.path));
+	ASSERT_TRUE(now);
+	ASSERT_EQ(now->size(), 2u) << "the dead entries are dropped";
+	EXPECT_EQ((*now)[1].owner, getpid());
+	EXPECT_EQ((*now)[1].bytes, 200u);
 	// A refusal records nothing for this process.
-	EXPECT_FALSE(reserve_in_ledger(path, [](const std::vector<GpuReservation> &) -> Result<std::vector<GpuReservation>> {
+	EXPECT_FALSE(reserve_in_ledger(place, [](const std::vector<GpuReservation> &) -> Result<std::vector<GpuReservation>> {
 			     return make_error(ENOSPC, "%s", "no room");
 		     }).ok());
-	EXPECT_EQ(parse_ledger(read_all(path)).size(), 1u);
-	release_in_ledger(path);
-	EXPECT_EQ(parse_ledger(read_all(path)).size(), 1u) << "the other restore's stays";
+	EXPECT_EQ(parse_ledger(read_all(place.path))->size(), 1u);
+}
+
+TEST(GpuLedger, AReservationEndsProcessByProcessAndWithItsRestore)
+{
+	testing::TempDir dir;
+	GpuLedgerPlace place{dir.path() + "/gpu-reservations", 1000};
+	auto held = reserve_in_ledger(place, [](const std::vector<GpuReservation> &) -> Result<std::vector<GpuReservation>> {
+		return std::vector<GpuReservation>{{0, 0, kGpuA, 100, 7}, {0, 0, kGpuA, 300, 8}};
+	});
+	ASSERT_TRUE(held.ok() && *held);
+	(*held)->settle(7);
+	auto now = parse_ledger(read_all(place.path));
+	ASSERT_TRUE(now);
+	ASSERT_EQ(now->size(), 1u);
+	EXPECT_EQ((*now)[0].process, 8);
+	(*held)->release();
+	EXPECT_TRUE(parse_ledger(read_all(place.path))->empty());
+	held->reset(); // a released reservation's end touches the ledger no more
+	EXPECT_TRUE(parse_ledger(read_all(place.path))->empty());
 }
 
 TEST(GpuLedger, WithoutALedgerTheDecisionStillRuns)
 {
-	bool asked = false;
-	EXPECT_TRUE(reserve_in_ledger("/proc/no-such-dir/ledger", [&](const std::vector<GpuReservation> &others)
-						      -> Result<std::vector<GpuReservation>> {
-			    asked = others.empty();
-			    return std::vector<GpuReservation>{};
-		    }).ok());
-	EXPECT_TRUE(asked);
+	std::vector<GpuReservation> seen{{1, 1, kGpuA, 1, 1}};
+	auto held = reserve_in_ledger({"/proc/no-such-dir/ledger", 100}, reserve(1, 7, &seen));
+	ASSERT_TRUE(held.ok());
+	EXPECT_FALSE(*held);
+	EXPECT_TRUE(seen.empty());
 }
 
 class RestoreReservationTest : public ::testing::Test {
@@ -121,7 +168,7 @@ protected:
 
 TEST_F(RestoreReservationTest, AReplicaThatNoLongerFitsBesideRestoresInProgressIsRefusedByName)
 {
-	host.ledger = {{4001, gpu.uuid.str(), 4ULL << 30}, {4002, gpu.uuid.str(), 4ULL << 30}};
+	host.ledger->entries = {{4001, 1, gpu.uuid, 4ULL << 30, 5}, {4002, 1, gpu.uuid, 4ULL << 30, 5}};
 	RestoreSession s(options, host, source(), image, true);
 	auto r = s.resume(20);
 	ASSERT_FALSE(r.ok());
@@ -132,21 +179,58 @@ TEST_F(RestoreReservationTest, AReplicaThatNoLongerFitsBesideRestoresInProgressI
 		  std::string::npos)
 		<< why;
 	EXPECT_EQ(driver.state_of(20), CudaState::Checkpointed) << "refused before the driver was asked to restore";
-	EXPECT_EQ(host.ledger.size(), 2u) << "a refused restore reserves nothing";
+	EXPECT_EQ(host.ledger->entries.size(), 2u) << "a refused restore reserves nothing";
 }
 
 TEST_F(RestoreReservationTest, AReplicaThatFitsReservesItsStateUntilItIsRestored)
 {
-	host.ledger = {{4001, gpu.uuid.str(), 4ULL << 30}};
+	host.ledger->entries = {{4001, 1, gpu.uuid, 4ULL << 30, 5}};
+	options.ledger = "/run/test-ledger";
+	options.ledger_timeout_ms = 1500;
 	RestoreSession s(options, host, source(), image, true);
 	ASSERT_TRUE(s.resume(20).ok());
 	EXPECT_EQ(driver.state_of(20), CudaState::Running);
-	ASSERT_EQ(host.reserved.size(), 1u);
-	ASSERT_EQ(host.reserved[0].size(), 1u);
-	EXPECT_EQ(host.reserved[0][0].gpu, gpu.uuid.str());
-	EXPECT_EQ(host.reserved[0][0].bytes, 3ULL << 30);
-	ASSERT_EQ(host.ledger.size(), 1u) << "its reservation is released once it is restored";
-	EXPECT_EQ(host.ledger[0].owner, 4001);
+	EXPECT_EQ(host.ledger->place.path, "/run/test-ledger");
+	EXPECT_EQ(host.ledger->place.wait_ms, 1500u);
+	ASSERT_EQ(host.ledger->reserved.size(), 1u);
+	ASSERT_EQ(host.ledger->reserved[0].size(), 1u);
+	EXPECT_EQ(host.ledger->reserved[0][0].gpu, gpu.uuid);
+	EXPECT_EQ(host.ledger->reserved[0][0].bytes, 3ULL << 30);
+	EXPECT_EQ(host.ledger->reserved[0][0].process, 20);
+	EXPECT_EQ(host.ledger->settled, std::vector<pid_t>{20}) << "its reservation ends as its restore returns";
+	ASSERT_EQ(host.ledger->entries.size(), 1u);
+	EXPECT_EQ(host.ledger->entries[0].owner, 4001);
+}
+
+TEST_F(RestoreReservationTest, EachProcessOfATreeReservesItsOwnStateWhichEndsWithItsRestore)
+{
+	driver.add(30, CudaState::Checkpointed);
+	host.cuda_pids.insert(30);
+	host.stopped = {20, 30};
+	image.processes.push_back({30, 30, CudaState::Running, {gpu.uuid}, 5ULL << 30, 0, 0});
+	options.parallel = 1; // one after the other: 20's restore has returned while 30's runs
+	driver.delay_ms["restore"] = 50;
+	RestoreSession s(options, host, source(), image, true);
+	ASSERT_TRUE(s.resume(20).ok());
+	ASSERT_EQ(host.ledger->reserved.size(), 1u);
+	std::map<pid_t, uint64_t> by_process;
+	for (const GpuReservation &r : host.ledger->reserved[0])
+		by_process[r.process] += r.bytes;
+	EXPECT_EQ(by_process, (std::map<pid_t, uint64_t>{{20, 3ULL << 30}, {30, 5ULL << 30}}));
+	EXPECT_EQ(host.ledger->settled, (std::vector<pid_t>{20, 30}));
+	EXPECT_TRUE(host.ledger->entries.empty());
+}
+
+TEST_F(RestoreReservationTest, TheFreeMemoryIsReadUnderTheLedgersLock)
+{
+	// While this restore waited for the lock, another one took 8 GiB of the GPU's 10 GiB and ended its
+	// reservation: the free memory read before the lock (10 GiB) would let this one in.
+	host.ledger->on_lock = [this] { driver.free[gpu.uuid.str()] = 2ULL << 30; };
+	RestoreSession s(options, host, source(), image, true);
+	auto r = s.resume(20);
+	ASSERT_FALSE(r.ok());
+	EXPECT_NE(r.error().message().find("has 2.0 GiB free now"), std::string::npos) << r.error().message();
+	EXPECT_EQ(driver.state_of(20), CudaState::Checkpointed);
 }
 
 } // namespace

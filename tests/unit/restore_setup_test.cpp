@@ -210,7 +210,7 @@ TEST_F(RestoreSetupTest, ThePluginsGpuImageIsCheckedMappedAndTakenOffTheInventor
 	EXPECT_FALSE(mapped_files.empty());
 	ASSERT_TRUE(s->load_gpu);
 	EXPECT_TRUE(s->load_gpu({{4242, 7, true}}).ok());
-	EXPECT_FALSE(s->load_gpu.first(7)); // mapped: checked from POST_FORKING on, alongside CRIU
+	EXPECT_FALSE(s->load_gpu.handled_before_restore(7)); // mapped: checked from POST_FORKING on, alongside CRIU
 	ASSERT_TRUE(s->load_gpu.check_mapped);
 	std::atomic<bool> cancel{false};
 	EXPECT_TRUE(s->load_gpu.check_mapped(cancel).ok());
@@ -223,7 +223,7 @@ TEST_F(RestoreSetupTest, ThePluginsGpuImageIsCheckedMappedAndTakenOffTheInventor
 	ASSERT_TRUE(s.ok()) << s.error().message();
 	EXPECT_FALSE(s->maps_image);
 	EXPECT_TRUE(s->load_gpu);
-	EXPECT_TRUE(s->load_gpu.first(7));
+	EXPECT_TRUE(s->load_gpu.handled_before_restore(7));
 	EXPECT_FALSE(s->load_gpu.check_mapped);
 
 	dir.resize(idx.files.front().name, 100);
@@ -256,7 +256,7 @@ TEST_F(RestoreSetupTest, ChunksInAParentsFilesAreWrittenEvenWhereTheImageIsMappe
 	ASSERT_TRUE(s.ok()) << s.error().message();
 	ASSERT_TRUE(s->maps_image); // its own chunk mapped
 	ASSERT_TRUE(s->load_gpu);
-	EXPECT_TRUE(s->load_gpu.first(7));
+	EXPECT_TRUE(s->load_gpu.handled_before_restore(7));
 	EXPECT_FALSE(s->load_gpu.check_mapped);
 }
 
