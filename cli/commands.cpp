@@ -421,8 +421,9 @@ SIGINT, SIGTERM or SIGHUP, and the work directory is removed unless --keep-image
 1  a dump, a restore or a health check failed: the program did not survive (the step, the reason
    and the log lines that explain it are printed)
 2  bad usage
-3  the round trip could not be tried: setup failed (not root, no CRIU, no plugin), or the program
-   did not get ready, so nothing was checkpointed; or it passed but a report could not be written
+3  the round trip could not be tried: not root (one line, no report), setup failed (no CRIU, no
+   plugin), or the program did not get ready, so nothing was checkpointed; or it passed but a report
+   could not be written
 A signal (SIGINT, SIGTERM, SIGHUP) ends it, after the cleanup, with that signal (130, 143, 129).)",
 	 R"(cuda-criu roundtrip --ready-file /tmp/state -- ./my_cuda_app --state /tmp/state
 cuda-criu roundtrip --repeat 3 --junit rt.xml --ready-log 'model loaded' -- python3 serve.py

@@ -13,6 +13,14 @@ std::string RoundtripClient::criu_hint(const Step &s, const CriuResult &r) const
 	return r.timed_out ? format("a larger program may need a longer --%s-timeout", s.name.c_str()) : std::string();
 }
 
+int refuse_not_root(const Client &client)
+{
+	const std::string line = client.command_line();
+	std::fprintf(stderr, "%s: needs root, as CRIU does: run 'sudo %s'\n", line.substr(0, line.find(" ...")).c_str(),
+		     line.c_str());
+	return kExitRoundtripNotRun;
+}
+
 int RoundtripClient::show_result(const RunInfo &run, const std::vector<Step> &steps) const
 {
 	int status = kExitOk;

@@ -94,6 +94,11 @@ public:
 	virtual int show_result(const RunInfo &run, const std::vector<Step> &steps) const = 0;
 };
 
+// A round trip not tried because this is not root (CRIU needs root): one line on stderr, "cuda-criu
+// roundtrip: needs root, as CRIU does: run 'sudo cuda-criu roundtrip ...'", no table nor report; returns
+// the exit status (kExitRoundtripNotRun).
+int refuse_not_root(const Client &client);
+
 // cuda-criu roundtrip's own client: its --dir, its table, the JSON and JUnit reports.
 class RoundtripClient final : public Client {
 public:

@@ -117,6 +117,8 @@ private:
 
 int Roundtrip::run()
 {
+	if (geteuid() != 0) // CRIU needs root
+		return refuse_not_root(client_);
 	SignalHandlers handlers;
 	t0_ = Clock::now();
 	started_unix_ = std::time(nullptr);
@@ -225,8 +227,6 @@ bool Roundtrip::conclude(Step &s, Check c, std::string detail)
 bool Roundtrip::setup()
 {
 	Step &s = begin(0, "setup");
-	if (geteuid() != 0)
-		return fail(s, "not root", {}, "CRIU needs root: run 'sudo " + client_.command_line() + "'");
 	auto work = client_.make_work_dir();
 	if (!work)
 		return fail(s, work.error().message());

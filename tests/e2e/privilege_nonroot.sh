@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Least privilege: `criu dump` and `criu restore` run by an unprivileged user (nobody, no capabilities)
 # against a fake-GPU workload of root must fail quickly with a clear error, and leave the workload
-# running on its GPU exactly as before (not locked, not checkpointed). docs/hardening.md explains
+# running on its GPU exactly as before (not locked, not checkpointed); so must `cuda-criu checkpoint`,
+# `restore` and `roundtrip`, each in one line that names root. docs/hardening.md explains
 # which privileges a dump and a restore need.
 source "$(dirname "$0")/lib.sh"
 e2e_setup
@@ -46,6 +47,19 @@ expect_healthy "$STATE"
 expect_healthy "$STATE.0"
 [ ! -e "$img/cuda-plugin.img" ] || fail "an unprivileged dump wrote cuda-plugin.img"
 log "workload untouched: both processes running on the GPU, data intact"
+
+# cuda-criu as uid 65534: the driver's checkpoint and restore of root's workload, and a round trip (CRIU
+# needs root), each fail in one line that names root; the workload is again untouched.
+as_nobody test -x "$CUDA_CRIU" || skip "$CUDA_CRIU is not executable by uid $NOBODY"
+for cmd in "checkpoint $pid" "restore $pid" "roundtrip --ready-delay 1 -- true"; do
+	# shellcheck disable=SC2086 # the words of cmd
+	expect_privilege_refusal "cuda-criu $cmd as uid $NOBODY" as_nobody timeout -s KILL 30 "$CUDA_CRIU" $cmd
+done
+for p in "$pid" "$child"; do
+	s=$(cuda_state "$p")
+	[ "$s" = running ] || fail "pid $p left $s by cuda-criu as uid $NOBODY"
+done
+expect_healthy "$STATE"
 
 # Half-privileged: uid 65534 with CAP_CHECKPOINT_RESTORE and `criu --unprivileged`. CRIU gets further and
 # loads the plugin, whose PAUSE_DEVICES cannot read the root-owned workload's /proc files and leaves it

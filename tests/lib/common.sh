@@ -194,6 +194,18 @@ expect_healthy() {
 # expect_log FILE PATTERN WHAT: FILE has a line matching the extended regular expression PATTERN.
 expect_log() { grep -qE "$2" "$1" || fail "$3 (no line matching '$2' in $1)"; }
 
+# expect_privilege_refusal WHAT CMD...: CMD (run as given, e.g. through setpriv as another user) fails and
+# prints exactly one line, which names the privilege it lacks: root, or a capability (CAP_...).
+expect_privilege_refusal() {
+	local what=$1 out rc=0
+	shift
+	out=$("$@" </dev/null 2>&1) || rc=$?
+	[ "$rc" -ne 0 ] || fail "$what succeeded: $out"
+	[ -n "$out" ] && [ "$(printf '%s\n' "$out" | wc -l)" -eq 1 ] || fail "$what: not one line (exit $rc): $out"
+	grep -qE '(^|[^a-z])root([^a-z]|$)|CAP_[A-Z_]+' <<<"$out" || fail "$what: its line names no privilege: $out"
+	log "$what: exit $rc: $out"
+}
+
 # expect_summary LOG dump|restore N [WHY [MORE]]: CRIU's LOG has the plugin's summary line: N CUDA processes
 # dumped, or restored with none failed; MORE (an extended regular expression) further on the same line.
 expect_summary() {
