@@ -98,4 +98,28 @@ expect_healthy "$STATE"
 log "once restored, the replicas' reservations are gone: a third restore fits beside them"
 kill -9 "${replicas[@]}"
 wait_gone "${replicas[@]}"
+
+# Staggered replicas on a GPU whose free memory is what the running ones leave (the fake NVML's total less
+# the device memory of the daemon's processes), with room for two: each restore starts once the one before
+# it runs. The second fits beside the first (whose reservation ended with its restore: its memory is
+# counted once, as used), the third does not and is refused by name, counting no reservation; the two run on.
+staggered=(LD_LIBRARY_PATH="$FAKE_NVML_DIR" FAKENVML_TOTAL=$(awk -v m="$state_mib" 'BEGIN { printf "%d", m * 2.5 * 1048576 }'))
+for i in 1 2; do
+	restore_replica "staggered-$i" "${staggered[@]}"
+	wait $! || fail "staggered replica $i was refused: $(grep -m1 -E "Error \(cuda_plugin\)" "$T/restore-fit-staggered-$i.log")"
+	expect_summary "$T/restore-fit-staggered-$i.log" restore 1 "staggered replica $i: no clean restore summary"
+done
+restore_replica staggered-3 "${staggered[@]}"
+! wait $! || fail "a third staggered replica was restored where two fit"
+log3=$T/restore-fit-staggered-3.log
+expect_log "$log3" "Error \(cuda_plugin\): .*has [0-9.]+ MiB free now \(of [0-9.]+ [KMGT]iB\); the processes restored onto it need [0-9.]+ MiB" \
+	"the third staggered replica not refused by name"
+! grep -q "restores in progress" "$log3" || fail "the third staggered replica counted reservations of restores that were done: $(grep -m1 "restores in progress" "$log3")"
+mapfile -t replicas < <(pgrep -f -- "--state $STATE")
+PIDS+=("${replicas[@]}")
+[ ${#replicas[@]} -eq 2 ] || fail "${#replicas[@]} staggered replicas run, expected 2: ${replicas[*]}"
+expect_healthy "$STATE"
+log "staggered replicas: two restored one after the other, none refused; a third refused by name: $(grep -oE "has [0-9.]+ MiB free now[^;]*; the processes restored onto it need [0-9.]+ MiB" "$log3" | head -n1)"
+kill -9 "${replicas[@]}"
+wait_gone "${replicas[@]}"
 log PASS

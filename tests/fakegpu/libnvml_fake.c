@@ -4,6 +4,8 @@
  * which the fake GPU daemon of $FAKEGPU_DIR tells (as the real NVML asks the kernel driver).
  *
  *   FAKENVML_FREE=BYTES        every GPU has this much free memory (unset: the query is not supported)
+ *   FAKENVML_TOTAL=BYTES       instead: every GPU has this much memory, of which what the daemon's
+ *                              processes use (their device memory, as below) is not free
  *   FAKENVML_PERSISTENCE=0|1   every GPU's persistence mode (unset: not supported)
  *
  * It shows one device, which stands for every GPU of the daemon. Like the real NVML, nvmlInit_v2 opens
@@ -25,6 +27,8 @@
 #define NVML_SUCCESS 0
 #define NVML_ERROR_INVALID_ARGUMENT 2
 #define NVML_ERROR_NOT_SUPPORTED 3
+#define NVML_ERROR_INSUFFICIENT_SIZE 7
+#define NVML_ERROR_UNKNOWN 999
 #define EXPORT __attribute__((visibility("default")))
 
 typedef struct {
@@ -77,8 +81,37 @@ static int env_query(const char *var, const void *device, const void *out, const
 	return *value ? NVML_SUCCESS : NVML_ERROR_NOT_SUPPORTED;
 }
 
+/* The device memory of each process of the daemon: n entries into u (at most max); -1 on failure. */
+static int daemon_usage(struct fg_usage *u, unsigned max)
+{
+	const char *dir = getenv("FAKEGPU_DIR");
+	if (!dir)
+		return -1;
+	int fd = fg_connect(dir);
+	if (fd < 0)
+		return -1;
+	struct fg_msg m;
+	int bad = fg_send(fd, FG_USAGE, 0, NULL, 0, NULL, 0) || fg_recv(fd, &m) || m.a[0] > max ||
+		  m.len != m.a[0] * sizeof(u[0]) || (m.len && fg_read_full(fd, u, m.len));
+	close(fd);
+	return bad ? -1 : (int)m.a[0];
+}
+
 EXPORT int nvmlDeviceGetMemoryInfo(void *device, nvmlMemory_t *memory)
 {
+	const char *total = getenv("FAKENVML_TOTAL");
+	if (total && device && memory) {
+		struct fg_usage u[256];
+		int n = daemon_usage(u, 256);
+		if (n < 0)
+			return NVML_ERROR_UNKNOWN;
+		memory->total = strtoull(total, NULL, 0);
+		memory->used = 0;
+		for (int i = 0; i < n; i++)
+			memory->used += u[i].bytes;
+		memory->free = memory->used < memory->total ? memory->total - memory->used : 0;
+		return NVML_SUCCESS;
+	}
 	const char *free_bytes;
 	int r = env_query("FAKENVML_FREE", device, memory, &free_bytes);
 	if (r != NVML_SUCCESS)
@@ -121,28 +154,19 @@ typedef struct {
 	unsigned gpuInstanceId, computeInstanceId;
 } nvmlProcessInfo_t;
 
-#define NVML_ERROR_INSUFFICIENT_SIZE 7
-#define NVML_ERROR_UNKNOWN 999
 
 /* Device memory per process, from the daemon. */
 EXPORT int nvmlDeviceGetComputeRunningProcesses_v3(void *device, unsigned *count, nvmlProcessInfo_t *infos)
 {
-	const char *dir = getenv("FAKEGPU_DIR");
 	if (!device || !count)
 		return NVML_ERROR_INVALID_ARGUMENT;
-	if (!dir)
+	if (!getenv("FAKEGPU_DIR"))
 		return NVML_ERROR_NOT_SUPPORTED;
-	int fd = fg_connect(dir);
-	if (fd < 0)
-		return NVML_ERROR_UNKNOWN;
-	struct fg_msg m;
 	struct fg_usage u[256];
-	int bad = fg_send(fd, FG_USAGE, 0, NULL, 0, NULL, 0) || fg_recv(fd, &m) || m.a[0] > 256 ||
-		  m.len != m.a[0] * sizeof(u[0]) || (m.len && fg_read_full(fd, u, m.len));
-	close(fd);
-	if (bad)
+	int got = daemon_usage(u, 256);
+	if (got < 0)
 		return NVML_ERROR_UNKNOWN;
-	unsigned n = (unsigned)m.a[0];
+	unsigned n = (unsigned)got;
 	if (*count < n || (n && !infos)) {
 		*count = n;
 		return NVML_ERROR_INSUFFICIENT_SIZE;
