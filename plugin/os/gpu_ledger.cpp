@@ -199,12 +199,12 @@ private:
 		}
 		std::vector<GpuReservation> kept;
 		bool any_left = false;
-		for (GpuReservation &r : *entries) {
+		for (const GpuReservation &r : *entries) {
 			bool mine = r.owner == getpid() && r.owner_start == start_;
 			if (!live(r) || (mine && match(r)))
 				continue;
 			any_left = any_left || mine;
-			kept.push_back(std::move(r));
+			kept.push_back(r);
 		}
 		write_ledger(l, place_.path, kept);
 		done_ = !any_left;
@@ -242,7 +242,7 @@ std::optional<std::vector<GpuReservation>> parse_ledger(const std::string &text)
 		if (!uuid)
 			return std::nullopt;
 		r.gpu = *uuid;
-		out.push_back(std::move(r));
+		out.push_back(r);
 	}
 	return out;
 }
@@ -260,9 +260,9 @@ Result<std::shared_ptr<GpuReservations>> reserve_in_ledger(const GpuLedgerPlace 
 	}
 	// This process's own earlier entries (an earlier batch of its restore) are replaced.
 	std::vector<GpuReservation> others;
-	for (GpuReservation &r : *entries)
+	for (const GpuReservation &r : *entries)
 		if (live(r) && !(r.owner == getpid() && r.owner_start == start))
-			others.push_back(std::move(r));
+			others.push_back(r);
 	auto mine = decide(others);
 	if (!mine) {
 		write_ledger(l, place.path, others);
@@ -276,7 +276,7 @@ Result<std::shared_ptr<GpuReservations>> reserve_in_ledger(const GpuLedgerPlace 
 	for (GpuReservation &r : *mine) {
 		r.owner = getpid();
 		r.owner_start = start;
-		all.push_back(std::move(r));
+		all.push_back(r);
 	}
 	write_ledger(l, place.path, all);
 	return std::shared_ptr<GpuReservations>(std::make_shared<LedgerReservations>(place, start));
