@@ -172,6 +172,11 @@ struct GpuImageView {
 	uint64_t data_bytes = 0;   // written into the image's own files
 	uint64_t disk_bytes = 0;   // of the image's own files
 	uint64_t parent_bytes = 0; // referenced in a parent image's files (criu dump --prev-images-dir)
+	// The image's own compressed chunks (compress=zstd): what they hold, what they take, how many.
+	uint64_t packed_bytes = 0, packed_stored = 0;
+	size_t packed_chunks = 0;
+	// GPU state the image's own files hold (compressed chunks by what they hold).
+	uint64_t held_bytes() const { return data_bytes - packed_stored + packed_bytes; }
 };
 
 GpuImageView gpu_image_view(int dir_fd, const ImageRecord &r, const GpuImageIndex &idx)
@@ -192,6 +197,13 @@ GpuImageView gpu_image_view(int dir_fd, const ImageRecord &r, const GpuImageInde
 		v.files.push_back(fv);
 	}
 	v.parent_bytes = idx.parent_bytes();
+	for (const GpuProcessChunks &p : idx.processes)
+		for (const GpuChunk &c : p.chunks)
+			if (c.compressed() && c.file < idx.files.size() && !idx.files[c.file].parent_depth) {
+				v.packed_bytes += c.len;
+				v.packed_stored += c.stored_len;
+				v.packed_chunks++;
+			}
 	for (const GpuProcessChunks &p : idx.processes) {
 		GpuProcessView pv{p.pid, p.ns_pid, 0, p.stored_bytes(), p.zero_bytes, p.chunks.size()};
 		pv.state_bytes = pv.stored_bytes + pv.zero_bytes;
@@ -231,8 +243,14 @@ void print_gpu_image_text(const GpuImageView &v)
 		    "disk\n",
 		    mib(v.total.state_bytes).c_str(), 100 * share(v.total.zero_bytes, v.total.state_bytes),
 		    mib(v.data_bytes).c_str(),
-		    100 * share(v.total.state_bytes - std::min(v.data_bytes, v.total.state_bytes), v.total.state_bytes),
+		    100 * share(v.total.state_bytes - std::min(v.held_bytes(), v.total.state_bytes), v.total.state_bytes),
 		    mib(v.disk_bytes).c_str());
+	if (v.packed_chunks)
+		std::printf("compressed (zstd): %zu chunk(s) holding %s stored in %s, %.2fx; %s of data in all, %.2fx "
+			    "(GPU image format 3: a plugin that reads only 1 and 2 refuses it by its version)\n",
+			    v.packed_chunks, mib(v.packed_bytes).c_str(), mib(v.packed_stored).c_str(),
+			    share(v.packed_bytes, v.packed_stored), mib(v.held_bytes()).c_str(),
+			    share(v.held_bytes(), v.data_bytes));
 	if (v.parent_bytes)
 		std::printf("%s of it unchanged since the parent image (criu dump --prev-images-dir), referenced in its "
 			    "files (parent/...), not written again\n",
@@ -277,6 +295,10 @@ Json gpu_image_json(const GpuImageView &v)
 	total["data_bytes"] = v.data_bytes;
 	total["disk_bytes"] = v.disk_bytes;
 	total["parent_bytes"] = v.parent_bytes;
+	total["compressed_chunks"] = v.packed_chunks;
+	total["compressed_bytes"] = v.packed_bytes;
+	total["compressed_stored_bytes"] = v.packed_stored;
+	total["compression_ratio"] = v.data_bytes ? share(v.held_bytes(), v.data_bytes) : 1.0;
 	return Json{{"id", idx.id},
 		    {"index", kGpuIndexFileName},
 		    {"checksum", "CRC-32C"},

@@ -118,12 +118,12 @@ void verify_inventory(Verification &v, int dir_fd, bool plugin_image_read)
 	v.add(kInventoryFileName, true, detail);
 }
 
-// load_gpu_state's errors speak of a restore ("check the GPU image: restore pid 4242 (pid 7 in the
-// image): GPU state at ..."); nothing is restored here.
+// load_gpu_state's errors name a process of the image that has no pid ("check the GPU image: process 7 of
+// the image: GPU state at ..."): here "pid 7: GPU state at ...".
 std::string checksum_failure(const std::string &message, const std::vector<GpuLoadTarget> &targets)
 {
 	for (const GpuLoadTarget &t : targets) {
-		std::string context = format("restore pid %d (pid %d in the image): ", t.pid, t.ns_pid);
+		std::string context = format("process %d of the image: ", t.ns_pid);
 		if (size_t at = message.find(context); at != std::string::npos)
 			return format("pid %d: %s", t.ns_pid, message.substr(at + context.size()).c_str());
 	}
@@ -264,7 +264,7 @@ void verify_gpu_image(Verification &v, int dir_fd, const ImageRecord &r)
 		skipped += all - p.chunks.size();
 		checked += p.chunks.size();
 		bytes += p.stored_bytes();
-		targets.push_back({p.pid, p.ns_pid, false}); // write=false: checked only; the host is never used
+		targets.push_back({0, p.ns_pid, false}); // no pid: read and checked only; the host is never used
 	}
 	unsigned threads = gpu_io_threads(0, bytes);
 	SystemHost host;

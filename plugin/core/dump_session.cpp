@@ -496,7 +496,7 @@ Status DumpSession::store_gpu_image(int dir_fd, const SkipPages &skip)
 		LOG_WARN("%s: every GPU chunk is written", parent.error().message().c_str());
 	const GpuParentImage *from = parent && *parent ? &**parent : nullptr;
 	std::string id = new_gpu_image_id();
-	auto index = save_gpu_state(host_, dir_fd, targets, id, threads, kGpuChunkBytes, from);
+	auto index = save_gpu_state(host_, dir_fd, targets, id, threads, kGpuChunkBytes, from, options_.zstd_level);
 	if (!index)
 		return std::move(index).error().context("%s", "cannot store the GPU image (the dump fails; every process "
 							      "is returned to its state)");
@@ -513,13 +513,28 @@ Status DumpSession::store_gpu_image(int dir_fd, const SkipPages &skip)
 		written += f.parent_depth ? 0 : f.data_bytes;
 		own_files += f.parent_depth ? 0 : 1;
 	}
+	// Compressed chunks: what they hold against what they take (written counts what they take).
+	uint64_t packed_raw = 0, packed_stored = 0;
+	for (const GpuProcessChunks &p : index->processes)
+		for (const GpuChunk &c : p.chunks)
+			if (c.compressed() && !index->files[c.file].parent_depth) {
+				packed_raw += c.len;
+				packed_stored += c.stored_len;
+			}
+	uint64_t kept = written - packed_stored + packed_raw; // the non-zero GPU state this dump stored
 	double secs = static_cast<double>(std::max<uint64_t>(index->write_us, 1)) / 1e6;
-	uint64_t zero = bytes > written + in_parent ? bytes - written - in_parent : 0;
+	uint64_t zero = bytes > kept + in_parent ? bytes - kept - in_parent : 0;
 	gpu_image_note_ = format("GPU image: %s of GPU state, %s written (%.1f%% zero pages) into %zu file(s) in %s, "
 				 "%.2f GB/s",
 				 human_bytes(bytes).c_str(), human_bytes(written).c_str(),
 				 bytes ? 100.0 * static_cast<double>(zero) / static_cast<double>(bytes) : 0.0, own_files,
 				 seconds(index->write_us).c_str(), static_cast<double>(bytes) / 1e9 / secs);
+	if (options_.zstd_level > 0)
+		gpu_image_note_ += format("; compressed (zstd-%d): %s of data stored in %s, %.2fx, %s raw; %.2f GB/s of "
+					  "data",
+					  options_.zstd_level, human_bytes(kept).c_str(), human_bytes(written).c_str(),
+					  written ? static_cast<double>(kept) / static_cast<double>(written) : 1.0,
+					  human_bytes(kept - packed_raw).c_str(), static_cast<double>(kept) / 1e9 / secs);
 	if (from)
 		gpu_image_note_ += format("; %s unchanged since the parent image, referenced in %zu of its file(s)",
 					  human_bytes(in_parent).c_str(), index->files.size() - own_files);

@@ -15,6 +15,7 @@
 
 #include "base/clock.h"
 #include "base/crc32c.h"
+#include "image/chunk_codec.h"
 #include "base/format.h"
 #include "base/log.h"
 #include "base/text.h"
@@ -64,6 +65,14 @@ bool page_is_zero(const uint64_t *p)
 	return acc == 0;
 }
 
+bool all_zero(const uint64_t *words, size_t pages)
+{
+	for (size_t pg = 0; pg < pages; pg++)
+		if (!page_is_zero(words + pg * (kPage / sizeof(uint64_t))))
+			return false;
+	return true;
+}
+
 // Logs progress every few seconds while the workers run (on the waiting thread).
 JobWatch progress_watch(const char *what, const std::atomic<uint64_t> &done, uint64_t total)
 {
@@ -85,31 +94,34 @@ JobWatch progress_watch(const char *what, const std::atomic<uint64_t> &done, uin
 // The parent image's stored chunks by CRC-32C, to reference instead of writing: the references become
 // data files of this index from first_file on, one per parent file.
 struct ParentChunks {
-	struct Ref {
-		uint32_t file; // in the parent's index
-		uint64_t offset;
-		uint32_t len;
-	};
 	std::vector<GpuDataReader> readers;
-	std::unordered_multimap<uint32_t, Ref> by_crc;
+	std::unordered_multimap<uint32_t, GpuChunk> by_crc; // the parent's chunks, files numbered in its index
 	uint32_t first_file = 0;
 
-	// The parent's chunk with exactly these bytes (read back and compared), as (file, offset) in this
-	// index; nullopt when there is none. scratch: chunk_bytes of room.
-	Result<std::optional<std::pair<uint32_t, uint64_t>>> find(const uint8_t *bytes, uint32_t len, uint32_t crc,
-								  uint8_t *scratch) const
+	// The parent's chunk with exactly these bytes (read back, decoded where compressed, and compared), its
+	// file numbered in this index: raw or compressed, it is referenced as the parent stored it. nullopt when
+	// there is none. scratch, decoded: chunk_bytes of room each.
+	Result<std::optional<GpuChunk>> find(const uint8_t *bytes, uint32_t len, uint32_t crc, uint8_t *scratch,
+					     uint8_t *decoded, ChunkCodec &codec) const
 	{
 		auto [it, end] = by_crc.equal_range(crc);
 		for (; it != end; ++it) {
-			const Ref &r = it->second;
+			const GpuChunk &r = it->second;
 			if (r.len != len)
 				continue;
-			if (auto st = readers[r.file].read(r.offset, scratch, len); !st)
-				return std::move(st).error().context("%s", "compare with the parent image");
-			if (std::memcmp(scratch, bytes, len) == 0)
-				return std::optional<std::pair<uint32_t, uint64_t>>({first_file + r.file, r.offset});
+			Status st = readers[r.file].read(r.offset, scratch, r.stored());
+			if (st && r.compressed())
+				st = codec.decode(r.encoding, scratch, r.stored(), decoded, len);
+			if (!st)
+				return std::move(st).error().context("compare with the parent image's chunk in %s at offset %" PRIu64,
+								      readers[r.file].name().c_str(), r.offset);
+			if (std::memcmp(r.compressed() ? decoded : scratch, bytes, len) == 0) {
+				GpuChunk ref = r;
+				ref.file += first_file;
+				return std::optional<GpuChunk>(ref);
+			}
 		}
-		return std::optional<std::pair<uint32_t, uint64_t>>();
+		return std::optional<GpuChunk>();
 	}
 };
 
@@ -124,7 +136,8 @@ struct SliceOut {
 // every chunk.
 Status save_slice(Host &host, int dir_fd, const std::vector<GpuSaveTarget> &targets, const std::vector<Piece> &pieces,
 		  std::pair<size_t, size_t> range, unsigned index, const std::string &id, uint32_t chunk_bytes,
-		  const ParentChunks *parent, std::atomic<uint64_t> &done, const std::atomic<bool> &stop, SliceOut &out)
+		  const ParentChunks *parent, int zstd_level, std::atomic<uint64_t> &done, const std::atomic<bool> &stop,
+		  SliceOut &out)
 {
 	out.zero_bytes.assign(targets.size(), 0);
 	std::optional<GpuDataWriter> writer;
@@ -137,7 +150,8 @@ Status save_slice(Host &host, int dir_fd, const std::vector<GpuSaveTarget> &targ
 	}
 	std::vector<uint64_t> buf(chunk_bytes / sizeof(uint64_t));
 	auto *bytes = reinterpret_cast<uint8_t *>(buf.data());
-	std::vector<uint8_t> scratch(parent ? chunk_bytes : 0);
+	std::vector<uint8_t> scratch(parent ? chunk_bytes : 0), decoded(parent ? chunk_bytes : 0);
+	ChunkCodec codec;
 	uint64_t offset = kGpuDataHeaderBytes;
 	for (size_t i = range.first; i < range.second && !stop.load(std::memory_order_relaxed); i++) {
 		const Piece &p = pieces[i];
@@ -154,17 +168,33 @@ Status save_slice(Host &host, int dir_fd, const std::vector<GpuSaveTarget> &targ
 		std::optional<uint32_t> crc;
 		if (parent) {
 			crc = crc32c(bytes, p.len);
-			auto ref = parent->find(bytes, p.len, *crc, scratch.data());
+			auto ref = parent->find(bytes, p.len, *crc, scratch.data(), decoded.data(), codec);
 			if (!ref)
 				return std::move(ref).error().context("save the GPU state of pid %d", pid);
 			if (*ref) {
-				out.chunks.push_back({p.target, {p.addr, p.len, (*ref)->first, (*ref)->second, *crc}});
+				GpuChunk c = **ref;
+				c.addr = p.addr;
+				out.chunks.push_back({p.target, c});
+				done.fetch_add(p.len, std::memory_order_relaxed);
+				continue;
+			}
+		}
+		size_t pages = p.len / kPage, run = 0, stored = 0;
+		// Compressed: an all-zero chunk is left out as ever, one that does not shrink is stored as below.
+		if (zstd_level > 0 && !all_zero(buf.data(), pages)) {
+			ChunkCodec::Encoded e = codec.encode(bytes, p.len, zstd_level);
+			if (e.encoding != ChunkEncoding::Raw) {
+				if (auto st = writer->write(offset, codec.out(), e.stored_len); !st)
+					return std::move(st).error().context("save the GPU state of pid %d", pid);
+				out.chunks.push_back({p.target, {p.addr, p.len, index, offset, crc ? *crc : crc32c(bytes, p.len),
+								 e.encoding, static_cast<uint32_t>(e.stored_len)}});
+				out.file.data_bytes += e.stored_len;
+				offset += (e.stored_len + kPage - 1) / kPage * kPage; // chunks start on pages
 				done.fetch_add(p.len, std::memory_order_relaxed);
 				continue;
 			}
 		}
 		// Runs of non-zero pages are written; zero pages inside a stored chunk stay holes.
-		size_t pages = p.len / kPage, run = 0, stored = 0;
 		for (size_t pg = 0; pg <= pages; pg++) {
 			bool data = pg < pages && !page_is_zero(buf.data() + pg * (kPage / sizeof(uint64_t)));
 			if (data) {
@@ -227,7 +257,7 @@ void add_parent_files(GpuImageIndex &index, const GpuImageIndex &parent, uint32_
 
 Result<GpuImageIndex> save_or_checksum(Host &host, int dir_fd, const std::vector<GpuSaveTarget> &targets,
 				       const std::string &id, unsigned threads, const GpuParentImage *parent_image,
-				       uint32_t chunk_bytes)
+				       uint32_t chunk_bytes, int zstd_level)
 {
 	uint64_t t0 = now_us();
 	std::vector<Piece> pieces;
@@ -252,7 +282,7 @@ Result<GpuImageIndex> save_or_checksum(Host &host, int dir_fd, const std::vector
 			parent->first_file = static_cast<uint32_t>(parts.size());
 			for (const GpuProcessChunks &p : parent_image->index.processes)
 				for (const GpuChunk &c : p.chunks)
-					parent->by_crc.emplace(c.crc, ParentChunks::Ref{c.file, c.offset, c.len});
+					parent->by_crc.emplace(c.crc, c);
 		}
 	}
 	std::vector<SliceOut> outs(parts.size());
@@ -263,7 +293,7 @@ Result<GpuImageIndex> save_or_checksum(Host &host, int dir_fd, const std::vector
 	for (unsigned w = 0; w < parts.size(); w++)
 		jobs.push_back({format("write %s", gpu_data_file_name(w).c_str()), [&, w]() -> Status {
 					Status st = save_slice(host, dir_fd, targets, pieces, parts[w], w, id, chunk_bytes,
-							       parent ? &*parent : nullptr, done, stop, outs[w]);
+							       parent ? &*parent : nullptr, zstd_level, done, stop, outs[w]);
 					if (!st)
 						stop = true;
 					return st;
@@ -300,15 +330,15 @@ Result<GpuImageIndex> save_or_checksum(Host &host, int dir_fd, const std::vector
 
 Result<GpuImageIndex> save_gpu_state(Host &host, int dir_fd, const std::vector<GpuSaveTarget> &targets,
 				     const std::string &id, unsigned threads, uint32_t chunk_bytes,
-				     const GpuParentImage *parent)
+				     const GpuParentImage *parent, int zstd_level)
 {
-	return save_or_checksum(host, dir_fd, targets, id, threads, parent, chunk_bytes);
+	return save_or_checksum(host, dir_fd, targets, id, threads, parent, chunk_bytes, zstd_level);
 }
 
 Result<GpuImageIndex> checksum_gpu_state(Host &host, const std::vector<GpuSaveTarget> &targets, const std::string &id,
 					 unsigned threads, uint32_t chunk_bytes)
 {
-	return save_or_checksum(host, -1, targets, id, threads, nullptr, chunk_bytes);
+	return save_or_checksum(host, -1, targets, id, threads, nullptr, chunk_bytes, 0);
 }
 
 Status check_gpu_files(int dir_fd, const GpuImageIndex &index)
@@ -347,6 +377,8 @@ Status load_gpu_state(Host &host, int dir_fd, const GpuImageIndex &index, const 
 	for (const auto &part : parts)
 		jobs.push_back({"check the GPU image", [&, part]() -> Status {
 					std::vector<uint64_t> buf(index.chunk_bytes / sizeof(uint64_t));
+					std::vector<uint8_t> stored;
+					ChunkCodec codec;
 					for (size_t i = part.first; i < part.second && !stop.load(std::memory_order_relaxed); i++) {
 						if (cancel && cancel->load(std::memory_order_relaxed)) {
 							stop = true;
@@ -355,8 +387,27 @@ Status load_gpu_state(Host &host, int dir_fd, const GpuImageIndex &index, const 
 						const Piece &p = pieces[i];
 						const GpuChunk &c = *p.chunk;
 						const GpuLoadTarget &t = targets[p.target];
-						Status st = index.criu_pages ? host.read_memory(t.pid, c.addr, buf.data(), c.len)
-									     : readers[c.file].read(c.offset, buf.data(), c.len);
+						Status st;
+						if (index.criu_pages) {
+							st = host.read_memory(t.pid, c.addr, buf.data(), c.len);
+						} else if (!c.compressed()) {
+							st = readers[c.file].read(c.offset, buf.data(), c.len);
+						} else {
+							stored.resize(c.stored_len);
+							st = readers[c.file].read(c.offset, stored.data(), c.stored_len);
+							if (st)
+								if (Status d = codec.decode(c.encoding, stored.data(), c.stored_len,
+											    reinterpret_cast<uint8_t *>(buf.data()), c.len);
+								    !d)
+									st = make_error(EBADMSG,
+											"GPU state at %#" PRIx64 " (%u bytes, %s in %u bytes) in "
+											"%s at offset %" PRIu64 " does not decode (%s): the image is "
+											"damaged; restore from an intact copy (cuda-criu inspect "
+											"--verify checks one)",
+											c.addr, c.len, chunk_encoding_name(c.encoding), c.stored_len,
+											readers[c.file].name().c_str(), c.offset,
+											d.error().message().c_str());
+						}
 						uint32_t crc = st ? crc32c(buf.data(), c.len) : c.crc;
 						if (crc != c.crc && index.criu_pages)
 							st = make_error(EBADMSG,
@@ -364,15 +415,17 @@ Status load_gpu_state(Host &host, int dir_fd, const GpuImageIndex &index, const 
 									"pages images, fails its checksum (CRC-32C %08x, recorded %08x): "
 									"the image's pages files are damaged; restore from an intact copy",
 									c.addr, c.len, crc, c.crc);
-						else if (crc != c.crc)
+						else if (crc != c.crc && st)
 							st = make_error(EBADMSG,
 									"GPU state at %#" PRIx64 " (%u bytes) in %s at offset %" PRIu64
 									" fails its checksum (CRC-32C %08x, recorded %08x): the image "
 									"is damaged; restore from an intact copy (cuda-criu inspect "
 									"--verify checks one)",
 									c.addr, c.len, readers[c.file].name().c_str(), c.offset, crc, c.crc);
-						// A chunk in a parent's file is never mapped by CRIU: always written.
-						if (st && !index.criu_pages && (t.write || index.files[c.file].parent_depth))
+						// A chunk in a parent's file, or compressed, is never mapped by CRIU: always written
+						// into a restored process.
+						if (st && !index.criu_pages && t.pid &&
+						    (t.write || index.files[c.file].parent_depth || c.compressed()))
 							st = host.write_memory(t.pid, c.addr, buf.data(), c.len);
 						if (!st && !t.pid) {
 							stop = true;

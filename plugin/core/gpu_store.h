@@ -31,10 +31,12 @@ unsigned gpu_io_threads(unsigned io_threads, uint64_t bytes);
 // Stores the targets' ranges into data files cuda-gpu-N.img in dir_fd (N < threads) and returns their
 // index (not yet written). With a parent image, a chunk whose bytes equal one of the parent's stored
 // chunks (same CRC-32C, then compared byte for byte) is referenced in the parent's file, not written.
-// On failure the data files written so far are removed.
+// zstd_level > 0: each chunk compressed (image/chunk_codec.h), stored raw where that does not shrink it;
+// a chunk referenced in the parent keeps the parent's encoding. On failure the data files written so far
+// are removed.
 Result<GpuImageIndex> save_gpu_state(Host &host, int dir_fd, const std::vector<GpuSaveTarget> &targets,
 				     const std::string &id, unsigned threads, uint32_t chunk_bytes = kGpuChunkBytes,
-				     const GpuParentImage *parent = nullptr);
+				     const GpuParentImage *parent = nullptr, int zstd_level = 0);
 
 // The same without data files, for a GPU state CRIU's pages images hold: every chunk (zero ones too) read
 // out of its process and its CRC-32C kept, in an index with criu_pages set.
@@ -57,8 +59,10 @@ Status check_gpu_files(int dir_fd, const GpuImageIndex &index);
 // target says so. With a checksums-only index (criu_pages) each chunk is read from the restored process,
 // as CRIU put it there, and checked. Stops at the first bad chunk, with an error naming the process, address, file and
 // offset. cancel: once set, the threads stop at their next chunk and the load fails (ECANCELED). A
-// target without a pid (0) is a process of the image not restored yet: its chunks are only read from the
-// files and checked, and errors name it by its pid in the image.
+// target without a pid (0) is a process of the image not restored yet (or no restore at all: cuda-criu
+// inspect --verify): its chunks are only read from the files and checked, never written, and errors name it
+// by its pid in the image. Chunks CRIU cannot map (in a parent's file, or compressed) are written into a
+// restored process even where write is false.
 Status load_gpu_state(Host &host, int dir_fd, const GpuImageIndex &index, const std::vector<GpuLoadTarget> &targets,
 		      unsigned threads, const std::atomic<bool> *cancel = nullptr);
 

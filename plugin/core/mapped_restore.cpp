@@ -68,10 +68,10 @@ std::set<int> request_mapped_gpu_image(const GpuImageIndex &index, bool enabled,
 			uint32_t file;
 		};
 		std::vector<Run> runs;
-		uint64_t from_parent = 0;
+		uint64_t written_by_plugin = 0;
 		for (const GpuChunk &c : p.chunks) {
-			if (index.files[c.file].parent_depth) { // a parent's file: written by the plugin, never mapped
-				from_parent += c.len;
+			if (index.files[c.file].parent_depth || c.compressed()) { // written by the plugin, never mapped
+				written_by_plugin += c.len;
 				continue;
 			}
 			if (!runs.empty() && runs.back().end == c.addr && runs.back().file == c.file &&
@@ -100,9 +100,9 @@ std::set<int> request_mapped_gpu_image(const GpuImageIndex &index, bool enabled,
 		if (all) {
 			mapped.insert(p.ns_pid);
 			LOG_INFO("pid %d: asking CRIU to map its GPU image (%.1f MiB in %zu run(s)) from the plugin's files%s",
-				 p.ns_pid, static_cast<double>(p.stored_bytes() - from_parent) / (1 << 20), runs.size(),
-				 from_parent ? format("; %.1f MiB from the parent image are written by the plugin",
-						      static_cast<double>(from_parent) / (1 << 20)).c_str()
+				 p.ns_pid, static_cast<double>(p.stored_bytes() - written_by_plugin) / (1 << 20), runs.size(),
+				 written_by_plugin ? format("; %.1f MiB compressed or in the parent image are written by the plugin",
+						      static_cast<double>(written_by_plugin) / (1 << 20)).c_str()
 					     : "");
 		}
 	}

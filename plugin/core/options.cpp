@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "base/text.h"
+#include "image/chunk_codec.h"
 
 namespace cuda_criu {
 namespace {
@@ -106,6 +107,20 @@ const Key kKeys[] = {
 		 if (v.size() < 2 || v[0] != '/' || v.back() == '/')
 			 return make_error(EINVAL, "'%s' is not the absolute path of a file", v.c_str());
 		 o.ledger = v;
+		 return {};
+	 }},
+	{"compress",
+	 [](Options &o, const std::string &v) -> Status {
+		 if (v == "off" || v == "zstd") {
+			 o.zstd_level = v == "off" ? 0 : kDefaultZstdLevel;
+			 return {};
+		 }
+		 char *end = nullptr;
+		 long level = v.rfind("zstd:", 0) == 0 ? std::strtol(v.c_str() + 5, &end, 10) : 0;
+		 if (!end || end == v.c_str() + 5 || *end != '\0' || level < 1 || level > kMaxZstdLevel)
+			 return make_error(EINVAL, "'%s' is not off, zstd or zstd:LEVEL (LEVEL 1 to %d)", v.c_str(),
+					   kMaxZstdLevel);
+		 o.zstd_level = static_cast<int>(level);
 		 return {};
 	 }},
 	{"ledger-timeout",

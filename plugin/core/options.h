@@ -32,6 +32,7 @@ struct Options {
 	DeviceMap device_map;                    // device-map: OLD=NEW,... GPU remapping on restore
 	GpuImage gpu_image = GpuImage::Plugin;   // gpu-image: plugin or criu
 	unsigned io_threads = 0;                 // io-threads: writers/readers of the GPU image, 0 = auto
+	int zstd_level = 0;                      // compress: off (0), zstd (1) or zstd:LEVEL; the GPU image's chunks
 	bool map_image = true;                   // map-image: auto (true) or off; see core/mapped_restore.h
 	// huge-pages: auto (true): the driver's checkpoint buffer put on huge pages and populated by the
 	// plugin's threads (os/checkpoint_buffer.h); off: left to the driver.

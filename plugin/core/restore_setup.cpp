@@ -77,14 +77,14 @@ Result<GpuImageLoad> prepare_gpu_image(const Options &options, Host &host, const
 	unsigned threads = gpu_io_threads(options.io_threads, bytes);
 	Host *h = &host; // outlives the restore session
 	// The plugin writes a process's chunks unless CRIU maps them; chunks in a parent's files (an
-	// incremental dump) are written always (core/mapped_restore.h).
-	std::set<int> from_parent;
+	// incremental dump) and compressed ones are written always (core/mapped_restore.h).
+	std::set<int> written_by_plugin;
 	for (const GpuProcessChunks &p : idx->processes)
 		for (const GpuChunk &c : p.chunks)
-			if (data && idx->files[c.file].parent_depth) // checksums only: no files
-				from_parent.insert(p.ns_pid);
-	auto handled_before_restore = [data, mapped_processes, from_parent](pid_t ns_pid) {
-		return !data || !mapped_processes.count(ns_pid) || from_parent.count(ns_pid);
+			if (data && (idx->files[c.file].parent_depth || c.compressed())) // checksums only: no files
+				written_by_plugin.insert(p.ns_pid);
+	auto handled_before_restore = [data, mapped_processes, written_by_plugin](pid_t ns_pid) {
+		return !data || !mapped_processes.count(ns_pid) || written_by_plugin.count(ns_pid);
 	};
 	GpuImageLoad load{[idx, dir, h, threads, mapped_processes](const std::vector<GpuLoadTarget> &targets) {
 				  std::vector<GpuLoadTarget> t = targets;

@@ -62,7 +62,7 @@ Status check_index(const GpuImageIndex &idx)
 		for (const GpuChunk &c : p.chunks) {
 			if (idx.criu_pages) { // checksums only: no file, no offset
 				if (c.len == 0 || c.len > idx.chunk_bytes || c.len % kPage || c.addr % kPage || c.addr < prev_end ||
-				    c.addr + c.len < c.addr)
+				    c.addr + c.len < c.addr || c.compressed())
 					return make_error(EINVAL,
 							  "corrupt GPU image index: process %d, chunk at %#" PRIx64
 							  " (%u bytes) is malformed",
@@ -70,6 +70,17 @@ Status check_index(const GpuImageIndex &idx)
 				prev_end = c.addr + c.len;
 				continue;
 			}
+			if (c.len > idx.chunk_bytes)
+				return make_error(EINVAL,
+						  "corrupt GPU image index: process %d, chunk at %#" PRIx64 " declares %u bytes, more "
+						  "than the image's chunk size (%u)",
+						  p.ns_pid, c.addr, c.len, idx.chunk_bytes);
+			if (static_cast<uint32_t>(c.encoding) >= kChunkEncodings || (c.compressed() != (c.stored_len != 0)) ||
+			    (c.compressed() && (c.stored_len == 0 || c.stored_len >= c.len)))
+				return make_error(EINVAL,
+						  "corrupt GPU image index: process %d, chunk at %#" PRIx64 " (%u bytes) is stored "
+						  "as encoding %u in %u bytes",
+						  p.ns_pid, c.addr, c.len, static_cast<unsigned>(c.encoding), c.stored_len);
 			if (c.file >= idx.files.size() || c.len == 0 || c.len > idx.chunk_bytes || c.len % kPage ||
 			    c.addr % kPage || c.offset % kPage || c.offset < kGpuDataHeaderBytes || c.addr < prev_end ||
 			    c.addr + c.len < c.addr)
@@ -78,11 +89,11 @@ Status check_index(const GpuImageIndex &idx)
 						  "offset %" PRIu64 ") is malformed",
 						  p.ns_pid, c.addr, c.len, c.file, c.offset);
 			const GpuDataFile &f = idx.files[c.file];
-			if (c.offset + c.len > f.size || c.offset + c.len < c.offset)
+			if (c.offset + c.stored() > f.size || c.offset + c.stored() < c.offset)
 				return make_error(EINVAL,
 						  "corrupt GPU image index: process %d, chunk at %#" PRIx64 " lies past the end of "
 						  "%s (offset %" PRIu64 " + %u > %" PRIu64 ")",
-						  p.ns_pid, c.addr, f.name.c_str(), c.offset, c.len, f.size);
+						  p.ns_pid, c.addr, f.name.c_str(), c.offset, c.stored(), f.size);
 			prev_end = c.addr + c.len;
 		}
 	}
@@ -155,8 +166,9 @@ std::vector<uint8_t> encode_gpu_index(const GpuImageIndex &index)
 	}
 	struct Columns {
 		std::vector<uint64_t> addr, offset;
-		std::vector<uint32_t> len, file, crc;
+		std::vector<uint32_t> len, file, crc, stored_len, encoding;
 	};
+	bool compressed = false;
 	std::vector<Columns> cols(index.processes.size());
 	std::vector<CudaGpuChunks> procs(index.processes.size());
 	std::vector<CudaGpuChunks *> proc_ptrs;
@@ -169,6 +181,9 @@ std::vector<uint8_t> encode_gpu_index(const GpuImageIndex &index)
 			c.file.push_back(ch.file);
 			c.offset.push_back(ch.offset);
 			c.crc.push_back(ch.crc);
+			c.stored_len.push_back(ch.stored_len);
+			c.encoding.push_back(static_cast<uint32_t>(ch.encoding));
+			compressed = compressed || ch.compressed();
 		}
 		CudaGpuChunks &m = procs[i];
 		cuda_gpu_chunks__init(&m);
@@ -181,6 +196,11 @@ std::vector<uint8_t> encode_gpu_index(const GpuImageIndex &index)
 		m.file = c.file.data();
 		m.offset = c.offset.data();
 		m.crc32c = c.crc.data();
+		if (std::any_of(p.chunks.begin(), p.chunks.end(), [](const GpuChunk &ch) { return ch.compressed(); })) {
+			m.n_stored_len = m.n_encoding = p.chunks.size();
+			m.stored_len = c.stored_len.data();
+			m.encoding = c.encoding.data();
+		}
 		m.has_zero_bytes = true;
 		m.zero_bytes = p.zero_bytes;
 		proc_ptrs.push_back(&m);
@@ -189,7 +209,8 @@ std::vector<uint8_t> encode_gpu_index(const GpuImageIndex &index)
 	cuda_gpu_image__init(&img);
 	bool has_parent = std::any_of(index.files.begin(), index.files.end(),
 				      [](const GpuDataFile &f) { return f.parent_depth > 0; });
-	img.version = has_parent ? kGpuImageVersion : 1;
+	// The oldest version that reads it right: older plugins refuse what they cannot read by its version.
+	img.version = compressed ? 3 : has_parent ? 2 : 1;
 	img.id = keep.keep(index.id);
 	img.has_chunk_bytes = true;
 	img.chunk_bytes = index.chunk_bytes;
@@ -233,7 +254,9 @@ Result<GpuImageIndex> decode_gpu_index(const uint8_t *data, size_t size)
 	for (size_t i = 0; i < img->n_processes; i++) {
 		const CudaGpuChunks *m = img->processes[i];
 		size_t n = m->n_addr;
-		if (m->n_len != n || m->n_file != n || m->n_offset != n || m->n_crc32c != n)
+		if (m->n_len != n || m->n_file != n || m->n_offset != n || m->n_crc32c != n ||
+		    (m->n_stored_len != m->n_encoding) || (m->n_stored_len && m->n_stored_len != n) ||
+		    (m->n_stored_len && img->version < 3))
 			return make_error(EINVAL, "corrupt GPU image index: process %d has chunk lists of different lengths",
 					  m->ns_pid);
 		GpuProcessChunks p;
@@ -242,7 +265,9 @@ Result<GpuImageIndex> decode_gpu_index(const uint8_t *data, size_t size)
 		p.zero_bytes = m->zero_bytes;
 		p.chunks.reserve(n);
 		for (size_t j = 0; j < n; j++)
-			p.chunks.push_back({m->addr[j], m->len[j], m->file[j], m->offset[j], m->crc32c[j]});
+			p.chunks.push_back({m->addr[j], m->len[j], m->file[j], m->offset[j], m->crc32c[j],
+					    m->n_encoding ? static_cast<ChunkEncoding>(m->encoding[j]) : ChunkEncoding::Raw,
+					    m->n_stored_len ? m->stored_len[j] : 0});
 		idx.processes.push_back(std::move(p));
 	}
 	if (auto st = check_index(idx); !st)

@@ -11,12 +11,13 @@
 #include <vector>
 
 #include "base/result.h"
+#include "image/chunk_codec.h"
 #include "os/unique_fd.h"
 
 namespace cuda_criu {
 
 inline constexpr const char *kGpuIndexFileName = "cuda-gpu.img";
-inline constexpr uint32_t kGpuImageVersion = 2; // 2: data files of a parent image referenced; else 1
+inline constexpr uint32_t kGpuImageVersion = 3; // 3: compressed chunks; 2: data files of a parent image referenced; else 1
 inline constexpr uint32_t kGpuMaxParentDepth = 64;
 inline constexpr uint32_t kGpuChunkBytes = 2 << 20;    // a chunk: the unit of zero-skipping and of checksums
 inline constexpr uint64_t kGpuDataHeaderBytes = 4096;  // at the head of each data file; data is page aligned
@@ -38,6 +39,11 @@ struct GpuChunk {
 	uint32_t file = 0;   // index into GpuImageIndex::files
 	uint64_t offset = 0; // in that file
 	uint32_t crc = 0;    // CRC-32C of the len bytes
+	// How they are stored at offset (image/chunk_codec.h): stored_len bytes, at most len (raw: len).
+	ChunkEncoding encoding = ChunkEncoding::Raw;
+	uint32_t stored_len = 0; // 0: raw, len bytes
+	uint32_t stored() const { return stored_len ? stored_len : len; }
+	bool compressed() const { return encoding != ChunkEncoding::Raw; }
 	bool operator==(const GpuChunk &) const = default;
 };
 

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "image/chunk_codec.h"
 #include "image/gpu_image.h"
 #include "image/image.h"
 
@@ -125,6 +126,27 @@ int main(int argc, char **argv)
 	idx.processes.push_back({7, 4242, {{0x7f0000000000, 2 << 20, 0, 4096, 0x1234}, {0x7f0000200000, 2 << 20, 0, 4096 + (2 << 20), 1},
 					 {0x7f0000600000, 2 << 20, 1, 4096, 2}}, 2 << 20});
 	files.emplace_back("gpu-index", cuda_criu::encode_gpu_index(idx));
+	// The same with compressed chunks (format 3): zstd of the shuffled bytes, zstd, and a raw one.
+	idx.processes[0].chunks[0].encoding = cuda_criu::ChunkEncoding::ZstdShuffled;
+	idx.processes[0].chunks[0].stored_len = 700 << 10;
+	idx.processes[0].chunks[1].encoding = cuda_criu::ChunkEncoding::Zstd;
+	idx.processes[0].chunks[1].stored_len = 4096;
+	files.emplace_back("gpu-index-compressed", cuda_criu::encode_gpu_index(idx));
+
+	// Compressed chunks as the GPU image stores them (what the chunk decoder is fuzzed with): 64 KiB of
+	// bf16-like weights, shuffled and as they are, and of text.
+	cuda_criu::ChunkCodec codec;
+	Bytes weights(64 << 10), text(64 << 10);
+	for (size_t i = 0; i < weights.size(); i++) {
+		weights[i] = static_cast<uint8_t>(i % 2 ? 0x3c + (i * 7919) % 3 : (i * 2654435761u) >> 24);
+		text[i] = static_cast<uint8_t>("seed corpus of the chunk decoder "[i % 33]);
+	}
+	for (const auto &[name, bytes] : {std::pair<const char *, const Bytes &>{"chunk-weights", weights},
+					 std::pair<const char *, const Bytes &>{"chunk-text", text}}) {
+		cuda_criu::ChunkCodec::Encoded e = codec.encode(bytes.data(), bytes.size(), 1);
+		Bytes stored(codec.out(), codec.out() + e.stored_len);
+		files.emplace_back(name, stored);
+	}
 
 	for (const auto &[name, bytes] : files)
 		if (!write_file(dir + "/" + name, bytes)) {

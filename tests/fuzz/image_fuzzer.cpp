@@ -1,6 +1,7 @@
 // libFuzzer target for the image parsers: decode_image() (cuda-plugin.img) and decode_gpu_index()
 // (cuda-gpu.img) must turn every input into either a record or a clear error, without crashing, leaking,
-// hanging or allocating out of proportion to the input.
+// hanging or allocating out of proportion to the input; so must the GPU image's chunk decoder
+// (image/chunk_codec.h) every input as a stored chunk, never writing past the chunk it decodes into.
 // Built with clang by run_fuzzer.sh; replay_main.cpp runs the same target over the corpus under g++.
 #include <algorithm>
 #include <cstddef>
@@ -8,6 +9,7 @@
 #include <cstdlib>
 #include <vector>
 
+#include "image/chunk_codec.h"
 #include "image/gpu_image.h"
 #include "image/image.h"
 
@@ -57,7 +59,9 @@ void check_gpu_index(const uint8_t *data, size_t size)
 		for (const auto &c : p.chunks) {
 			if (c.addr < prev || c.len == 0 || c.len > r->chunk_bytes)
 				std::abort();
-			if (!r->criu_pages && (c.file >= r->files.size() || c.offset + c.len > r->files[c.file].size))
+			if (!r->criu_pages && (c.file >= r->files.size() || c.offset + c.stored() > r->files[c.file].size))
+				std::abort();
+			if (c.compressed() && (r->criu_pages || c.stored_len == 0 || c.stored_len >= c.len))
 				std::abort();
 			prev = c.addr + c.len;
 		}
@@ -68,10 +72,28 @@ void check_gpu_index(const uint8_t *data, size_t size)
 		std::abort();
 }
 
+// The input as a stored chunk of each encoding, decoded into a chunk of 64 KiB with a guard page's worth
+// of canaries behind it: decoded or refused with a message, nothing written past the chunk.
+void check_chunk(const uint8_t *data, size_t size)
+{
+	constexpr size_t kLen = 64 << 10, kGuard = 4096;
+	static cuda_criu::ChunkCodec codec;
+	static std::vector<uint8_t> out(kLen + kGuard);
+	for (uint32_t e = 0; e <= cuda_criu::kChunkEncodings; e++) {
+		std::fill(out.begin() + kLen, out.end(), 0xa5);
+		auto st = codec.decode(static_cast<cuda_criu::ChunkEncoding>(e), data, size, out.data(), kLen);
+		if (!st && st.error().message().empty())
+			std::abort();
+		if (std::any_of(out.begin() + kLen, out.end(), [](uint8_t b) { return b != 0xa5; }))
+			std::abort();
+	}
+}
+
 } // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
+	check_chunk(data, size);
 	check_one(data, size);
 	check_gpu_index(data, size);
 	if (size > 0 && size <= (1u << 20)) { // as the payload of a well-formed cuda-gpu.img header

@@ -30,12 +30,12 @@ printf 'extern "C" int LLVMFuzzerTestOneInput(const unsigned char *, unsigned lo
 
 san=(-fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer -g -O1)
 read -r -a pbc_flags <<<"$(pkg-config --cflags libprotobuf-c 2>/dev/null || true)"
-read -r -a pbc_libs <<<"$(pkg-config --libs libprotobuf-c 2>/dev/null || echo -lprotobuf-c)"
+read -r -a pbc_libs <<<"$(pkg-config --libs libprotobuf-c libzstd 2>/dev/null || echo -lprotobuf-c -lzstd)"
 protoc-c --proto_path="$top/include/cuda_criu" --c_out="$out/gen" "$top/include/cuda_criu/cuda_plugin.proto"
 inc=(-I"$top/plugin" -I"$out/gen" "${pbc_flags[@]}")
 "$CLANG" "${san[@]}" "${inc[@]}" -c "$out/gen/cuda_plugin.pb-c.c" -o "$out/obj/pb.o"
 objs=("$out/obj/pb.o")
-for src in plugin/image/image.cpp plugin/image/gpu_image.cpp plugin/image/image_file.cpp plugin/base/format.cpp plugin/base/gpu.cpp plugin/base/text.cpp tests/fuzz/image_fuzzer.cpp; do
+for src in plugin/image/image.cpp plugin/image/gpu_image.cpp plugin/image/chunk_codec.cpp plugin/image/image_file.cpp plugin/base/format.cpp plugin/base/gpu.cpp plugin/base/text.cpp tests/fuzz/image_fuzzer.cpp; do
 	o=$out/obj/$(basename "$src" .cpp).o
 	"$CLANGXX" -std=c++20 "${san[@]}" "${inc[@]}" -c "$top/$src" -o "$o"
 	objs+=("$o")
@@ -45,7 +45,7 @@ done
 # New inputs go to a scratch corpus; the checked-in seeds are only read.
 rm -rf "$out/work"
 mkdir -p "$out/work"
-echo "fuzzing decode_image for ${seconds}s (seeds: $here/corpus)"
+echo "fuzzing decode_image, decode_gpu_index and the chunk decoder for ${seconds}s (seeds: $here/corpus)"
 rc=0
 # A small ASan quarantine keeps the RSS of a long run well under -rss_limit_mb.
 export ASAN_OPTIONS=${ASAN_OPTIONS:-quarantine_size_mb=32:detect_leaks=1}

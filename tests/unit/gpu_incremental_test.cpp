@@ -2,6 +2,8 @@
 // referenced in the parent's files instead of written, and the restore reads them from there.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -29,6 +31,7 @@ struct Chain {
 	FakeHost host;
 	std::vector<GpuSaveTarget> targets{{10, 1, {{0x100000, 0x100000 + 4 * kChunk}}}, {11, 2, {{0x300000, 0x300000 + kChunk}}}};
 	std::vector<int> dirs;
+	int zstd_level = 0; // the next dump's compression
 	Chain()
 	{
 		for (int i = 0; i < 3; i++) {
@@ -53,7 +56,7 @@ struct Chain {
 		auto parent = read_parent_gpu_image(dirs[i]);
 		EXPECT_TRUE(parent.ok()) << parent.error().message();
 		auto idx = save_gpu_state(host, dirs[i], targets, new_gpu_image_id(), 2, kChunk,
-					  parent.ok() && *parent ? &**parent : nullptr);
+					  parent.ok() && *parent ? &**parent : nullptr, zstd_level);
 		EXPECT_TRUE(idx.ok()) << idx.error().message();
 		EXPECT_TRUE(write_gpu_index(dirs[i], *idx).ok());
 		return *idx;
@@ -194,6 +197,36 @@ TEST(GpuIncremental, IndexesWithMalformedParentFilesAreRefused)
 	auto ok = decode_gpu_index(enc.data(), enc.size());
 	ASSERT_TRUE(ok.ok()) << ok.error().message();
 	EXPECT_EQ(ok->files, idx.files);
+}
+
+// Compressed and raw images reference each other's chunks: a raw dump of a compressed parent, and a
+// compressed dump of that, keep the parent's encoding for what they reference; every byte comes back.
+TEST(GpuIncremental, CompressedAndRawImagesReferenceEachOther)
+{
+	Chain c;
+	c.zstd_level = 1;
+	GpuImageIndex first = c.dump(0);
+	ASSERT_TRUE(std::all_of(first.processes[0].chunks.begin(), first.processes[0].chunks.end(),
+				[](const GpuChunk &ch) { return ch.compressed(); }));
+	fill(c.host, 10, 0x100000 + kChunk, kPage, 7);
+	c.zstd_level = 0;
+	GpuImageIndex second = c.dump(1);
+	EXPECT_EQ(second.parent_bytes(), 4 * kChunk) << "the 4 unchanged chunks are the parent's, compressed";
+	size_t referenced_compressed = 0;
+	for (const GpuProcessChunks &p : second.processes)
+		for (const GpuChunk &ch : p.chunks)
+			referenced_compressed += second.files[ch.file].parent_depth && ch.compressed();
+	EXPECT_EQ(referenced_compressed, 4u);
+	fill(c.host, 11, 0x300000, kPage, 8);
+	c.zstd_level = 1;
+	GpuImageIndex third = c.dump(2);
+	EXPECT_EQ(third.parent_bytes(), 4 * kChunk) << "3 chunks two images up, 1 raw one image up";
+	auto back = read_gpu_index(c.dirs[2]);
+	ASSERT_TRUE(back.ok() && back->has_value());
+	FakeHost restored;
+	ASSERT_TRUE(load_gpu_state(restored, c.dirs[2], **back, {{20, 1}, {21, 2}}, 2).ok());
+	EXPECT_EQ(bytes_of(restored, 20, 0x100000, 4 * kChunk), bytes_of(c.host, 10, 0x100000, 4 * kChunk));
+	EXPECT_EQ(bytes_of(restored, 21, 0x300000, kChunk), bytes_of(c.host, 11, 0x300000, kChunk));
 }
 
 } // namespace

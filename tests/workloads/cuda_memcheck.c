@@ -3,7 +3,7 @@
  *
  *   cuda_memcheck --mb N [--device I] [--state FILE] [--interval-ms MS]
  *                 [--seed S] [--children K] [--child-device I|spread] [--plain-children K]
- *                 [--tolerate-child-exit] [--managed-mb M] [--zero-mb Z]
+ *                 [--tolerate-child-exit] [--managed-mb M] [--zero-mb Z] [--pattern random|weights]
  *
  * Allocates N MiB of device memory and fills it, 64 MiB chunk by chunk, with a
  * pattern derived from the seed, the chunk index and the chunk's generation.
@@ -24,7 +24,9 @@
  * (cuMemAllocManaged), filled and verified through its host pointer: the
  * driver cannot checkpoint such a process. --zero-mb Z also allocates Z MiB of device memory set to
  * zero (cuMemsetD8), as serving systems allocate their KV caches, and verifies each iteration that it
- * is still all zero.
+ * is still all zero. --pattern weights fills the device memory with 16-bit values shaped like bf16
+ * weights (random low bytes, high bytes of two values) instead of random words: data that compresses
+ * (about 1.8x byte-shuffled), as a model's weights do.
  *
  * Only the CUDA driver API is used, so the same binary runs against a real
  * libcuda.so.1 or the fake one.
@@ -57,6 +59,7 @@ static int g_ncuda_children;
 static int g_tolerate_child_exit; /* --tolerate-child-exit: a dead CUDA child is not a failure */
 static size_t g_managed_mb;       /* --managed-mb */
 static size_t g_zero_mb;          /* --zero-mb */
+static int g_weights;             /* --pattern weights */
 
 /*
  * The state file is rewritten in place through one fd kept open, with a single fixed-size pwrite (newline
@@ -100,11 +103,19 @@ static uint64_t chunk_base(size_t chunk, uint64_t gen)
 	return mix(g_seed * 0x9e3779b97f4a7c15ull ^ mix(((uint64_t)chunk << 32) ^ gen));
 }
 
+/* Word w of a chunk whose pattern starts at base. */
+static uint64_t word_at(uint64_t base, size_t w)
+{
+	uint64_t v = mix(base + w * 0x9e3779b97f4a7c15ull);
+	/* --pattern weights: each 16-bit value a sign-and-exponent byte 0x3c or 0x3d, a random mantissa byte */
+	return g_weights ? (v & 0x01ff01ff01ff01ffull) | 0x3c003c003c003c00ull : v;
+}
+
 static void fill(uint64_t *buf, size_t bytes, size_t chunk, uint64_t gen)
 {
 	uint64_t base = chunk_base(chunk, gen);
 	for (size_t w = 0; w < bytes / 8; w++)
-		buf[w] = mix(base + w * 0x9e3779b97f4a7c15ull);
+		buf[w] = word_at(base, w);
 }
 
 static void reap_children(void)
@@ -180,7 +191,7 @@ static void run(int device, unsigned interval_ms)
 			check(cuMemcpyDtoH(host, dptr + c * CHUNK, len), "cuMemcpyDtoH");
 			uint64_t base = chunk_base(c, gen[c]);
 			for (size_t w = 0; w < len / 8; w++) {
-				uint64_t want = mix(base + w * 0x9e3779b97f4a7c15ull);
+				uint64_t want = word_at(base, w);
 				if (host[w] != want)
 					fail("mismatch at chunk %zu offset %zu (generation %llu, iteration %llu): "
 					     "expected 0x%016llx got 0x%016llx",
@@ -200,7 +211,7 @@ static void run(int device, unsigned interval_ms)
 		if (managed) {
 			uint64_t base = chunk_base((size_t)-1, 0);
 			for (size_t w = 0; w < managed_bytes / 8; w++)
-				if (managed[w] != mix(base + w * 0x9e3779b97f4a7c15ull))
+				if (managed[w] != word_at(base, w))
 					fail("managed memory mismatch at offset %zu (iteration %llu)", w * 8, g_iter + 1);
 		}
 		g_iter++;
@@ -232,7 +243,7 @@ static void usage(void)
 {
 	fprintf(stderr, "usage: cuda_memcheck --mb N [--device I] [--state FILE] [--interval-ms MS] "
 			"[--seed S] [--children K] [--child-device I|spread] [--plain-children K] [--tolerate-child-exit] "
-			"[--managed-mb M] [--zero-mb Z]\n");
+			"[--managed-mb M] [--zero-mb Z] [--pattern random|weights]\n");
 	exit(1);
 }
 
@@ -273,6 +284,8 @@ int main(int argc, char **argv)
 			g_managed_mb = strtoull(v, NULL, 0);
 		else if (!strcmp(o, "--zero-mb"))
 			g_zero_mb = strtoull(v, NULL, 0);
+		else if (!strcmp(o, "--pattern") && (!strcmp(v, "weights") || !strcmp(v, "random")))
+			g_weights = !strcmp(v, "weights");
 		else
 			usage();
 	}
