@@ -18,6 +18,7 @@ Variants (--variants, comma-separated; NAME:N runs NAME in the last N rounds onl
     ours               this plugin as it comes (it writes the GPU state itself: gpu-image=plugin)
     ours-criu          this plugin with CUDA_CRIU_GPU_IMAGE=criu (the GPU state in CRIU's pages images)
     ours-copy          this plugin with CUDA_CRIU_MAP_IMAGE=off (CRIU reads the pages into fresh memory)
+    ours-zstd          this plugin with CUDA_CRIU_COMPRESS=zstd (the GPU image's chunks compressed, written back)
     in-tree            the baseline
     in-tree+cuda-criu  the in-tree plugin driving our cuda-checkpoint compatible command line
 (--compare-gpu-image, --compare-copy and --compare-cli add the last three.)
@@ -94,7 +95,7 @@ from bench_run import become_subreaper, cold_start, gpu_count, incremental_trip,
 def estimate(scenario, variant, cold_too):
     kind, size, procs, *_ = SCENARIOS[scenario]
     gpu, image, zero = footprint(scenario)
-    gpu_image = variant in ("ours", "ours-copy")
+    gpu_image = variant in ("ours", "ours-copy", "ours-zstd")
     mapped = variant in ("ours", "ours-criu")
     start_s = {"memcheck": 1.5 + 0.3 * gpu, "torch": 12 + 0.5 * size, "llm": 15.0, "serve": 40.0 + 2 * gpu}[kind]
     dump_s = 0.3 + 0.96 * image
@@ -266,7 +267,7 @@ def main():
     ap.add_argument("--scenarios", default="4g,4x2g,llm",
                     help="comma-separated names from the list of scenarios below (default: %(default)s)")
     ap.add_argument("--variants", default="ours,in-tree",
-                    help="comma-separated, in order: ours, ours-criu, ours-copy, in-tree (the baseline), "
+                    help="comma-separated, in order: ours, ours-criu, ours-copy, ours-zstd, in-tree (the baseline), "
                     "in-tree+cuda-criu; NAME:N runs NAME in the last N rounds only (default: %(default)s)")
     ap.add_argument("--out", default=os.environ.get("OUT", "bench-out"))
     ap.add_argument("--scale", type=float, default=1.0, help="multiply every workload size (a quick dry run: 0.01)")

@@ -18,6 +18,7 @@ KNOWN_VARIANTS = {
     "ours": {"libdir": os.path.join(BUNDLE, "plugin"), "path": None},
     "ours-criu": {"libdir": os.path.join(BUNDLE, "plugin"), "path": None, "env": {"CUDA_CRIU_GPU_IMAGE": "criu"}},
     "ours-copy": {"libdir": os.path.join(BUNDLE, "plugin"), "path": None, "env": {"CUDA_CRIU_MAP_IMAGE": "off"}},
+    "ours-zstd": {"libdir": os.path.join(BUNDLE, "plugin"), "path": None, "env": {"CUDA_CRIU_COMPRESS": "zstd"}},
     "in-tree": {"libdir": os.path.join(BUNDLE, "intree"), "path": os.path.join(BUNDLE, "bin")},
     "in-tree+cuda-criu": {"libdir": os.path.join(BUNDLE, "intree"), "path": os.path.join(BUNDLE, "bin")},
 }
@@ -25,6 +26,7 @@ DESCRIPTIONS = {
     "ours": "this plugin (gpu-image=plugin: it writes the GPU state itself, zero chunks skipped)",
     "ours-criu": "this plugin with CUDA_CRIU_GPU_IMAGE=criu (the GPU state in CRIU's pages images)",
     "ours-copy": "this plugin with CUDA_CRIU_MAP_IMAGE=off (the GPU state read into fresh memory)",
+    "ours-zstd": "this plugin with CUDA_CRIU_COMPRESS=zstd (the GPU image's chunks compressed)",
     "in-tree": "CRIU's in-tree plugin driving cuda-criu (this project's cuda-checkpoint compatible command line)",
     "in-tree+cuda-criu": "CRIU's in-tree plugin driving cuda-criu (this project's command line)",
 }

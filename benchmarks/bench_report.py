@@ -190,7 +190,7 @@ def report(results, cold, out_dir, failures=(), meta=None):
 
 # One colour per variant and one for a start from scratch, the same in every figure; the phases of a dump or
 # restore, and the parts of an image, have colours of their own that no variant has.
-VARIANT_COLORS = {"ours": "#1f77b4", "in-tree": "#ff7f0e", "ours-criu": "#2ca02c", "ours-copy": "#9467bd",
+VARIANT_COLORS = {"ours": "#1f77b4", "in-tree": "#ff7f0e", "ours-criu": "#2ca02c", "ours-copy": "#9467bd", "ours-zstd": "#17becf",
                   "in-tree+cuda-criu": "#8c564b"}
 SPARE_COLORS = ["#d62728", "#393b79", "#637939", "#843c39"]
 START_COLOR = "#7f7f7f"

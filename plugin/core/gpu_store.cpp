@@ -57,6 +57,28 @@ std::vector<std::pair<size_t, size_t>> slices(const std::vector<Piece> &pieces, 
 	return out;
 }
 
+// The chunks of a save, handed out in batches of consecutive chunks to whichever writer is free: where the
+// data lies (weights at one end, a zeroed KV arena at the other) does not decide how long one writer
+// takes. A batch's chunks stay consecutive in its writer's file, so that CRIU maps them as one run.
+class Batches {
+public:
+	Batches(size_t pieces, unsigned writers)
+		: count_(pieces), size_(std::clamp<size_t>(pieces / (4 * size_t{std::max(1u, writers)}), 1, 16))
+	{
+	}
+	// The next batch's [first, last), or an empty range once all are taken.
+	std::pair<size_t, size_t> next()
+	{
+		size_t first = std::min(next_.fetch_add(size_, std::memory_order_relaxed), count_);
+		return {first, std::min(first + size_, count_)};
+	}
+	size_t batches() const { return (count_ + size_ - 1) / size_; }
+
+private:
+	size_t count_, size_;
+	std::atomic<size_t> next_{0};
+};
+
 bool page_is_zero(const uint64_t *p)
 {
 	uint64_t acc = 0;
@@ -135,7 +157,7 @@ struct SliceOut {
 // unless all zero; without one (dir_fd < 0: CRIU's pages hold the state) only its checksum is kept, for
 // every chunk.
 Status save_slice(Host &host, int dir_fd, const std::vector<GpuSaveTarget> &targets, const std::vector<Piece> &pieces,
-		  std::pair<size_t, size_t> range, unsigned index, const std::string &id, uint32_t chunk_bytes,
+		  Batches &batches, unsigned index, const std::string &id, uint32_t chunk_bytes,
 		  const ParentChunks *parent, int zstd_level, std::atomic<uint64_t> &done, const std::atomic<bool> &stop,
 		  SliceOut &out)
 {
@@ -153,8 +175,10 @@ Status save_slice(Host &host, int dir_fd, const std::vector<GpuSaveTarget> &targ
 	std::vector<uint8_t> scratch(parent ? chunk_bytes : 0), decoded(parent ? chunk_bytes : 0);
 	ChunkCodec codec;
 	uint64_t offset = kGpuDataHeaderBytes;
-	for (size_t i = range.first; i < range.second && !stop.load(std::memory_order_relaxed); i++) {
-		const Piece &p = pieces[i];
+	for (std::pair<size_t, size_t> batch{0, 0}; !stop.load(std::memory_order_relaxed);) {
+		if (batch.first == batch.second && (batch = batches.next()).first == batch.second)
+			break;
+		const Piece &p = pieces[batch.first++];
 		pid_t pid = targets[p.target].pid;
 		if (auto st = host.read_memory(pid, p.addr, bytes, p.len); !st)
 			return std::move(st).error().context("save the GPU state of pid %d", pid);
@@ -269,7 +293,8 @@ Result<GpuImageIndex> save_or_checksum(Host &host, int dir_fd, const std::vector
 				pieces.push_back({t, a, len, nullptr});
 				total += len;
 			}
-	auto parts = slices(pieces, std::max(1u, threads));
+	Batches batches(pieces.size(), threads);
+	unsigned writers = static_cast<unsigned>(std::min<size_t>(std::max(1u, threads), std::max<size_t>(1, batches.batches())));
 	std::optional<ParentChunks> parent;
 	if (parent_image && dir_fd >= 0 && parent_image->index.chunk_bytes == chunk_bytes) {
 		auto readers = GpuDataReader::open_all(parent_image->dir.get(), parent_image->index);
@@ -279,20 +304,20 @@ Result<GpuImageIndex> save_or_checksum(Host &host, int dir_fd, const std::vector
 		} else {
 			parent.emplace();
 			parent->readers = std::move(*readers);
-			parent->first_file = static_cast<uint32_t>(parts.size());
+			parent->first_file = writers;
 			for (const GpuProcessChunks &p : parent_image->index.processes)
 				for (const GpuChunk &c : p.chunks)
 					parent->by_crc.emplace(c.crc, c);
 		}
 	}
-	std::vector<SliceOut> outs(parts.size());
+	std::vector<SliceOut> outs(writers);
 	std::atomic<uint64_t> done{0};
 	std::atomic<bool> stop{false};
 	std::vector<Job> jobs;
-	jobs.reserve(parts.size());
-	for (unsigned w = 0; w < parts.size(); w++)
+	jobs.reserve(writers);
+	for (unsigned w = 0; w < writers; w++)
 		jobs.push_back({format("write %s", gpu_data_file_name(w).c_str()), [&, w]() -> Status {
-					Status st = save_slice(host, dir_fd, targets, pieces, parts[w], w, id, chunk_bytes,
+					Status st = save_slice(host, dir_fd, targets, pieces, batches, w, id, chunk_bytes,
 							       parent ? &*parent : nullptr, zstd_level, done, stop, outs[w]);
 					if (!st)
 						stop = true;
@@ -302,7 +327,7 @@ Result<GpuImageIndex> save_or_checksum(Host &host, int dir_fd, const std::vector
 					       progress_watch(dir_fd >= 0 ? "GPU image written" : "GPU state checksummed", done, total));
 	for (const Status &st : results)
 		if (!st) {
-			for (unsigned w = 0; dir_fd >= 0 && w < parts.size(); w++)
+			for (unsigned w = 0; dir_fd >= 0 && w < writers; w++)
 				unlinkat(dir_fd, gpu_data_file_name(w).c_str(), 0);
 			return st.error();
 		}
@@ -320,6 +345,8 @@ Result<GpuImageIndex> save_or_checksum(Host &host, int dir_fd, const std::vector
 		for (size_t t = 0; t < targets.size(); t++)
 			index.processes[t].zero_bytes += o.zero_bytes[t];
 	}
+	for (GpuProcessChunks &p : index.processes) // the writers took batches in any order
+		std::sort(p.chunks.begin(), p.chunks.end(), [](const GpuChunk &a, const GpuChunk &b) { return a.addr < b.addr; });
 	if (parent)
 		add_parent_files(index, parent_image->index, parent->first_file);
 	index.write_us = now_us() - t0;

@@ -31,7 +31,9 @@ namespace cuda_criu {
 // chunk checked; empty when CRIU's pages images hold it unchecked.
 // - handled_before_restore(ns_pid): whether run handles that process before the driver's restore: it writes the process's
 //   chunks into it, or reads back and checks what CRIU restored from its pages images (checksums only).
-// - check_mapped: checks the chunks of every other process, which CRIU maps from the plugin's files. It
+// - check_mapped: checks the chunks of every other process, which CRIU maps from the plugin's files (and
+//   reads those of processes with compressed chunks ahead of their write, so that a cold image is read
+//   while CRIU restores memory; their write checks them again). It
 //   reads only those files, so it starts as soon as CRIU has forked the tasks (POST_FORKING) and runs on
 //   threads of its own while CRIU restores memory and, if it is not done by then, while the driver
 //   restores; no process is unlocked before it has passed. Empty when CRIU maps nothing.

@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <memory>
 #include <set>
 #include <string>
@@ -93,15 +94,20 @@ Result<GpuImageLoad> prepare_gpu_image(const Options &options, Host &host, const
 				  return load_gpu_state(*h, dir, *idx, t, threads);
 			  },
 			  handled_before_restore, {}};
-	std::vector<GpuLoadTarget> mapped_by_criu; // no pid yet: only read from the files (the host is never used)
+	// Checked from POST_FORKING on, while CRIU restores memory: what CRIU maps, and the processes with
+	// compressed chunks, which the plugin writes only after CRIU is done: read (and decoded and checked) now,
+	// a cold image's reading overlaps CRIU's own instead of following it; the write reads them again from
+	// the page cache. No pid yet: only read from the files (the host is never used).
+	std::vector<GpuLoadTarget> checked_early;
 	for (const GpuProcessChunks &p : idx->processes)
-		if (!handled_before_restore(p.ns_pid))
-			mapped_by_criu.push_back({0, p.ns_pid, false});
+		if (!handled_before_restore(p.ns_pid) ||
+		    std::any_of(p.chunks.begin(), p.chunks.end(), [](const GpuChunk &c) { return c.compressed(); }))
+			checked_early.push_back({0, p.ns_pid, false});
 	// One thread fewer than a restore's readers: CRIU restores memory meanwhile.
 	unsigned check_threads = threads > 1 ? threads - 1 : 1;
-	if (!mapped_by_criu.empty())
-		load.check_mapped = [idx, dir, h, check_threads, mapped_by_criu](const std::atomic<bool> &cancel) {
-			return load_gpu_state(*h, dir, *idx, mapped_by_criu, check_threads, &cancel);
+	if (!checked_early.empty())
+		load.check_mapped = [idx, dir, h, check_threads, checked_early](const std::atomic<bool> &cancel) {
+			return load_gpu_state(*h, dir, *idx, checked_early, check_threads, &cancel);
 		};
 	return load;
 }

@@ -229,8 +229,9 @@ TEST(GpuIndex, MalformedIndexesAreRefused)
 		EXPECT_NE(r.error().message().find(what), std::string::npos) << r.error().message();
 	};
 	GpuImageIndex i = *idx;
-	i.files[0].size = kGpuDataHeaderBytes; // its chunks lie past its end
-	refused(i, "lies past the end of cuda-gpu-0.img");
+	GpuDataFile &holder = i.files[i.processes[0].chunks[0].file]; // its chunks lie past its end
+	holder.size = kGpuDataHeaderBytes;
+	refused(i, ("lies past the end of " + holder.name).c_str());
 	i = *idx;
 	i.processes[0].chunks[0].file = 7;
 	refused(i, "is malformed");
