@@ -38,3 +38,28 @@ test_gpu_image() {
 	f=$(plugin_line "$dir/restore.log" restore); echo "  ${f:-no restore line}"
 	rm -rf "$dir/pristine"
 }
+
+# The GPU image compressed (compress=zstd; docs/gpu-image.md, "Compression") on a real GPU: 1 GiB of
+# bf16-like weights (cuda_memcheck --pattern weights) and 1 GiB of zeros, dumped with CUDA_CRIU_COMPRESS=zstd:
+# the dump's summary gives the ratio, cuda-criu inspect --verify decodes and checks every chunk, and the
+# restore writes the chunks back; the workload verifies its data after it.
+test_gpu_compress() {
+	local name=gpu-compress dir=$work/gpu-compress pid pids line base
+	start_in "$dir" "$bundle/bin/cuda_memcheck" --mb 1024 --zero-mb 1024 --pattern weights --state "$dir/state" \
+		--interval-ms 100
+	wait_state "$dir/state" 120 1 || { failed $name "before the dump: $why"; show_workload "$dir"; return; }
+	pid=$(state_value "$dir/state" pid)
+	mapfile -t pids < <(tree_pids "$pid")
+	started+=("${pids[@]}")
+	CUDA_CRIU_COMPRESS=zstd criu_dump "$dir" "$pid" || { failed $name "$why"; show_log "$dir/dump.log"; kill_pids "${pids[@]}"; return; }
+	gone_within 30 "${pids[@]}" || { failed $name "pid $pid still exists after the dump"; return; }
+	line=$(grep -oE 'compressed \(zstd-1\): [^;]*' "$dir/dump.log" | tail -n1)
+	[ -n "$line" ] || { failed $name "no compression in the dump's summary"; show_log "$dir/dump.log"; return; }
+	"$bundle/bin/cuda-criu" inspect --verify "$dir/img" >"$dir/verify.out" 2>&1 ||
+		{ failed $name "inspect --verify: $(tail -n3 "$dir/verify.out")"; return; }
+	base=$(state_value "$dir/state" iterations)
+	criu_restore "$dir" || { failed $name "$why"; show_log "$dir/restore.log"; return; }
+	advance 60 "$dir/state" "$base" || { failed $name "after restore: $why"; show_workload "$dir"; kill_tree "$pid"; return; }
+	kill_tree "$pid"; gone_within 30 "$pid"
+	passed $name "$line; dump ${dump_s} s, image $((img_bytes >> 20)) MiB, restore ${restore_s} s, data verified"
+}
