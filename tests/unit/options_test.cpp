@@ -5,6 +5,9 @@
 
 #include <cstdio>
 #include <fstream>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "core/options.h"
 #include "driver/driver.h"
@@ -109,6 +112,33 @@ TEST(Options, ConfigFileWritableByOthersOrOwnedByAnotherUserIsRefused)
 		EXPECT_NE(o.error().message().find("chown root"), std::string::npos) << o.error().message();
 	}
 	std::remove(path);
+}
+
+TEST(Options, CompressionAndTheLedger)
+{
+	auto o = load_options(no_file());
+	ASSERT_TRUE(o.ok());
+	EXPECT_EQ(o->zstd_level, 0) << "compress is off by default";
+	EXPECT_EQ(o->ledger, "/run/cuda-criu/gpu-reservations");
+	EXPECT_EQ(o->ledger_timeout_ms, 5000u);
+	for (const auto &[value, level] : std::vector<std::pair<std::string, int>>{{"zstd", 1}, {"zstd:3", 3}, {"zstd:19", 19}, {"off", 0}}) {
+		auto c = load_options(no_file({{"CUDA_CRIU_COMPRESS", value}}));
+		ASSERT_TRUE(c.ok()) << value << ": " << c.error().message();
+		EXPECT_EQ(c->zstd_level, level) << value;
+	}
+	for (const std::string bad : {"lz4", "zstd:", "zstd:0", "zstd:20", "zstd:1x", "ZSTD", ""}) {
+		auto c = load_options(no_file({{"CUDA_CRIU_COMPRESS", bad}}));
+		ASSERT_FALSE(c.ok()) << bad;
+		EXPECT_NE(c.error().message().find("CUDA_CRIU_COMPRESS"), std::string::npos) << c.error().message();
+	}
+	auto l = load_options(no_file({{"CUDA_CRIU_LEDGER", "/tmp/l/ledger"}, {"CUDA_CRIU_LEDGER_TIMEOUT", "0"}}));
+	ASSERT_TRUE(l.ok()) << l.error().message();
+	EXPECT_EQ(l->ledger, "/tmp/l/ledger");
+	EXPECT_EQ(l->ledger_timeout_ms, 0u) << "0: one try, never forever";
+	for (const auto &[key, bad] : std::vector<std::pair<std::string, std::string>>{
+		     {"CUDA_CRIU_LEDGER", "relative/ledger"}, {"CUDA_CRIU_LEDGER", "/run/dir/"},
+		     {"CUDA_CRIU_LEDGER_TIMEOUT", "61"}, {"CUDA_CRIU_LEDGER_TIMEOUT", "-1"}})
+		EXPECT_FALSE(load_options(no_file({{key, bad}})).ok()) << key << "=" << bad;
 }
 
 TEST(GpuUuid, ParseAndPrint)
