@@ -59,11 +59,12 @@ std::vector<std::pair<size_t, size_t>> slices(const std::vector<Piece> &pieces, 
 
 // The chunks of a save, handed out in batches of consecutive chunks to whichever writer is free: where the
 // data lies (weights at one end, a zeroed KV arena at the other) does not decide how long one writer
-// takes. A batch's chunks stay consecutive in its writer's file, so that CRIU maps them as one run.
+// takes. A batch's chunks stay consecutive in its writer's file, so that CRIU maps them as one run: at most
+// 64 chunks (128 MiB) a batch keeps a process's runs below mapped_restore's 4096 up to 512 GiB of data.
 class Batches {
 public:
 	Batches(size_t pieces, unsigned writers)
-		: count_(pieces), size_(std::clamp<size_t>(pieces / (4 * size_t{std::max(1u, writers)}), 1, 16))
+		: count_(pieces), size_(std::clamp<size_t>(pieces / (4 * size_t{std::max(1u, writers)}), 1, 64))
 	{
 	}
 	// The next batch's [first, last), or an empty range once all are taken.
