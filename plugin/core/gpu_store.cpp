@@ -15,11 +15,11 @@
 
 #include "base/clock.h"
 #include "base/crc32c.h"
-#include "image/chunk_codec.h"
 #include "base/format.h"
 #include "base/log.h"
 #include "base/text.h"
 #include "core/parallel.h"
+#include "image/chunk_codec.h"
 #include "os/unique_fd.h"
 
 namespace cuda_criu {
@@ -205,8 +205,14 @@ Status save_slice(Host &host, int dir_fd, const std::vector<GpuSaveTarget> &targ
 			}
 		}
 		size_t pages = p.len / kPage, run = 0, stored = 0;
-		// Compressed: an all-zero chunk is left out as ever, one that does not shrink is stored as below.
-		if (zstd_level > 0 && !all_zero(buf.data(), pages)) {
+		// Compressed: an all-zero chunk is left out as ever (without a second look at its pages below), one
+		// that does not shrink is stored as below.
+		if (zstd_level > 0 && all_zero(buf.data(), pages)) {
+			out.zero_bytes[p.target] += p.len;
+			done.fetch_add(p.len, std::memory_order_relaxed);
+			continue;
+		}
+		if (zstd_level > 0) {
 			ChunkCodec::Encoded e = codec.encode(bytes, p.len, zstd_level);
 			if (e.encoding != ChunkEncoding::Raw) {
 				if (auto st = writer->write(offset, codec.out(), e.stored_len); !st)
