@@ -1,0 +1,190 @@
+# Helpers of the CRI tests (sourced after lib.sh): "nodes" that are containerd 2.1 instances (from
+# test-containers/containerd2-setup.sh, beside Debian 12's containerd 1.6), each with its own root, state,
+# sockets, content store and runc root under $T/NAME, spoken to through their CRI socket by our own CRI
+# client (cri/cri.py, code generated from the CRI's api.proto). Images go through the test's registry
+# (lib.sh's registry_start): the base image, the pod sandbox image (pause: busybox sleeping) and the
+# checkpoint images; every node pulls what it runs.
+#
+# Configured as a node: runc as the runtime, criu found in containerd's PATH ($T/bin/criu, our CRIU),
+# the plugin enabled only by /etc/criu/runc.conf (libdir) with its options in /etc/criu/cuda_plugin.conf
+# (lib.sh's criu_conf_setup). Only the fake GPU's own variables (FAKEGPU_DIR; on a node whose GPU must
+# look smaller, the fake NVML's) reach containerd's environment, and through it the shim, runc and CRIU.
+# Pods use the host's network (no CNI).
+
+CD2=$CT_OUT/containerd2
+CRI_PY=$CT_SRC/cri/cri.py
+CRI_GEN=""
+BASE_IMAGE=""  # $REGISTRY/cuda-criu-ct/base:test (cri_setup)
+PAUSE_IMAGE="" # $REGISTRY/cuda-criu-ct/pause:test
+CRI_NODES=()
+
+# cri NODE COMMAND ARGS...: our CRI client against NODE's containerd (cri/cri.py gives the commands).
+cri() {
+	local node=$1
+	shift
+	/usr/bin/python3 "$CRI_PY" --gen "$CRI_GEN" --socket "$T/$node/containerd.sock" "$@"
+}
+
+# cri_setup: containerd 2.1 and the CRI's api.proto installed (a failure where setup.sh installs them),
+# the client's code generated into $T, the registry started with the base and pause images in it.
+cri_setup() {
+	[ -x "$CD2/usr/bin/containerd" ] ||
+		fail "no containerd 2.1 in $CD2: run test-containers/setup.sh (test-containers/containerd2-setup.sh)"
+	local proto=$CD2/usr/share/gocode/src/k8s.io/cri-api/pkg/apis/runtime/v1/api.proto
+	[ -f "$proto" ] || fail "no CRI api.proto in $CD2: run test-containers/containerd2-setup.sh"
+	/usr/bin/python3 -c 'import grpc, grpc_tools' 2>/dev/null ||
+		fail "python3-grpc-tools is not installed (test-containers/setup.sh installs it)"
+	CRI_GEN=$T/cri-gen
+	/usr/bin/python3 "$CRI_PY" generate "$proto" "$CRI_GEN" >"$T/cri-gen.log" 2>&1 ||
+		fail "cannot generate the CRI client: $(cat "$T/cri-gen.log")"
+	mkdir -p "$T/bin"
+	ln -sf "$CRIU" "$T/bin/criu"
+	criu_conf_setup
+	registry_start
+	BASE_IMAGE=$REGISTRY/cuda-criu-ct/base:test
+	PAUSE_IMAGE=$REGISTRY/cuda-criu-ct/pause:test
+	cri_push_images
+}
+
+# cri_node NAME [VAR=VALUE...]: a containerd 2.1 of its own, stopped at exit with all it ran; the
+# variables are added to its environment.
+cri_node() {
+	local name=$1 d=$T/$1
+	shift
+	mkdir -p "$d/cni" "$d/logs"
+	cat >"$d/config.toml" <<EOF
+version = 3
+root = "$d/root"
+state = "$d/state"
+disabled_plugins = ["io.containerd.internal.v1.opt", "io.containerd.nri.v1.nri", "io.containerd.tracing.processor.v1.otlp", "io.containerd.internal.v1.tracing"]
+[plugins.'io.containerd.image-verifier.v1.bindir']
+  bin_dir = "$d/image-verifiers"
+[grpc]
+  address = "$d/containerd.sock"
+[ttrpc]
+  address = "$d/containerd.sock.ttrpc"
+[debug]
+  address = "$d/debug.sock"
+[metrics]
+  address = ""
+[plugins.'io.containerd.cri.v1.runtime']
+  enable_cdi = false
+  # The pause container asks for -998: a machine without CAP_SYS_RESOURCE (this one inside a container)
+  # cannot lower it below containerd's own.
+  restrict_oom_score_adj = true
+  [plugins.'io.containerd.cri.v1.runtime'.containerd]
+    default_runtime_name = "runc"
+    [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+      [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc.options]
+        Root = "$d/runc"
+        BinaryName = "${CRI_RUNC:-runc}"
+  [plugins.'io.containerd.cri.v1.runtime'.cni]
+    bin_dir = "/usr/lib/cni"
+    conf_dir = "$d/cni"
+[plugins.'io.containerd.cri.v1.images'.pinned_images]
+  sandbox = "$PAUSE_IMAGE"
+EOF
+	[ -d /run/containerd ] || on_exit 'rmdir /run/containerd/s /run/containerd/fifo /run/containerd'
+	env -u CRIU_LIBS_DIR -u CUDA_CRIU_LIBCUDA PATH="$T/bin:$CD2/usr/bin:$PATH" FAKEGPU_DIR="$FAKEGPU_DIR" "$@" \
+		setsid "$CD2/usr/bin/containerd" --config "$d/config.toml" --log-level debug </dev/null >"$T/$name.log" 2>&1 &
+	eval "CRI_PID_$name=$!"
+	CRI_NODES+=("$name")
+	on_exit "cri_node_stop $name"
+	wait_for "containerd of $name to serve its CRI" 20 eval "cri $name version >/dev/null 2>&1"
+}
+
+# At exit: every pod of the node stopped and removed through the CRI (each call bounded), containerd
+# stopped, any shim or container process of it left killed, its mounts unmounted.
+cri_node_stop() {
+	local name=$1 d=$T/$1 id pid m pidvar=CRI_PID_$1
+	for id in $(timeout 30 cri "$name" --timeout 20 pods 2>/dev/null | awk '{ print $1 }'); do
+		timeout 30 cri "$name" --timeout 20 stopp "$id"
+		timeout 30 cri "$name" --timeout 20 rmp "$id"
+	done
+	kill "${!pidvar}" 2>/dev/null
+	wait "${!pidvar}" 2>/dev/null
+	for pid in $(ps -e -o pid=,args= | awk -v a="-address $d/containerd.sock" 'index($0, a) { print $1 }'); do
+		kill -KILL "$pid"
+	done
+	for m in $(awk -v d="$d/" 'index($5, d) == 1 { print $5 }' /proc/self/mountinfo | sort -r); do
+		umount -l "$m"
+	done
+}
+
+# oci_image_tar OUT NAME CMD...: an OCI archive of setup.sh's root file system as the only layer, with CMD
+# as its command, whose image is called NAME (ctr images import).
+oci_image_tar() {
+	local out=$1 name=$2 o=$T/oci layer cfg man
+	shift 2
+	rm -rf "$o"
+	mkdir -p "$o/blobs/sha256"
+	layer=$(sha256sum "$ROOTFS_TAR" | cut -d' ' -f1)
+	cp "$ROOTFS_TAR" "$o/blobs/sha256/$layer"
+	jq -cn --arg l "sha256:$layer" --args '{architecture: "amd64", os: "linux",
+		config: {Env: ["PATH=/bin"], Cmd: $ARGS.positional}, rootfs: {type: "layers", diff_ids: [$l]}}' "$@" >"$o/config.json"
+	cfg=$(sha256sum "$o/config.json" | cut -d' ' -f1)
+	mv "$o/config.json" "$o/blobs/sha256/$cfg"
+	jq -cn --arg c "sha256:$cfg" --argjson cs "$(stat -c %s "$o/blobs/sha256/$cfg")" \
+		--arg l "sha256:$layer" --argjson ls "$(stat -c %s "$ROOTFS_TAR")" '{schemaVersion: 2,
+		mediaType: "application/vnd.oci.image.manifest.v1+json",
+		config: {mediaType: "application/vnd.oci.image.config.v1+json", digest: $c, size: $cs},
+		layers: [{mediaType: "application/vnd.oci.image.layer.v1.tar", digest: $l, size: $ls}]}' >"$o/manifest.json"
+	man=$(sha256sum "$o/manifest.json" | cut -d' ' -f1)
+	jq -cn --arg m "sha256:$man" --argjson ms "$(stat -c %s "$o/manifest.json")" --arg name "$name" \
+		'{schemaVersion: 2, manifests: [{mediaType: "application/vnd.oci.image.manifest.v1+json",
+		digest: $m, size: $ms, platform: {architecture: "amd64", os: "linux"},
+		annotations: {"io.containerd.image.name": $name}}]}' >"$o/index.json"
+	mv "$o/manifest.json" "$o/blobs/sha256/$man"
+	echo '{"imageLayoutVersion": "1.0.0"}' >"$o/oci-layout"
+	tar -C "$o" -cf "$out" oci-layout index.json blobs
+	rm -rf "$o"
+}
+
+# cri_push_images: the base and pause images into the registry, through a containerd of their own.
+cri_push_images() {
+	cri_node pusher
+	local c=(ctr --address "$T/pusher/containerd.sock" --namespace push) img
+	oci_image_tar "$T/base.tar" "$BASE_IMAGE" /bin/sh
+	oci_image_tar "$T/pause.tar" "$PAUSE_IMAGE" /bin/sleep 2147483647
+	for img in base pause; do
+		PATH=$CD2/usr/bin:$PATH "${c[@]}" images import --no-unpack "$T/$img.tar" >"$T/push.log" 2>&1 ||
+			fail "ctr images import $img failed: $(cat "$T/push.log")"
+	done
+	for img in "$BASE_IMAGE" "$PAUSE_IMAGE"; do
+		PATH=$CD2/usr/bin:$PATH "${c[@]}" images push --plain-http "$img" >"$T/push.log" 2>&1 ||
+			fail "ctr images push $img failed: $(cat "$T/push.log")"
+	done
+}
+
+# cri_pod_json NODE NAME: a pod sandbox configuration (host network) in $T/NODE/NAME-pod.json.
+cri_pod_json() {
+	local node=$1 name=$2
+	mkdir -p "$T/$node/logs/$name"
+	jq -n --arg name "$name" --arg logs "$T/$node/logs/$name" '{metadata: {name: $name, namespace: "cuda-criu-ct",
+		uid: ("uid-" + $name), attempt: 0}, log_directory: $logs,
+		linux: {cgroup_parent: "/cuda-criu-ct", security_context: {namespace_options: {network: "NODE"}}}}' \
+		>"$T/$node/$name-pod.json"
+}
+
+# cri_ctr_json NODE NAME IMAGE STATE-DIR SHELL-COMMAND: a GPU container's configuration (fake GPU: its
+# library, its daemon's directory with the device files) in $T/NODE/NAME-ctr.json. STATE-DIR is its /state.
+cri_ctr_json() {
+	local node=$1 name=$2 image=$3 state=$4 cmd=$5
+	jq -n --arg name "$name" --arg image "$image" --arg cmd "$cmd" --arg gpu "$FAKEGPU_DIR" \
+		--arg lib "$(readlink -f /lib/x86_64-linux-gnu)" --arg fake "$(dirname "$FAKE_LIB")" \
+		--arg work "$(dirname "$MEMCHECK")" --arg state "$state" --arg run "$CT_RUN" '{
+		metadata: {name: $name, attempt: 0}, image: {image: $image},
+		command: ["/bin/sh", "-c", $cmd], log_path: ($name + ".log"),
+		envs: [{key: "LD_LIBRARY_PATH", value: ("/opt/fakegpu" | @base64)}, {key: "FAKEGPU_DIR", value: ($gpu | @base64)}],
+		mounts: [{container_path: "/lib/x86_64-linux-gnu", host_path: $lib, readonly: true},
+			{container_path: "/opt/fakegpu", host_path: $fake, readonly: true},
+			{container_path: "/opt/workloads", host_path: $work, readonly: true},
+			{container_path: "/state", host_path: $state},
+			{container_path: $run, host_path: $run}]}' >"$T/$node/$name-ctr.json"
+}
+
+# cri_state NODE ID: the container's CRI state (CONTAINER_RUNNING, CONTAINER_EXITED, ...).
+cri_state() { cri "$1" ps | awk -v id="$2" '$1 == id { print $3 }'; }
+# cri_pid NODE ID: the host pid of the container's process.
+cri_pid() { cat "$T/$1/state/io.containerd.runtime.v2.task/k8s.io/$2/init.pid" 2>/dev/null; }
