@@ -29,10 +29,120 @@ wait_for "the workload to fill its device memory" 20 test -f "$T/state/src/one"
 expect_healthy "$T/state/src/one"
 log "pod $pod, container $ctr running on node1"
 
-# 2. CheckpointContainer to an archive: the container runs on.
+# 2. CheckpointContainer to an archive: the container runs on. The archive holds CRIU's images with the
+# GPU state (checkpoint/cuda-plugin.img) and CRIU's dump.log (CRIU's work directory is archived).
+before=$(state_value "$T/state/src/one" iterations)
 t0=$(date +%s%N)
 cri node1 checkpoint "$ctr" "$T/ckpt.tar" 2>"$T/checkpoint.log" || fail "CheckpointContainer: $(cat "$T/checkpoint.log")"
-log "checkpointed in $(ms_since "$t0") ms"
-tar -tf "$T/ckpt.tar" | sort >"$T/ckpt.list"
-cat "$T/ckpt.list"
+log "CheckpointContainer wrote $(du -m "$T/ckpt.tar" | cut -f1) MiB in $(ms_since "$t0") ms"
+tar -tf "$T/ckpt.tar" >"$T/ckpt.list"
+for f in checkpoint/cuda-plugin.img config.dump spec.dump status.dump dump.log; do
+	grep -qx "$f" "$T/ckpt.list" || fail "the checkpoint archive has no $f"
+done
+tar -xOf "$T/ckpt.tar" dump.log >"$T/dump.log"
+expect_summary "$T/dump.log" dump 1 "no dump summary from the plugin: is it loaded through /etc/criu/runc.conf?"
+[ -z "$(plugin_errors "$T/dump.log")" ] || fail "plugin errors in the dump log"
+[ "$(cri_state node1 "$ctr")" = CONTAINER_RUNNING ] || fail "after the checkpoint the container is $(cri_state node1 "$ctr")"
+expect_healthy "$T/state/src/one"
+# The pod has moved: node 1 stops and removes it (its GPU memory is then free again).
+cri node1 stopp "$pod" && cri node1 rmp "$pod" || fail "cannot remove the source pod"
+
+# 3. The checkpoint image, as for containerd: the archive as the only layer, the annotation
+# org.criu.checkpoint.container.name (containerd's CRI restores an image that has it), pushed.
+CKPT_IMAGE=$REGISTRY/cuda-criu-ct/gpu-checkpoint:1
+checkpoint_image "$T/ckpt.tar" "$CKPT_IMAGE"
+
+# 4. Node 2 (the fake GPU there has GPU_MIB of memory, the fake NVML's FAKENVML_TOTAL): the kubelet pulls
+# the checkpoint image, runs a new pod sandbox, creates the container from that image (containerd pulls
+# the base image the checkpoint names) and starts it, which restores it.
+state_mib=$(grep -oE "dump: 1 CUDA process\(es\), [0-9.]+ MiB of GPU state" "$T/dump.log" | grep -oE "[0-9.]+ MiB" | cut -d' ' -f1)
+GPU_MIB=$(awk -v m="$state_mib" 'BEGIN { printf "%d", m * 6 }')
+cri_node node2 LD_LIBRARY_PATH="$BUILD_DIR/tests/fakegpu/nvml" FAKENVML_TOTAL=$((GPU_MIB << 20))
+t0=$(date +%s%N)
+cri node2 pull "$CKPT_IMAGE" >"$T/pull.log" 2>&1 || fail "PullImage of the checkpoint image on node2: $(cat "$T/pull.log")"
+log "node2 pulled the checkpoint image in $(ms_since "$t0") ms"
+
+# restore_pod NAME: a pod sandbox NAME on node 2 with a container created from the checkpoint image,
+# its /state in $T/state/NAME: the workload's files as it holds them open (CRIU reopens them by path and
+# checks their size), the state file blanked for the restored workload to write again;
+# sets POD and CTR. StartContainer is left to the caller.
+restore_pod() {
+	local name=$1
+	mkdir -p "$T/state/$name"
+	cp "$T/state/src/one.err" "$T/state/$name/one.err"
+	blank_state "$T/state/$name/one"
+	cri_pod_json node2 "$name"
+	POD=$(cri node2 runp "$T/node2/$name-pod.json" 2>"$T/runp.log") || fail "RunPodSandbox $name: $(cat "$T/runp.log")"
+	cri_ctr_json node2 "$name" "$CKPT_IMAGE" "$T/state/$name" "not run: restored"
+	CTR=$(cri node2 create "$POD" "$T/node2/$name-ctr.json" "$T/node2/$name-pod.json" 2>"$T/create.log") ||
+		fail "CreateContainer $name from the checkpoint image: $(cat "$T/create.log")"
+}
+
+# restored_ok NAME ID: the container runs, its restore log has the plugin's clean summary, its workload
+# verifies its data and counts on from the checkpoint.
+restored_ok() {
+	local name=$1 id=$2 rlog
+	[ "$(cri_state node2 "$id")" = CONTAINER_RUNNING ] || fail "$name: the restored container is $(cri_state node2 "$id")"
+	rlog=$(cri_restore_log node2 "$id")
+	[ -f "$rlog" ] || fail "$name: no CRIU restore.log of container $id"
+	cp "$rlog" "$T/restore-$name.log"
+	expect_summary "$T/restore-$name.log" restore 1 "$name: no restore summary from the plugin"
+	[ -z "$(plugin_errors "$T/restore-$name.log")" ] || fail "$name: plugin errors in the restore log"
+	expect_resumed "$T/state/$name/one" "$before" "$name restored on node2"
+	[ "$(state_value "$T/state/$name/one" pid)" = 1 ] || fail "$name: the workload is not pid 1 of its container"
+}
+
+restore_pod dst
+t0=$(date +%s%N)
+cri node2 start "$CTR" 2>"$T/start.log" || fail "StartContainer (the restore) of dst: $(cat "$T/start.log")"
+log "StartContainer restored dst in $(ms_since "$t0") ms"
+restored_ok dst "$CTR"
+cri node2 inspect "$CTR" | jq -e '.annotations.restored == "true"' >/dev/null ||
+	fail "containerd does not mark the container as restored"
+cri node2 stopp "$POD" && cri node2 rmp "$POD" || fail "cannot remove pod dst"
+
+# 5. Three pods restored from the one checkpoint image at once (their StartContainer calls in parallel).
+pods=() ctrs=() starts=()
+for i in 1 2 3; do
+	restore_pod "r$i"
+	pods+=("$POD") ctrs+=("$CTR")
+done
+t0=$(date +%s%N)
+for i in 0 1 2; do
+	cri node2 start "${ctrs[$i]}" 2>"$T/start-r$((i + 1)).log" &
+	starts+=($!)
+done
+for i in 0 1 2; do
+	wait "${starts[$i]}" || fail "StartContainer of r$((i + 1)) failed: $(cat "$T/start-r$((i + 1)).log")"
+done
+log "3 pods restored at once in $(ms_since "$t0") ms"
+for i in 0 1 2; do restored_ok "r$((i + 1))" "${ctrs[$i]}"; done
+
+# 6. Another pod takes most of what is left of the GPU's memory; a fourth restore no longer fits: the
+# plugin refuses it before any driver call, StartContainer fails, and the three run on.
+hog_mib=$(awk -v g="$GPU_MIB" -v m="$state_mib" 'BEGIN { printf "%d", g - 3.5 * m }')
+mkdir -p "$T/state/hog"
+cri node2 pull "$BASE_IMAGE" >"$T/pull.log" 2>&1 || fail "PullImage on node2: $(cat "$T/pull.log")"
+cri_pod_json node2 hog
+hog_pod=$(cri node2 runp "$T/node2/hog-pod.json" 2>"$T/runp.log") || fail "RunPodSandbox hog: $(cat "$T/runp.log")"
+cri_ctr_json node2 hog "$BASE_IMAGE" "$T/state/hog" "$(memcheck_cmd one "$hog_mib")"
+hog=$(cri node2 create "$hog_pod" "$T/node2/hog-ctr.json" "$T/node2/hog-pod.json" 2>"$T/create.log") ||
+	fail "CreateContainer hog: $(cat "$T/create.log")"
+cri node2 start "$hog" 2>"$T/start.log" || fail "StartContainer hog: $(cat "$T/start.log")"
+wait_for "the hog to fill its device memory" 20 test -f "$T/state/hog/one"
+expect_healthy "$T/state/hog/one"
+restore_pod r4
+cri node2 start "$CTR" 2>"$T/start-r4.log" && fail "the restore of r4 succeeded on a GPU without room for it"
+log "StartContainer of r4 failed: $(cat "$T/start-r4.log")"
+rlog=$(cri_restore_log node2 "$CTR")
+[ -f "$rlog" ] || fail "no CRIU restore.log of r4 on node2"
+cp "$rlog" "$T/restore-r4.log"
+expect_log "$T/restore-r4.log" "Error \(cuda_plugin\): .*has [0-9.]+ MiB free now .*need [0-9.]+ MiB" \
+	"the plugin did not refuse r4 for want of GPU memory"
+[ "$(cri_state node2 "$CTR")" != CONTAINER_RUNNING ] || fail "r4 runs"
+log "r4 refused: $(grep -oE "Error \(cuda_plugin\): .*" "$T/restore-r4.log" | head -n1 | cut -c1-200)"
+for i in 1 2 3; do
+	[ "$(cri_state node2 "${ctrs[$((i - 1))]}")" = CONTAINER_RUNNING ] || fail "r$i stopped when r4 was refused"
+	expect_healthy "$T/state/r$i/one"
+done
 log PASS

@@ -157,13 +157,14 @@ cri_push_images() {
 	done
 }
 
-# cri_pod_json NODE NAME: a pod sandbox configuration (host network) in $T/NODE/NAME-pod.json.
+# cri_pod_json NODE NAME: a pod sandbox configuration in $T/NODE/NAME-pod.json: the host's network, a
+# PID namespace for each container (the kubelet's default, unless the pod sets shareProcessNamespace).
 cri_pod_json() {
 	local node=$1 name=$2
 	mkdir -p "$T/$node/logs/$name"
 	jq -n --arg name "$name" --arg logs "$T/$node/logs/$name" '{metadata: {name: $name, namespace: "cuda-criu-ct",
 		uid: ("uid-" + $name), attempt: 0}, log_directory: $logs,
-		linux: {cgroup_parent: "/cuda-criu-ct", security_context: {namespace_options: {network: "NODE"}}}}' \
+		linux: {cgroup_parent: "/cuda-criu-ct", security_context: {namespace_options: {network: "NODE", pid: "CONTAINER"}}}}' \
 		>"$T/$node/$name-pod.json"
 }
 
@@ -176,6 +177,7 @@ cri_ctr_json() {
 		--arg work "$(dirname "$MEMCHECK")" --arg state "$state" --arg run "$CT_RUN" '{
 		metadata: {name: $name, attempt: 0}, image: {image: $image},
 		command: ["/bin/sh", "-c", $cmd], log_path: ($name + ".log"),
+		linux: {security_context: {namespace_options: {network: "NODE", pid: "CONTAINER"}}},
 		envs: [{key: "LD_LIBRARY_PATH", value: ("/opt/fakegpu" | @base64)}, {key: "FAKEGPU_DIR", value: ($gpu | @base64)}],
 		mounts: [{container_path: "/lib/x86_64-linux-gnu", host_path: $lib, readonly: true},
 			{container_path: "/opt/fakegpu", host_path: $fake, readonly: true},
@@ -188,3 +190,26 @@ cri_ctr_json() {
 cri_state() { cri "$1" ps | awk -v id="$2" '$1 == id { print $3 }'; }
 # cri_pid NODE ID: the host pid of the container's process.
 cri_pid() { cat "$T/$1/state/io.containerd.runtime.v2.task/k8s.io/$2/init.pid" 2>/dev/null; }
+
+# cri_restore_log NODE ID: CRIU's restore.log of the container's last start from a checkpoint (in the
+# shim's work directory: removed with the container).
+cri_restore_log() { echo "$T/$1/root/io.containerd.runtime.v2.task/k8s.io/$2/restore.log"; }
+
+# checkpoint_image ARCHIVE IMAGE: the CRI's checkpoint archive as a checkpoint image for containerd,
+# built with buildah as Kubernetes' documentation does (the archive added to an empty image) with the
+# annotation containerd's CRI looks for, pushed to the registry and removed here.
+checkpoint_image() {
+	local archive=$1 img=$2 b t0
+	t0=$(date +%s%N)
+	b=$(buildah from scratch 2>"$T/buildah.log") || fail "buildah from scratch failed: $(cat "$T/buildah.log")"
+	on_exit "buildah rm $b"
+	on_exit "buildah rmi -f $img"
+	buildah add "$b" "$archive" / >>"$T/buildah.log" 2>&1 || fail "buildah add failed: $(cat "$T/buildah.log")"
+	buildah config --annotation=org.criu.checkpoint.container.name=gpu "$b" >>"$T/buildah.log" 2>&1 ||
+		fail "buildah config failed: $(cat "$T/buildah.log")"
+	buildah commit -q "$b" "$img" >>"$T/buildah.log" 2>&1 || fail "buildah commit failed: $(cat "$T/buildah.log")"
+	buildah push --tls-verify=false "$img" >>"$T/buildah.log" 2>&1 || fail "buildah push $img failed: $(cat "$T/buildah.log")"
+	buildah rm "$b" >/dev/null 2>&1
+	buildah rmi -f "$img" >/dev/null 2>&1
+	log "checkpoint image $img built and pushed in $(($(($(date +%s%N) - t0)) / 1000000)) ms"
+}
