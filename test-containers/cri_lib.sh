@@ -39,11 +39,37 @@ cri_setup() {
 		fail "cannot generate the CRI client: $(cat "$T/cri-gen.log")"
 	mkdir -p "$T/bin"
 	ln -sf "$CRIU" "$T/bin/criu"
+	keep_logs_wrapper "$T/bin/runc-keep-logs" "$T/criu-logs"
 	criu_conf_setup
 	registry_start
 	BASE_IMAGE=$REGISTRY/cuda-criu-ct/base:test
 	PAUSE_IMAGE=$REGISTRY/cuda-criu-ct/pause:test
 	cri_push_images
+}
+
+# keep_logs_wrapper FILE DIR: FILE, the runtime binary of the nodes (BinaryName in the runc runtime's
+# options): runc, which keeps CRIU's log of a checkpoint or restore that fails as DIR/ID-checkpoint.log or
+# DIR/ID-restore.log. containerd's shim removes CRIU's work directory of a failed restore with the task,
+# and its error only names that file; docs/containers.md gives the same wrapper for a node.
+keep_logs_wrapper() {
+	cat >"$1" <<EOW
+#!/bin/bash
+cmd="" work="" prev="" id=""
+for a in "\$@"; do
+	[ "\$prev" = --work-path ] && work=\$a
+	case "\$a" in checkpoint | restore) [ -n "\$cmd" ] || cmd=\$a ;; esac
+	prev=\$a id=\$a
+done
+rc=0
+$(command -v runc) "\$@" || rc=\$?
+if [ \$rc != 0 ] && [ -n "\$cmd" ] && [ -n "\$work" ]; then
+	log=\$work/dump.log
+	[ "\$cmd" = restore ] && log=\$work/restore.log
+	mkdir -p "$2" && cp "\$log" "$2/\$id-\$cmd.log"
+fi
+exit \$rc
+EOW
+	chmod +x "$1"
 }
 
 # cri_node NAME [VAR=VALUE...]: a containerd 2.1 of its own, stopped at exit with all it ran; the
@@ -78,7 +104,7 @@ disabled_plugins = ["io.containerd.internal.v1.opt", "io.containerd.nri.v1.nri",
       runtime_type = "io.containerd.runc.v2"
       [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc.options]
         Root = "$d/runc"
-        BinaryName = "${CRI_RUNC:-runc}"
+        BinaryName = "$T/bin/runc-keep-logs"
   [plugins.'io.containerd.cri.v1.runtime'.cni]
     bin_dir = "/usr/lib/cni"
     conf_dir = "$d/cni"
@@ -95,21 +121,27 @@ EOF
 }
 
 # At exit: every pod of the node stopped and removed through the CRI (each call bounded), containerd
-# stopped, any shim or container process of it left killed, its mounts unmounted.
+# stopped, any container, shim or mount of it left removed, then the pods' cgroups.
 cri_node_stop() {
 	local name=$1 d=$T/$1 id pid m pidvar=CRI_PID_$1
-	for id in $(timeout 30 cri "$name" --timeout 20 pods 2>/dev/null | awk '{ print $1 }'); do
-		timeout 30 cri "$name" --timeout 20 stopp "$id"
-		timeout 30 cri "$name" --timeout 20 rmp "$id"
+	local c=(timeout 30 /usr/bin/python3 "$CRI_PY" --gen "$CRI_GEN" --socket "$d/containerd.sock" --timeout 20)
+	for id in $("${c[@]}" pods 2>/dev/null | awk '{ print $1 }'); do
+		"${c[@]}" stopp "$id"
+		"${c[@]}" rmp "$id"
 	done
 	kill "${!pidvar}" 2>/dev/null
 	wait "${!pidvar}" 2>/dev/null
+	for id in $(runc --root "$d/runc/k8s.io" list -q 2>/dev/null); do
+		runc --root "$d/runc/k8s.io" kill "$id" KILL
+		runc --root "$d/runc/k8s.io" delete -f "$id"
+	done
 	for pid in $(ps -e -o pid=,args= | awk -v a="-address $d/containerd.sock" 'index($0, a) { print $1 }'); do
 		kill -KILL "$pid"
 	done
 	for m in $(awk -v d="$d/" 'index($5, d) == 1 { print $5 }' /proc/self/mountinfo | sort -r); do
 		umount -l "$m"
 	done
+	rmdir /sys/fs/cgroup/*/cuda-criu-ct/*/ /sys/fs/cgroup/*/cuda-criu-ct
 }
 
 # oci_image_tar OUT NAME CMD...: an OCI archive of setup.sh's root file system as the only layer, with CMD
@@ -191,8 +223,8 @@ cri_state() { cri "$1" ps | awk -v id="$2" '$1 == id { print $3 }'; }
 # cri_pid NODE ID: the host pid of the container's process.
 cri_pid() { cat "$T/$1/state/io.containerd.runtime.v2.task/k8s.io/$2/init.pid" 2>/dev/null; }
 
-# cri_restore_log NODE ID: CRIU's restore.log of the container's last start from a checkpoint (in the
-# shim's work directory: removed with the container).
+# cri_restore_log NODE ID: CRIU's restore.log of the container's start from a checkpoint that succeeded
+# (in the shim's work directory: removed with the container).
 cri_restore_log() { echo "$T/$1/root/io.containerd.runtime.v2.task/k8s.io/$2/restore.log"; }
 
 # checkpoint_image ARCHIVE IMAGE: the CRI's checkpoint archive as a checkpoint image for containerd,
