@@ -20,7 +20,7 @@ FIGURES = [
     ("zero_pct", None), ("gpu_files", None), ("write_gbps", None), ("gpu_files_gib", None),
     ("gpu_files_alloc_gib", None), ("restore_unlock_s", None), ("driver_load_s", None), ("gpu_check_s", None),
     ("dump_rss0_gib", None), ("dump_peak_rss_gib", None), ("dump_cache_gib", None), ("restore_peak_rss_gib", None),
-    ("restore_cache_gib", None), ("preflight_gib", None), ("own_lock_ms", None), ("own_ckpt_ms", None),
+    ("restore_cache_gib", None), ("restore_shmem_gib", None), ("restore_shmem_after_gib", None), ("preflight_gib", None), ("own_lock_ms", None), ("own_ckpt_ms", None),
     ("own_restore_ms", None), ("criu_restore_cold_s", None), ("device_restore_cold_s", None), ("restore_cold_to_ready_s", None),
     ("restore_unlock_cold_s", None), ("gpu_check_cold_s", None), ("sync_s", None), ("start_s", None),
     ("trip_s", None), ("cold_read_gib", None),

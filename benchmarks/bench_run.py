@@ -233,13 +233,15 @@ def resident(pid):
 
 
 class MemSampler:
-    """While a dump or a restore runs: the resident memory of the workload's processes (their sum) and the
-    host's page cache (Cached), every 50 ms. Their peaks say what a checkpoint costs the host's memory."""
+    """While a dump or a restore runs: the resident memory of the workload's processes (their sum), the
+    host's page cache (Cached) and its shared memory (Shmem: a compressed image's decoded GPU state), every
+    50 ms. Their peaks say what a checkpoint costs the host's memory; Shmem once done, what it keeps."""
 
     def __init__(self, pids):
         self.pids = list(pids)
         self.rss0 = self.peak_rss = sum(resident(p) for p in self.pids)
         self.cache0 = self.peak_cache = meminfo("Cached")
+        self.shmem0 = self.peak_shmem = meminfo("Shmem")
         self.done = threading.Event()
         self.thread = threading.Thread(target=self._run, daemon=True)
         self.thread.start()
@@ -248,12 +250,15 @@ class MemSampler:
         while not self.done.wait(0.05):
             self.peak_rss = max(self.peak_rss, sum(resident(p) for p in self.pids))
             self.peak_cache = max(self.peak_cache, meminfo("Cached"))
+            self.peak_shmem = max(self.peak_shmem, meminfo("Shmem"))
 
     def stop(self, prefix):
         self.done.set()
         self.thread.join()
         return {f"{prefix}_rss0_gib": self.rss0 / GIB, f"{prefix}_peak_rss_gib": self.peak_rss / GIB,
-                f"{prefix}_cache_gib": (self.peak_cache - self.cache0) / GIB}
+                f"{prefix}_cache_gib": (self.peak_cache - self.cache0) / GIB,
+                f"{prefix}_shmem_gib": (self.peak_shmem - self.shmem0) / GIB,
+                f"{prefix}_shmem_after_gib": (meminfo("Shmem") - self.shmem0) / GIB}
 
 
 TMPFS = "/dev/shm/cuda-criu-bench"
@@ -519,6 +524,8 @@ def round_trip(variant, scenario, rnd, cold_too):
            + (f", cold {r['restore_cold_s']:.2f} s" if "restore_cold_s" in r else "")
            + f", image {r['image_gib']:.2f} GiB ({r['image_alloc_gib']:.2f} allocated, {r['image_fs']}), data verified"
            + f"; peak RSS {r['dump_peak_rss_gib']:.1f} GiB, page cache +{r['dump_cache_gib']:.1f} GiB"
+           + (f"; restore: page cache +{r['restore_cache_gib']:.1f} GiB, shared memory +{r['restore_shmem_gib']:.1f} GiB "
+              f"at most, +{r['restore_shmem_after_gib']:.1f} GiB once done" if "restore_shmem_gib" in r else "")
            + f"; {r['trip_s']:.0f} s")
     log(msg)
     return r

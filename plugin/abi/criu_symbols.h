@@ -33,6 +33,8 @@ struct CriuSymbols {
 	// Without it the plugin writes its GPU image into the restored processes.
 	int (*restore_map_file)(int pid, unsigned long start, unsigned long end, const char *name,
 				unsigned long offset) = nullptr;
+	// Set by criu-patches/0008: the same from a file the plugin holds open (a memfd); 0 or -errno.
+	int (*restore_map_fd)(int pid, unsigned long start, unsigned long end, int fd, unsigned long offset) = nullptr;
 
 	// Set by criu-patches/0007: a dump that succeeded is reported failed once the plugin sets it (its
 	// exit hook could not return a task to the state it was found in). Without it CRIU says success.

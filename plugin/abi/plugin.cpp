@@ -197,6 +197,10 @@ CriuRestoreCalls restore_calls(const CriuSymbols &criu)
 	if (criu.restore_map_file)
 		calls.map_file = [f = criu.restore_map_file](int pid, uint64_t start, uint64_t end, const char *name,
 							     uint64_t off) { return f(pid, start, end, name, off); };
+	if (criu.restore_map_fd)
+		calls.map_fd = [f = criu.restore_map_fd](int pid, uint64_t start, uint64_t end, int fd, uint64_t off) {
+			return f(pid, start, end, fd, off);
+		};
 	return calls;
 }
 

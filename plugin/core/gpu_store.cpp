@@ -1,6 +1,7 @@
 #include "core/gpu_store.h"
 
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -36,6 +37,7 @@ struct Piece {
 	uint64_t addr = 0;
 	uint32_t len = 0;
 	const GpuChunk *chunk = nullptr; // load only
+	uint8_t *decoded = nullptr;      // load only: where a compressed chunk is decoded (GpuLoadTarget::decoded)
 };
 
 // [first, last) piece indices of each of n slices of about equal bytes, in order.
@@ -396,8 +398,11 @@ Status load_gpu_state(Host &host, int dir_fd, const GpuImageIndex &index, const 
 		const GpuProcessChunks *p = index.find(targets[t].ns_pid);
 		if (!p)
 			continue;
-		for (const GpuChunk &c : p->chunks) {
-			pieces.push_back({t, c.addr, c.len, &c});
+		std::vector<uint64_t> decoded_at = p->decoded_offsets();
+		for (size_t i = 0; i < p->chunks.size(); i++) {
+			const GpuChunk &c = p->chunks[i];
+			uint8_t *decoded = targets[t].decoded && c.compressed() ? targets[t].decoded + decoded_at[i] : nullptr;
+			pieces.push_back({t, c.addr, c.len, &c, decoded});
 			total += c.len;
 		}
 	}
@@ -421,6 +426,10 @@ Status load_gpu_state(Host &host, int dir_fd, const GpuImageIndex &index, const 
 						const Piece &p = pieces[i];
 						const GpuChunk &c = *p.chunk;
 						const GpuLoadTarget &t = targets[p.target];
+						// Decoded straight into the memory CRIU maps, or into buf.
+						uint8_t *out = p.decoded ? p.decoded : reinterpret_cast<uint8_t *>(buf.data());
+						if (p.decoded) // its pages allocated in one call, not a fault each (before 5.14: faults)
+							(void)madvise(p.decoded, c.len, MADV_POPULATE_WRITE);
 						Status st;
 						if (index.criu_pages) {
 							st = host.read_memory(t.pid, c.addr, buf.data(), c.len);
@@ -430,8 +439,7 @@ Status load_gpu_state(Host &host, int dir_fd, const GpuImageIndex &index, const 
 							stored.resize(c.stored_len);
 							st = readers[c.file].read(c.offset, stored.data(), c.stored_len);
 							if (st)
-								if (Status d = codec.decode(c.encoding, stored.data(), c.stored_len,
-											    reinterpret_cast<uint8_t *>(buf.data()), c.len);
+								if (Status d = codec.decode(c.encoding, stored.data(), c.stored_len, out, c.len);
 								    !d)
 									st = make_error(EBADMSG,
 											"GPU state at %#" PRIx64 " (%u bytes, %s in %u bytes) in "
@@ -442,7 +450,7 @@ Status load_gpu_state(Host &host, int dir_fd, const GpuImageIndex &index, const 
 											readers[c.file].name().c_str(), c.offset,
 											d.error().message().c_str());
 						}
-						uint32_t crc = st ? crc32c(buf.data(), c.len) : c.crc;
+						uint32_t crc = st ? crc32c(out, c.len) : c.crc;
 						if (crc != c.crc && index.criu_pages)
 							st = make_error(EBADMSG,
 									"GPU state at %#" PRIx64 " (%u bytes), as CRIU restored it from its "
@@ -456,9 +464,9 @@ Status load_gpu_state(Host &host, int dir_fd, const GpuImageIndex &index, const 
 									"is damaged; restore from an intact copy (cuda-criu inspect "
 									"--verify checks one)",
 									c.addr, c.len, readers[c.file].name().c_str(), c.offset, crc, c.crc);
-						// A chunk in a parent's file, or compressed, is never mapped by CRIU: always written
-						// into a restored process.
-						if (st && !index.criu_pages && t.pid &&
+						// A chunk in a parent's file, or compressed and not decoded into memory CRIU maps, is
+						// never mapped by CRIU: always written into a restored process.
+						if (st && !index.criu_pages && t.pid && !p.decoded &&
 						    (t.write || index.files[c.file].parent_depth || c.compressed()))
 							st = host.write_memory(t.pid, c.addr, buf.data(), c.len);
 						if (!st && !t.pid) {

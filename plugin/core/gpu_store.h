@@ -44,11 +44,13 @@ Result<GpuImageIndex> checksum_gpu_state(Host &host, const std::vector<GpuSaveTa
 					 unsigned threads, uint32_t chunk_bytes = kGpuChunkBytes);
 
 // A restored process and its pid in the image; write: put the chunks into it (false: CRIU mapped them
-// from the data files, they are only checked).
+// from the data files, they are only checked). decoded: its compressed chunks are decoded there (at
+// GpuProcessChunks::decoded_offsets), into memory CRIU maps into the process, and never written.
 struct GpuLoadTarget {
 	pid_t pid = 0;
 	pid_t ns_pid = 0;
 	bool write = true;
+	uint8_t *decoded = nullptr;
 };
 
 // Opens every data file of the index (present, whole, of this dump): the checks a restore can make

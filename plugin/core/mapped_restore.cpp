@@ -1,5 +1,6 @@
 #include "core/mapped_restore.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cinttypes>
 #include <cstring>
@@ -51,11 +52,33 @@ size_t request_mapped_restore(const ImageRecord &image, bool enabled, const MapF
 	return asked;
 }
 
-std::set<int> request_mapped_gpu_image(const GpuImageIndex &index, bool enabled, const MapFile &map)
+namespace {
+
+// A run of a process's GPU image that CRIU maps: from a data file of the image, or from the memory its
+// compressed chunks are decoded into (file kDecoded).
+struct Run {
+	static constexpr uint32_t kDecoded = UINT32_MAX;
+	uint64_t start, end, offset;
+	uint32_t file;
+};
+
+void add_run(std::vector<Run> &runs, uint64_t addr, uint32_t len, uint64_t offset, uint32_t file)
+{
+	if (!runs.empty() && runs.back().end == addr && runs.back().file == file &&
+	    runs.back().offset + (runs.back().end - runs.back().start) == offset)
+		runs.back().end += len;
+	else
+		runs.push_back({addr, addr + len, offset, file});
+}
+
+} // namespace
+
+MappedGpuImage request_mapped_gpu_image(const GpuImageIndex &index, bool enabled, const MapFile &map,
+					const MapFd &map_fd)
 {
 	// Each run splits a vma in the restored process: stay far below vm.max_map_count.
 	constexpr size_t kMaxRuns = 4096;
-	std::set<int> mapped;
+	MappedGpuImage mapped;
 	if (!enabled || !map) {
 		LOG_INFO("the GPU image is written into the processes by the plugin: %s",
 			 !enabled ? "mapping it is off (CUDA_CRIU_MAP_IMAGE=off)"
@@ -63,22 +86,30 @@ std::set<int> request_mapped_gpu_image(const GpuImageIndex &index, bool enabled,
 		return mapped;
 	}
 	for (const GpuProcessChunks &p : index.processes) {
-		struct Run {
-			uint64_t start, end, offset;
-			uint32_t file;
-		};
+		bool in_parent = std::any_of(p.chunks.begin(), p.chunks.end(),
+					     [&](const GpuChunk &c) { return index.files[c.file].parent_depth != 0; });
+		// Compressed chunks are decoded into memory CRIU maps, on a CRIU that maps a plugin's memory and
+		// for a process the plugin does not write into anyway (chunks in a parent image's files).
+		std::shared_ptr<MemFile> decoded;
+		if (uint64_t bytes = p.decoded_bytes(); bytes && map_fd && !in_parent) {
+			auto f = MemFile::create(format("cuda-criu-gpu-%d", p.ns_pid), bytes);
+			if (f)
+				decoded = std::make_shared<MemFile>(std::move(*f));
+			else
+				LOG_WARN("pid %d: %s; the plugin writes its compressed GPU state into the process instead",
+					 p.ns_pid, f.error().message().c_str());
+		}
+		std::vector<uint64_t> decoded_at = p.decoded_offsets();
 		std::vector<Run> runs;
 		uint64_t written_by_plugin = 0;
-		for (const GpuChunk &c : p.chunks) {
-			if (index.files[c.file].parent_depth || c.compressed()) { // written by the plugin, never mapped
+		for (size_t i = 0; i < p.chunks.size(); i++) {
+			const GpuChunk &c = p.chunks[i];
+			if (index.files[c.file].parent_depth || (c.compressed() && !decoded)) // written by the plugin
 				written_by_plugin += c.len;
-				continue;
-			}
-			if (!runs.empty() && runs.back().end == c.addr && runs.back().file == c.file &&
-			    runs.back().offset + (runs.back().end - runs.back().start) == c.offset)
-				runs.back().end += c.len;
+			else if (c.compressed())
+				add_run(runs, c.addr, c.len, decoded_at[i], Run::kDecoded);
 			else
-				runs.push_back({c.addr, c.addr + c.len, c.offset, c.file});
+				add_run(runs, c.addr, c.len, c.offset, c.file);
 		}
 		if (runs.empty())
 			continue;
@@ -89,22 +120,34 @@ std::set<int> request_mapped_gpu_image(const GpuImageIndex &index, bool enabled,
 			continue;
 		}
 		bool all = true;
-		for (const Run &r : runs)
-			if (int rc = map(p.ns_pid, r.start, r.end, index.files[r.file].name.c_str(), r.offset); rc < 0) {
+		for (const Run &r : runs) {
+			bool mem = r.file == Run::kDecoded;
+			const char *from = mem ? "the memory its compressed chunks are decoded into" : index.files[r.file].name.c_str();
+			int rc = mem ? map_fd(p.ns_pid, r.start, r.end, decoded->fd(), r.offset)
+				     : map(p.ns_pid, r.start, r.end, from, r.offset);
+			if (rc < 0) {
 				LOG_WARN("pid %d: CRIU refused to map %#" PRIx64 "-%#" PRIx64 " from %s (%s); the plugin writes "
 					 "its GPU state into the process instead",
-					 p.ns_pid, r.start, r.end, index.files[r.file].name.c_str(), std::strerror(-rc));
+					 p.ns_pid, r.start, r.end, from, std::strerror(-rc));
 				all = false;
 				break;
 			}
-		if (all) {
-			mapped.insert(p.ns_pid);
-			LOG_INFO("pid %d: asking CRIU to map its GPU image (%.1f MiB in %zu run(s)) from the plugin's files%s",
-				 p.ns_pid, static_cast<double>(p.stored_bytes() - written_by_plugin) / (1 << 20), runs.size(),
-				 written_by_plugin ? format("; %.1f MiB compressed or in the parent image are written by the plugin",
-						      static_cast<double>(written_by_plugin) / (1 << 20)).c_str()
-					     : "");
 		}
+		if (!all)
+			continue;
+		mapped.processes.insert(p.ns_pid);
+		if (decoded)
+			mapped.decoded.emplace(p.ns_pid, decoded);
+		uint64_t from_memory = decoded ? decoded->bytes() : 0;
+		LOG_INFO("pid %d: asking CRIU to map its GPU image (%.1f MiB in %zu run(s)) from the plugin's files%s%s",
+			 p.ns_pid, static_cast<double>(p.stored_bytes() - written_by_plugin) / (1 << 20), runs.size(),
+			 from_memory ? format(" and %.1f MiB from the memory its compressed chunks are decoded into while CRIU "
+					      "restores",
+					      static_cast<double>(from_memory) / (1 << 20)).c_str()
+				     : "",
+			 written_by_plugin ? format("; %.1f MiB compressed or in the parent image are written by the plugin",
+						    static_cast<double>(written_by_plugin) / (1 << 20)).c_str()
+					   : "");
 	}
 	return mapped;
 }

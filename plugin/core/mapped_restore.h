@@ -8,6 +8,8 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
+#include <memory>
 #include <set>
 #include <string>
 #include <vector>
@@ -15,6 +17,7 @@
 #include "image/gpu_image.h"
 #include "image/record.h"
 #include "os/maps.h"
+#include "os/mem_file.h"
 
 namespace cuda_criu {
 
@@ -30,10 +33,24 @@ size_t request_mapped_restore(const ImageRecord &image, bool enabled, const MapF
 // a CRIU without it.
 using MapFile = std::function<int(int pid, uint64_t start, uint64_t end, const char *name, uint64_t offset)>;
 
+// CRIU's criu_restore_map_fd(pid, start, end, fd, offset) (criu-patches/0008): 0 or -errno. Empty on a
+// CRIU without it.
+using MapFd = std::function<int(int pid, uint64_t start, uint64_t end, int fd, uint64_t offset)>;
+
+// What CRIU maps of a GPU image the plugin stored itself.
+struct MappedGpuImage {
+	std::set<int> processes; // image pids (in their namespaces) whose chunks CRIU maps; the plugin writes
+				 // the others' itself, and chunks in a parent image's files always
+	// Image pid -> the memory its compressed chunks are decoded into (GpuProcessChunks::decoded_offset),
+	// which CRIU maps from the file the plugin holds: to be filled before the driver's restore reads it.
+	std::map<int, std::shared_ptr<MemFile>> decoded;
+};
+
 // For an image whose GPU state the plugin stored itself: asks CRIU to map each process's stored chunks
-// (merged into runs) from the plugin's data files, where `enabled` and CRIU allow. Returns the image pids
-// (in their namespaces) whose chunks are all mapped; the plugin writes the others' itself.
-std::set<int> request_mapped_gpu_image(const GpuImageIndex &index, bool enabled, const MapFile &map);
+// (merged into runs) where `enabled` and CRIU allow: raw chunks from the plugin's data files, compressed
+// ones from memory they are to be decoded into (with map_fd, for a process without chunks in a parent image).
+MappedGpuImage request_mapped_gpu_image(const GpuImageIndex &index, bool enabled, const MapFile &map,
+					const MapFd &map_fd);
 
 // After the driver restored pid: the mappings of the image's pages files (in image_dir) it still holds.
 // The driver normally unmaps its copy; one it kept ties the process to the image (see docs).

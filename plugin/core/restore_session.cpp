@@ -280,7 +280,14 @@ void RestoreSession::restore_batch(const std::vector<pid_t> &candidates)
 				failed(pids_of(jobs), checked.get().error(), true); // before any driver call
 				jobs.clear();
 			}
-			if (!mapped_check_ready_before_driver_)
+			size_t wait = std::count_if(mapped_by_criu.begin(), mapped_by_criu.end(), [&](const GpuLoadTarget &t) {
+				return load_gpu_.decoded && load_gpu_.decoded(t.ns_pid);
+			});
+			if (!mapped_check_ready_before_driver_ && wait)
+				LOG_INFO("the GPU image CRIU maps: still being read; the driver restores %zu process(es) once their "
+					 "compressed GPU state is decoded, and unlocks none before the whole image has passed",
+					 wait);
+			else if (!mapped_check_ready_before_driver_)
 				LOG_INFO("%s", "the GPU image CRIU maps: its check runs on while the driver restores; no process is "
 					       "unlocked before it has passed");
 			else if (!jobs.empty())
@@ -288,11 +295,19 @@ void RestoreSession::restore_batch(const std::vector<pid_t> &candidates)
 					 seconds(mapped_check_us_->load()).c_str());
 		}
 		for (ProcJob &j : jobs) {
-			j.call = [pid = j.pid, p = *pairs, checked, held = reservations_, ns_pid = outcomes_[j.pid].ns_pid](
-					 Driver &d) -> Status {
+			pid_t ns_pid = outcomes_[j.pid].ns_pid;
+			bool decoded = load_gpu_.decoded && load_gpu_.decoded(ns_pid);
+			j.call = [pid = j.pid, p = *pairs, checked, held = reservations_, ns_pid, decoded,
+				  release = load_gpu_.release_decoded](Driver &d) -> Status {
+				// The driver reads memory CRIU maps from what the check decodes: only once it is whole.
+				if (decoded && checked.valid())
+					if (Status st = checked.get(); !st)
+						return st;
 				Status st = d.restore(pid, p);
 				if (held) // what it allocated shows in the free memory now
 					held->settle(ns_pid);
+				if (st && decoded)
+					release(ns_pid, pid);
 				if (st && checked.valid()) // the process stays locked until its chunks have passed
 					st = checked.get();
 				if (st)

@@ -37,10 +37,16 @@ namespace cuda_criu {
 //   reads only those files, so it starts as soon as CRIU has forked the tasks (POST_FORKING) and runs on
 //   threads of its own while CRIU restores memory and, if it is not done by then, while the driver
 //   restores; no process is unlocked before it has passed. Empty when CRIU maps nothing.
+// - decoded(ns_pid): whether CRIU maps that process's compressed chunks from memory check_mapped decodes
+//   them into: its driver's restore waits for the check.
+// - release_decoded(ns_pid, pid): once the driver restored pid, gives that memory back (where pid no
+//   longer maps it).
 struct GpuImageLoad {
 	std::function<Status(const std::vector<GpuLoadTarget> &targets)> run;
 	std::function<bool(pid_t ns_pid)> handled_before_restore;
 	std::function<Status(const std::atomic<bool> &cancel)> check_mapped;
+	std::function<bool(pid_t ns_pid)> decoded;
+	std::function<void(pid_t ns_pid, pid_t pid)> release_decoded;
 
 	explicit operator bool() const { return static_cast<bool>(run); }
 	Status operator()(const std::vector<GpuLoadTarget> &targets) const { return run(targets); }

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cinttypes>
 #include <memory>
 #include <set>
 #include <string>
@@ -65,39 +66,42 @@ Result<GpuImageLoad> prepare_gpu_image(const Options &options, Host &host, const
 		return make_error(EINVAL, "cannot restore: %s belongs to another dump (GPU image id %s, %s names %s): the "
 					  "image directory mixes files of two dumps",
 				  kGpuIndexFileName, idx->id.c_str(), kImageFileName, id.c_str());
-	std::set<int> mapped_processes; // ns pids whose chunks CRIU maps
+	auto mapped = std::make_shared<MappedGpuImage>(); // what CRIU maps
 	if (data) {
 		if (auto st = check_gpu_files(dir, *idx); !st)
 			return std::move(st).error().context("%s", "cannot restore: the GPU image is incomplete");
-		mapped_processes = request_mapped_gpu_image(*idx, options.map_image, criu.map_file);
-		maps_image = !mapped_processes.empty();
+		*mapped = request_mapped_gpu_image(*idx, options.map_image, criu.map_file, criu.map_fd);
+		maps_image = !mapped->processes.empty();
 	}
+	const std::set<int> &mapped_processes = mapped->processes;
 	uint64_t bytes = 0;
 	for (const GpuProcessChunks &p : idx->processes)
 		bytes += p.stored_bytes();
 	unsigned threads = gpu_io_threads(options.io_threads, bytes);
 	Host *h = &host; // outlives the restore session
 	// The plugin writes a process's chunks unless CRIU maps them; chunks in a parent's files (an
-	// incremental dump) and compressed ones are written always (core/mapped_restore.h).
+	// incremental dump) are written always, compressed ones unless decoded into memory CRIU maps
+	// (core/mapped_restore.h).
 	std::set<int> written_by_plugin;
 	for (const GpuProcessChunks &p : idx->processes)
 		for (const GpuChunk &c : p.chunks)
-			if (data && (idx->files[c.file].parent_depth || c.compressed())) // checksums only: no files
-				written_by_plugin.insert(p.ns_pid);
+			if (data && (idx->files[c.file].parent_depth || (c.compressed() && !mapped->decoded.count(p.ns_pid))))
+				written_by_plugin.insert(p.ns_pid); // checksums only: no files
 	auto handled_before_restore = [data, mapped_processes, written_by_plugin](pid_t ns_pid) {
 		return !data || !mapped_processes.count(ns_pid) || written_by_plugin.count(ns_pid);
 	};
-	GpuImageLoad load{[idx, dir, h, threads, mapped_processes](const std::vector<GpuLoadTarget> &targets) {
+	GpuImageLoad load{[idx, dir, h, threads, mapped](const std::vector<GpuLoadTarget> &targets) {
 				  std::vector<GpuLoadTarget> t = targets;
 				  for (GpuLoadTarget &x : t)
-					  x.write = !mapped_processes.count(x.ns_pid);
+					  x.write = !mapped->processes.count(x.ns_pid);
 				  return load_gpu_state(*h, dir, *idx, t, threads);
 			  },
-			  handled_before_restore, {}};
-	// Checked from POST_FORKING on, while CRIU restores memory: what CRIU maps, and the processes with
-	// compressed chunks, which the plugin writes only after CRIU is done: read (and decoded and checked) now,
-	// a cold image's reading overlaps CRIU's own instead of following it; the write reads them again from
-	// the page cache. No pid yet: only read from the files (the host is never used).
+			  handled_before_restore, {}, {}, {}};
+	// Checked from POST_FORKING on, while CRIU restores memory: what CRIU maps (compressed chunks decoded
+	// into the memory it maps from), and the processes with compressed chunks the plugin writes only after
+	// CRIU is done: read (and decoded and checked) now, a cold image's reading overlaps CRIU's own instead
+	// of following it; the write reads them again from the page cache. No pid yet: only read from the
+	// files (the host is never used).
 	std::vector<GpuLoadTarget> checked_early;
 	for (const GpuProcessChunks &p : idx->processes)
 		if (!handled_before_restore(p.ns_pid) ||
@@ -106,9 +110,36 @@ Result<GpuImageLoad> prepare_gpu_image(const Options &options, Host &host, const
 	// One thread fewer than a restore's readers: CRIU restores memory meanwhile.
 	unsigned check_threads = threads > 1 ? threads - 1 : 1;
 	if (!checked_early.empty())
-		load.check_mapped = [idx, dir, h, check_threads, checked_early](const std::atomic<bool> &cancel) {
-			return load_gpu_state(*h, dir, *idx, checked_early, check_threads, &cancel);
+		load.check_mapped = [idx, dir, h, check_threads, checked_early, mapped](const std::atomic<bool> &cancel) -> Status {
+			std::vector<GpuLoadTarget> t = checked_early;
+			for (GpuLoadTarget &x : t)
+				if (auto d = mapped->decoded.find(x.ns_pid); d != mapped->decoded.end()) {
+					if (Status st = d->second->map(); !st)
+						return std::move(st).error().context("process %d of the image", x.ns_pid);
+					x.decoded = d->second->data();
+				}
+			Status st = load_gpu_state(*h, dir, *idx, t, check_threads, &cancel);
+			for (auto &[ns_pid, memory] : mapped->decoded)
+				memory->unmap(); // CRIU's mapping of it in the process stays
+			return st;
 		};
+	if (!mapped->decoded.empty()) {
+		load.decoded = [mapped](pid_t ns_pid) { return mapped->decoded.count(ns_pid) != 0; };
+		load.release_decoded = [mapped, h](pid_t ns_pid, pid_t pid) {
+			auto d = mapped->decoded.find(ns_pid);
+			if (d == mapped->decoded.end())
+				return;
+			MemFile &memory = *d->second;
+			for (const Mapping &m : h->memory_map(pid))
+				if (m.inode == memory.inode() && m.path.rfind("/memfd:", 0) == 0) {
+					LOG_WARN("pid %d still maps its decoded GPU state after the driver restored it (%#" PRIx64
+						 "-%#" PRIx64 "): those %s of memory stay in use while it runs",
+						 pid, m.start, m.end, human_bytes(memory.bytes()).c_str());
+					return;
+				}
+			memory.free_memory();
+		};
+	}
 	return load;
 }
 

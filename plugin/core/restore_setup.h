@@ -30,6 +30,7 @@ struct CriuRestoreCalls {
 	std::function<bool(const char *name)> take_from_inventory;
 	MapFromImage map_from_image; // criu-patches/0002
 	MapFile map_file;            // criu-patches/0005
+	MapFd map_fd;                // criu-patches/0008
 };
 
 struct RestoreSetup {

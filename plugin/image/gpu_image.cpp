@@ -129,6 +129,25 @@ uint64_t GpuProcessChunks::stored_bytes() const
 	return n;
 }
 
+std::vector<uint64_t> GpuProcessChunks::decoded_offsets() const
+{
+	std::vector<uint64_t> at;
+	uint64_t n = 0;
+	for (const GpuChunk &c : chunks) {
+		at.push_back(n);
+		n += c.compressed() ? c.len : 0;
+	}
+	return at;
+}
+
+uint64_t GpuProcessChunks::decoded_bytes() const
+{
+	uint64_t n = 0;
+	for (const GpuChunk &c : chunks)
+		n += c.compressed() ? c.len : 0;
+	return n;
+}
+
 const GpuProcessChunks *GpuImageIndex::find(int ns_pid) const
 {
 	for (const GpuProcessChunks &p : processes)

@@ -53,6 +53,11 @@ struct GpuProcessChunks {
 	std::vector<GpuChunk> chunks; // sorted by address
 	uint64_t zero_bytes = 0;      // bytes of the checkpoint ranges in all-zero chunks (not stored)
 	uint64_t stored_bytes() const;
+	// Compressed chunks decoded into memory of their own (a restore's, CRIU maps it): one after the
+	// other in index order, each at its length. Each chunk's offset there (meaningful for compressed
+	// ones), and the total.
+	std::vector<uint64_t> decoded_offsets() const;
+	uint64_t decoded_bytes() const;
 };
 
 struct GpuDataFile {

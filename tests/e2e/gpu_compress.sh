@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The GPU image compressed (compress=zstd; docs/gpu-image.md, "Compression"): a fake-GPU workload whose
 # device memory holds bf16-like weights and zeros is dumped with CUDA_CRIU_COMPRESS=zstd; the dump's summary
-# and cuda-criu inspect give the ratio, --verify decodes and checks every chunk, and the restore writes the
-# chunks back with the data verified. Then damaged copies, each refused by name (file, offset) before any
+# and cuda-criu inspect give the ratio, --verify decodes and checks every chunk, and the restore decodes the
+# chunks into memory CRIU maps into the process (or, with mapping off, writes them), the data verified. Then damaged copies, each refused by name (file, offset) before any
 # process runs, nothing left running: a flipped byte in a compressed chunk, a chunk cut short, a stored
 # length and an encoding that lie, a chunk that declares more than the 2 MiB chunk size (a decompression
 # bomb). Incremental dumps across compressed and raw images: tests/unit/gpu_incremental_test.cpp.
@@ -31,8 +31,25 @@ restore "$T/img" || fail "restore of the compressed image failed"
 expect_summary "$T/restore.log" restore 1 "no clean restore summary"
 alive "$pid" && [ "$(cuda_state "$pid")" = running ] || fail "pid $pid not running after the restore"
 expect_healthy "$STATE"
-log "restored from the compressed image: running, data verified"
+# Decoded while CRIU restored, into memory CRIU mapped (criu-patches/0008), given back once restored.
+expect_log "$T/restore.log" "MiB from the memory its compressed chunks are decoded into while CRIU restores" \
+	"the compressed chunks were not decoded into memory CRIU maps"
+expect_log "$T/restore.log" "Mapped [0-9]+ runs of pages from [0-9]+ plugin file" "CRIU mapped no run from the plugin's memory"
+! grep -q "are written by the plugin" "$T/restore.log" || fail "the plugin wrote compressed chunks into the process"
+! grep -q "memfd:cuda-criu-gpu" "/proc/$pid/maps" || fail "pid $pid still maps the decoded GPU state: $(grep memfd "/proc/$pid/maps")"
+log "restored from the compressed image (decoded into memory CRIU mapped, given back): running, data verified"
 
+kill -9 "$pid"
+wait_gone "$pid"
+
+# Mapping off (CUDA_CRIU_MAP_IMAGE=off): the plugin writes every chunk into the process itself.
+cp -a "$T/pristine" "$T/img-written"
+CUDA_CRIU_MAP_IMAGE=off restore "$T/img-written" || fail "restore of the compressed image with mapping off failed"
+alive "$pid" && [ "$(cuda_state "$pid")" = running ] || fail "pid $pid not running after the restore with mapping off"
+expect_healthy "$STATE"
+expect_log "$T/restore.log" "the GPU image is written into the processes by the plugin: mapping it is off" \
+	"the restore with mapping off did not write the GPU image"
+log "restored with mapping off (the plugin writes the chunks): running, data verified"
 kill -9 "$pid"
 wait_gone "$pid"
 

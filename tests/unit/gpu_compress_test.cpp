@@ -3,14 +3,18 @@
 #include <gtest/gtest.h>
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstring>
 #include <random>
+#include <set>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "core/gpu_store.h"
+#include "core/mapped_restore.h"
 #include "fakes.h"
 #include "gpu_memory.h"
 #include "image/chunk_codec.h"
@@ -174,6 +178,63 @@ TEST(GpuStoreCompressed, ChunksAreCompressedOrRawAndEveryByteComesBackThroughVer
 	for (const GpuDataFile &f : idx->files)
 		packed_data += f.data_bytes;
 	EXPECT_LT(packed_data, raw_data * 3 / 4);
+}
+
+// On a CRIU that maps a plugin's memory (criu-patches/0008): the compressed chunks are decoded into a
+// memory file of the process's own, which CRIU maps as one run; the raw chunk is mapped from its data file.
+TEST(GpuStoreCompressed, CompressedChunksAreDecodedIntoMemoryCriuMaps)
+{
+	TempDir dir;
+	Weights s;
+	auto idx = s.save(dir, 1);
+	ASSERT_TRUE(idx.ok());
+	constexpr uint64_t kBase = 0x1000000, kChunk = Weights::kChunk;
+	const GpuChunk &raw = idx->processes[0].chunks[3];
+	ASSERT_FALSE(raw.compressed());
+	using FileCalls = std::vector<std::tuple<int, uint64_t, uint64_t, std::string, uint64_t>>;
+	using FdCalls = std::vector<std::tuple<int, uint64_t, uint64_t, uint64_t>>;
+	FileCalls files;
+	FdCalls fds;
+	int fd_given = -1;
+	auto map_file = [&](int pid, uint64_t a, uint64_t b, const char *n, uint64_t o) {
+		files.emplace_back(pid, a, b, n, o);
+		return 0;
+	};
+	auto mapped = request_mapped_gpu_image(*idx, true, map_file, [&](int pid, uint64_t a, uint64_t b, int fd, uint64_t o) {
+		fds.emplace_back(pid, a, b, o);
+		fd_given = fd;
+		return 0;
+	});
+	EXPECT_EQ(files, (FileCalls{{1, kBase + 3 * kChunk, kBase + 4 * kChunk, idx->files[raw.file].name, raw.offset}}));
+	EXPECT_EQ(fds, (FdCalls{{1, kBase, kBase + 3 * kChunk, 0}}));
+	EXPECT_EQ(mapped.processes, (std::set<int>{1}));
+	ASSERT_EQ(mapped.decoded.count(1), 1u);
+	MemFile &memory = *mapped.decoded[1];
+	EXPECT_EQ(memory.fd(), fd_given);
+	EXPECT_EQ(memory.bytes(), 3 * kChunk);
+
+	// Decoded (and checked) with no process yet, as from POST_FORKING: nothing is written anywhere else.
+	ASSERT_TRUE(memory.map().ok());
+	FakeHost none;
+	ASSERT_TRUE(load_gpu_state(none, dir.fd(), *idx, {{0, 1, false, memory.data()}}, 2).ok());
+	EXPECT_TRUE(none.memory.empty());
+	memory.unmap();
+	std::vector<uint8_t> back(3 * kChunk);
+	ASSERT_EQ(pread(memory.fd(), back.data(), back.size(), 0), static_cast<ssize_t>(back.size()));
+	EXPECT_EQ(back, bytes_of(s.host, 10, kBase, 3 * kChunk));
+	memory.free_memory();
+	struct stat st{};
+	ASSERT_EQ(fstat(memory.fd(), &st), 0);
+	EXPECT_EQ(st.st_size, 0) << "its memory is given back";
+
+	// A CRIU that refuses the memory, or cannot map it: nothing decoded; without the call, the raw chunk
+	// is still mapped and the plugin writes the compressed ones.
+	auto refused = request_mapped_gpu_image(*idx, true, map_file, [](int, uint64_t, uint64_t, int, uint64_t) { return -EINVAL; });
+	EXPECT_TRUE(refused.processes.empty());
+	EXPECT_TRUE(refused.decoded.empty());
+	auto without = request_mapped_gpu_image(*idx, true, map_file, MapFd());
+	EXPECT_EQ(without.processes, (std::set<int>{1}));
+	EXPECT_TRUE(without.decoded.empty());
 }
 
 TEST(GpuStoreCompressed, ADamagedCompressedChunkIsRefusedByFileAndOffset)

@@ -361,7 +361,7 @@ TEST(GpuImageRestore, ADamagedImageIsRefusedBeforeAnyDriverCall)
 					      seen = t;
 					      return make_error(EBADMSG, "%s", "GPU state at 0x1000 fails its checksum");
 				      },
-				      [](pid_t) { return true; }, {}}); // chunks to write: checked before any driver call
+				      [](pid_t) { return true; }, {}, {}, {}}); // chunks to write: checked before any driver call
 	auto res = r.resume(30);
 	ASSERT_FALSE(res.ok());
 	EXPECT_NE(res.error().message().find("fails its checksum"), std::string::npos);
@@ -385,14 +385,15 @@ TEST(GpuImageRestore, RunsOfChunksAreMappedFromThePluginsFiles)
 	auto mapped = request_mapped_gpu_image(idx, true, [&](int pid, uint64_t a, uint64_t b, const char *n, uint64_t o) {
 		calls.emplace_back(pid, a, b, n, o);
 		return pid == 2 ? -EINVAL : 0;
-	});
+	}, MapFd());
 	EXPECT_EQ(calls, (Calls{{1, 0x10000, 0x14000, "cuda-gpu-0.img", 4096},
 				{1, 0x14000, 0x16000, "cuda-gpu-1.img", 4096},
 				{2, 0x20000, 0x21000, "cuda-gpu-1.img", 4096 + 0x2000}}));
-	EXPECT_EQ(mapped, (std::set<int>{1}));
-	EXPECT_TRUE(request_mapped_gpu_image(idx, false, [&](int, uint64_t, uint64_t, const char *, uint64_t) { return 0; })
-			    .empty());
-	EXPECT_TRUE(request_mapped_gpu_image(idx, true, MapFile()).empty());
+	EXPECT_EQ(mapped.processes, (std::set<int>{1}));
+	EXPECT_TRUE(request_mapped_gpu_image(idx, false, [&](int, uint64_t, uint64_t, const char *, uint64_t) { return 0; },
+					     MapFd())
+			    .processes.empty());
+	EXPECT_TRUE(request_mapped_gpu_image(idx, true, MapFile(), MapFd()).processes.empty());
 }
 
 } // namespace

@@ -106,7 +106,7 @@ TEST(GpuIncremental, UnchangedChunksAreReferencedAndEveryByteComesBack)
 	auto mapped = request_mapped_gpu_image(**back, true, [&](int, uint64_t, uint64_t, const char *n, uint64_t) {
 		names.emplace_back(n);
 		return 0;
-	});
+	}, MapFd());
 	EXPECT_EQ(names.size(), 1u);
 	for (const std::string &n : names)
 		EXPECT_EQ(n.find('/'), std::string::npos) << n;

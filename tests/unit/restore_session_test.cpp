@@ -185,7 +185,9 @@ TEST_F(RestoreTest, MappedImageStillBeingCheckedGatesTheUnlock)
 					   if (!passes)
 						   return make_error(EBADMSG, "chunk at 0x1000 fails its checksum");
 					   return {};
-				   }};
+				   },
+				   {},
+				   {}};
 		RestoreSession s(options, host, source(), image_with({20}), true, {}, check);
 		auto r = s.resume(20);
 		EXPECT_NE(s.summary().find("into the driver's restore"), std::string::npos) << s.summary();
@@ -200,6 +202,53 @@ TEST_F(RestoreTest, MappedImageStillBeingCheckedGatesTheUnlock)
 			<< r.error().message();
 		EXPECT_NE(r.error().message().find("fails its checksum"), std::string::npos) << r.error().message();
 		EXPECT_EQ(driver.state_of(20), CudaState::Locked);
+	}
+}
+
+// A process whose compressed GPU state is decoded into memory CRIU maps: the driver's restore waits for
+// the decode (the check), then that memory is given back; a failed decode restores nothing.
+TEST_F(RestoreTest, DecodedProcessesAreRestoredOnlyOnceTheirStateIsDecoded)
+{
+	for (bool passes : {true, false}) {
+		add_cuda(20, CudaState::Checkpointed);
+		host.stopped = {20};
+		{
+			std::lock_guard<std::mutex> g(driver.mu);
+			driver.calls.clear(); // the calls of the round before
+		}
+		auto restored = [this] {
+			std::lock_guard<std::mutex> g(driver.mu);
+			return std::find(driver.calls.begin(), driver.calls.end(), "restore 20") != driver.calls.end();
+		};
+		std::atomic<bool> restored_during_check{false};
+		std::vector<std::pair<pid_t, pid_t>> released;
+		GpuImageLoad load{[](const std::vector<GpuLoadTarget> &) -> Status {
+					  return make_error(EIO, "%s", "a mapped process's chunks are not written");
+				  },
+				  [](pid_t) { return false; },
+				  [&](const std::atomic<bool> &) -> Status {
+					  usleep(300000); // decoding
+					  restored_during_check = restored();
+					  if (!passes)
+						  return make_error(EBADMSG, "chunk at 0x1000 does not decode");
+					  return {};
+				  },
+				  [](pid_t ns_pid) { return ns_pid == 20; },
+				  [&](pid_t ns_pid, pid_t pid) { released.emplace_back(ns_pid, pid); }};
+		RestoreSession s(options, host, source(), image_with({20}), true, {}, load);
+		s.start_check([] {});
+		auto r = s.resume(20);
+		EXPECT_FALSE(restored_during_check) << "the driver read the memory before it was decoded";
+		if (passes) {
+			ASSERT_TRUE(r.ok()) << r.error().message();
+			EXPECT_EQ(driver.state_of(20), CudaState::Running);
+			EXPECT_EQ(released, (std::vector<std::pair<pid_t, pid_t>>{{20, 20}}));
+			continue;
+		}
+		ASSERT_FALSE(r.ok());
+		EXPECT_NE(r.error().message().find("does not decode"), std::string::npos) << r.error().message();
+		EXPECT_FALSE(restored());
+		EXPECT_TRUE(released.empty());
 	}
 }
 
@@ -225,7 +274,9 @@ TEST_F(RestoreTest, MappedImageCheckedWhileCriuRestoresMemoryDecidesBeforeTheDri
 					   if (!passes)
 						   return make_error(EBADMSG, "chunk at 0x1000 fails its checksum");
 					   return {};
-				   }};
+				   },
+				   {},
+				   {}};
 		RestoreSession s(options, host, source(), image_with({20}), true, {}, check);
 		s.start_check([&] { own_fs = true; });
 		EXPECT_TRUE(own_fs); // before the hook returns
@@ -260,7 +311,9 @@ TEST_F(RestoreTest, ASessionEndingCancelsTheMappedImagesCheck)
 					   usleep(1000);
 				   cancelled = cancel.load();
 				   return make_error(ECANCELED, "cancelled");
-			   }};
+			   },
+			   {},
+			   {}};
 	auto t0 = std::chrono::steady_clock::now();
 	{
 		RestoreSession s(options, host, source(), image_with({20}), true, {}, check);
