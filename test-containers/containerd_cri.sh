@@ -10,7 +10,7 @@
 # by the plugin while the 3 run on.
 source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/cri_lib.sh"
-ct_setup runc buildah docker-registry
+ct_setup runc
 cri_setup
 cri_node node1
 log "$(cri node1 version)"

@@ -25,7 +25,8 @@ cri() {
 	/usr/bin/python3 "$CRI_PY" --gen "$CRI_GEN" --socket "$T/$node/containerd.sock" "$@"
 }
 
-# cri_setup: containerd 2.1 and the CRI's api.proto installed (a failure where setup.sh installs them),
+# cri_setup: containerd 2.1, the CRI's api.proto, grpc_tools, buildah and docker-registry installed (a
+# failure where they are not: test-containers/setup.sh installs them),
 # the client's code generated into $T, the registry started with the base and pause images in it.
 cri_setup() {
 	[ -x "$CD2/usr/bin/containerd" ] ||
@@ -34,6 +35,10 @@ cri_setup() {
 	[ -f "$proto" ] || fail "no CRI api.proto in $CD2: run test-containers/containerd2-setup.sh"
 	/usr/bin/python3 -c 'import grpc, grpc_tools' 2>/dev/null ||
 		fail "python3-grpc-tools is not installed (test-containers/setup.sh installs it)"
+	local t
+	for t in buildah docker-registry; do
+		command -v $t >/dev/null || fail "$t is not installed (test-containers/setup.sh installs it)"
+	done
 	CRI_GEN=$T/cri-gen
 	/usr/bin/python3 "$CRI_PY" generate "$proto" "$CRI_GEN" >"$T/cri-gen.log" 2>&1 ||
 		fail "cannot generate the CRI client: $(cat "$T/cri-gen.log")"

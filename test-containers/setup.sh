@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Prepares the container tests: installs (with apt, only what is missing) the container runtimes and
-# tools they use, and builds a small busybox root file system for the test containers.
+# tools they use, containerd 2.1 for the CRI tests (containerd2-setup.sh: Debian's unstable package,
+# unpacked into $CT_OUT/containerd2), and builds a small busybox root file system for the test containers.
 #
 #   test-containers/setup.sh [--no-install]        (as root)
 #
@@ -30,8 +31,9 @@ if [ $install = 1 ]; then
 	# start a containerd of their own), crun (Debian's is built without CRIU: its test says so and
 	# skips), buildah (Kubernetes checkpoint images), docker-registry (the registry the checkpoint images
 	# go through: the tests run their own, lib.sh's registry_start), a static busybox for the root file
-	# system, iptables for CRIU's network lock, jq to read runtimes' JSON.
-	pkgs=(runc podman containerd crun buildah docker-registry busybox-static iptables jq)
+	# system, iptables for CRIU's network lock, jq to read runtimes' JSON, python3-grpc-tools for the CRI
+	# tests' client (its code generated from the CRI's api.proto).
+	pkgs=(runc podman containerd crun buildah docker-registry busybox-static iptables jq python3-grpc-tools)
 	missing=()
 	for p in "${pkgs[@]}"; do
 		dpkg-query -W -f='${db:Status-Status}' "$p" 2>/dev/null | grep -qx installed || missing+=("$p")
@@ -43,6 +45,9 @@ if [ $install = 1 ]; then
 		apt-get update -qq
 		apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 	fi
+	# containerd 2.1 (and the CRI's api.proto) for the CRI tests, in a prefix of its own beside Debian
+	# 12's containerd 1.6.
+	BUILD_DIR=$BUILD_DIR "$top/test-containers/containerd2-setup.sh"
 fi
 
 out=${CT_OUT:-$BUILD_DIR/test-containers}
