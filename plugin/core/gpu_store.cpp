@@ -11,6 +11,7 @@
 #include <cstring>
 #include <memory>
 #include <optional>
+#include <tuple>
 #include <thread>
 #include <unordered_map>
 
@@ -40,29 +41,11 @@ struct Piece {
 	uint8_t *decoded = nullptr;      // load only: where a compressed chunk is decoded (GpuLoadTarget::decoded)
 };
 
-// [first, last) piece indices of each of n slices of about equal bytes, in order.
-std::vector<std::pair<size_t, size_t>> slices(const std::vector<Piece> &pieces, unsigned n)
-{
-	uint64_t total = 0;
-	for (const Piece &p : pieces)
-		total += p.len;
-	std::vector<std::pair<size_t, size_t>> out;
-	size_t first = 0;
-	uint64_t done = 0;
-	for (size_t i = 0; i < pieces.size(); i++) {
-		done += pieces[i].len;
-		if (done * n >= total * (out.size() + 1) || i + 1 == pieces.size()) {
-			out.emplace_back(first, i + 1);
-			first = i + 1;
-		}
-	}
-	return out;
-}
-
 // The chunks of a save, handed out in batches of consecutive chunks to whichever writer is free: where the
 // data lies (weights at one end, a zeroed KV arena at the other) does not decide how long one writer
 // takes. A batch's chunks stay consecutive in its writer's file, so that CRIU maps them as one run: at most
 // 64 chunks (128 MiB) a batch keeps a process's runs below mapped_restore's 4096 up to 512 GiB of data.
+// A restore's readers take the chunks the same way: how well each compresses does not decide either.
 class Batches {
 public:
 	Batches(size_t pieces, unsigned writers)
@@ -362,6 +345,55 @@ Result<GpuImageIndex> save_or_checksum(Host &host, int dir_fd, const std::vector
 	return index;
 }
 
+// One chunk of a load: read (from its file, decoded; or from the process, checksums only), checked, and
+// written into the process unless CRIU maps it. The scratch buffers are the calling reader's.
+Status load_chunk(Host &host, const GpuImageIndex &index, const std::vector<GpuDataReader> &readers,
+		  const GpuLoadTarget &t, const Piece &p, std::vector<uint64_t> &buf, std::vector<uint8_t> &stored,
+		  ChunkCodec &codec)
+{
+	const GpuChunk &c = *p.chunk;
+	// Decoded straight into the memory CRIU maps, or into buf.
+	uint8_t *out = p.decoded ? p.decoded : reinterpret_cast<uint8_t *>(buf.data());
+	if (p.decoded) // its pages allocated in one call, not a fault each (before 5.14: faults)
+		(void)madvise(p.decoded, c.len, MADV_POPULATE_WRITE);
+	Status st;
+	if (index.criu_pages) {
+		st = host.read_memory(t.pid, c.addr, buf.data(), c.len);
+	} else if (!c.compressed()) {
+		st = readers[c.file].read(c.offset, buf.data(), c.len);
+	} else {
+		stored.resize(c.stored_len);
+		st = readers[c.file].read(c.offset, stored.data(), c.stored_len);
+		if (st)
+			if (Status d = codec.decode(c.encoding, stored.data(), c.stored_len, out, c.len); !d)
+				st = make_error(EBADMSG,
+						"GPU state at %#" PRIx64 " (%u bytes, %s in %u bytes) in %s at offset %" PRIu64
+						" does not decode (%s): the image is damaged; restore from an intact copy "
+						"(cuda-criu inspect --verify checks one)",
+						c.addr, c.len, chunk_encoding_name(c.encoding), c.stored_len,
+						readers[c.file].name().c_str(), c.offset, d.error().message().c_str());
+	}
+	uint32_t crc = st ? crc32c(out, c.len) : c.crc;
+	if (crc != c.crc && index.criu_pages)
+		st = make_error(EBADMSG,
+				"GPU state at %#" PRIx64 " (%u bytes), as CRIU restored it from its pages images, fails its "
+				"checksum (CRC-32C %08x, recorded %08x): the image's pages files are damaged; restore from "
+				"an intact copy",
+				c.addr, c.len, crc, c.crc);
+	else if (crc != c.crc && st)
+		st = make_error(EBADMSG,
+				"GPU state at %#" PRIx64 " (%u bytes) in %s at offset %" PRIu64 " fails its checksum (CRC-32C "
+				"%08x, recorded %08x): the image is damaged; restore from an intact copy (cuda-criu inspect "
+				"--verify checks one)",
+				c.addr, c.len, readers[c.file].name().c_str(), c.offset, crc, c.crc);
+	// A chunk in a parent's file, or compressed and not decoded into memory CRIU maps, is
+	// never mapped by CRIU: always written into a restored process.
+	if (st && !index.criu_pages && t.pid && !p.decoded &&
+	    (t.write || index.files[c.file].parent_depth || c.compressed()))
+		st = host.write_memory(t.pid, c.addr, buf.data(), c.len);
+	return st;
+}
+
 } // namespace
 
 Result<GpuImageIndex> save_gpu_state(Host &host, int dir_fd, const std::vector<GpuSaveTarget> &targets,
@@ -408,77 +440,37 @@ Status load_gpu_state(Host &host, int dir_fd, const GpuImageIndex &index, const 
 	}
 	if (pieces.empty())
 		return {};
-	auto parts = slices(pieces, std::max(1u, threads));
+	unsigned workers = static_cast<unsigned>(std::min<size_t>(std::max(1u, threads), pieces.size()));
+	Batches batches(pieces.size(), workers);
 	std::atomic<uint64_t> done{0};
 	std::atomic<bool> stop{false};
 	std::vector<Job> jobs;
-	jobs.reserve(parts.size());
-	for (const auto &part : parts)
-		jobs.push_back({"check the GPU image", [&, part]() -> Status {
+	jobs.reserve(workers);
+	for (unsigned w = 0; w < workers; w++)
+		jobs.push_back({"check the GPU image", [&]() -> Status {
 					std::vector<uint64_t> buf(index.chunk_bytes / sizeof(uint64_t));
 					std::vector<uint8_t> stored;
 					ChunkCodec codec;
-					for (size_t i = part.first; i < part.second && !stop.load(std::memory_order_relaxed); i++) {
-						if (cancel && cancel->load(std::memory_order_relaxed)) {
-							stop = true;
-							return make_error(ECANCELED, "%s", "the check of the GPU image was cancelled");
+					for (auto [first, last] = batches.next(); first < last; std::tie(first, last) = batches.next()) {
+						for (size_t i = first; i < last && !stop.load(std::memory_order_relaxed); i++) {
+							if (cancel && cancel->load(std::memory_order_relaxed)) {
+								stop = true;
+								return make_error(ECANCELED, "%s", "the check of the GPU image was cancelled");
+							}
+							const Piece &p = pieces[i];
+							const GpuLoadTarget &t = targets[p.target];
+							Status st = load_chunk(host, index, readers, t, p, buf, stored, codec);
+							if (!st && !t.pid) {
+								stop = true;
+								return std::move(st).error().context("process %d of the image", t.ns_pid);
+							}
+							if (!st) {
+								stop = true;
+								return std::move(st).error().context("restore pid %d (pid %d in the image)", t.pid,
+												     t.ns_pid);
+							}
+							done.fetch_add(p.len, std::memory_order_relaxed);
 						}
-						const Piece &p = pieces[i];
-						const GpuChunk &c = *p.chunk;
-						const GpuLoadTarget &t = targets[p.target];
-						// Decoded straight into the memory CRIU maps, or into buf.
-						uint8_t *out = p.decoded ? p.decoded : reinterpret_cast<uint8_t *>(buf.data());
-						if (p.decoded) // its pages allocated in one call, not a fault each (before 5.14: faults)
-							(void)madvise(p.decoded, c.len, MADV_POPULATE_WRITE);
-						Status st;
-						if (index.criu_pages) {
-							st = host.read_memory(t.pid, c.addr, buf.data(), c.len);
-						} else if (!c.compressed()) {
-							st = readers[c.file].read(c.offset, buf.data(), c.len);
-						} else {
-							stored.resize(c.stored_len);
-							st = readers[c.file].read(c.offset, stored.data(), c.stored_len);
-							if (st)
-								if (Status d = codec.decode(c.encoding, stored.data(), c.stored_len, out, c.len);
-								    !d)
-									st = make_error(EBADMSG,
-											"GPU state at %#" PRIx64 " (%u bytes, %s in %u bytes) in "
-											"%s at offset %" PRIu64 " does not decode (%s): the image is "
-											"damaged; restore from an intact copy (cuda-criu inspect "
-											"--verify checks one)",
-											c.addr, c.len, chunk_encoding_name(c.encoding), c.stored_len,
-											readers[c.file].name().c_str(), c.offset,
-											d.error().message().c_str());
-						}
-						uint32_t crc = st ? crc32c(out, c.len) : c.crc;
-						if (crc != c.crc && index.criu_pages)
-							st = make_error(EBADMSG,
-									"GPU state at %#" PRIx64 " (%u bytes), as CRIU restored it from its "
-									"pages images, fails its checksum (CRC-32C %08x, recorded %08x): "
-									"the image's pages files are damaged; restore from an intact copy",
-									c.addr, c.len, crc, c.crc);
-						else if (crc != c.crc && st)
-							st = make_error(EBADMSG,
-									"GPU state at %#" PRIx64 " (%u bytes) in %s at offset %" PRIu64
-									" fails its checksum (CRC-32C %08x, recorded %08x): the image "
-									"is damaged; restore from an intact copy (cuda-criu inspect "
-									"--verify checks one)",
-									c.addr, c.len, readers[c.file].name().c_str(), c.offset, crc, c.crc);
-						// A chunk in a parent's file, or compressed and not decoded into memory CRIU maps, is
-						// never mapped by CRIU: always written into a restored process.
-						if (st && !index.criu_pages && t.pid && !p.decoded &&
-						    (t.write || index.files[c.file].parent_depth || c.compressed()))
-							st = host.write_memory(t.pid, c.addr, buf.data(), c.len);
-						if (!st && !t.pid) {
-							stop = true;
-							return std::move(st).error().context("process %d of the image", t.ns_pid);
-						}
-						if (!st) {
-							stop = true;
-							return std::move(st).error().context("restore pid %d (pid %d in the image)", t.pid,
-											     t.ns_pid);
-						}
-						done.fetch_add(c.len, std::memory_order_relaxed);
 					}
 					return {};
 				}});
