@@ -24,7 +24,7 @@ namespace {
 
 // A pages file cut short hangs a stock CRIU's restore (its restorer retries the read at the end of the
 // file forever) or fails it deep inside: refused here, before CRIU reads any page.
-Status check_pages_before_restore(int dir_fd)
+Result<PagesCheck> check_pages_before_restore(int dir_fd)
 {
 	auto check = check_pages_files(dir_fd, static_cast<uint64_t>(sysconf(_SC_PAGESIZE)));
 	if (!check)
@@ -33,7 +33,7 @@ Status check_pages_before_restore(int dir_fd)
 		LOG_WARN("pages file not checked (CRIU reads it itself): %s", why.c_str());
 	LOG_INFO("pages files: %zu pagemap(s), each pages file holds the %s they declare", check->pagemaps,
 		 human_bytes(check->bytes).c_str());
-	return {};
+	return check;
 }
 
 bool listed(const CriuRestoreCalls &criu, const char *name)
@@ -46,7 +46,7 @@ bool listed(const CriuRestoreCalls &criu, const char *name)
 // (GpuImageLoad: writes what is not mapped before the driver's restore, checks what is from POST_FORKING
 // on).
 Result<GpuImageLoad> prepare_gpu_image(const Options &options, Host &host, const CriuRestoreCalls &criu,
-				       const ImageRecord &image, bool &maps_image)
+				       const ImageRecord &image, const PagesCheck &pages, bool &maps_image)
 {
 	bool data = !image.gpu_image_id.empty(); // else: checksums of the GPU state CRIU's pages images hold
 	const std::string &id = data ? image.gpu_image_id : image.gpu_checksums_id;
@@ -109,8 +109,16 @@ Result<GpuImageLoad> prepare_gpu_image(const Options &options, Host &host, const
 			checked_early.push_back({0, p.ns_pid, false});
 	// One thread fewer than a restore's readers: CRIU restores memory meanwhile.
 	unsigned check_threads = threads > 1 ? threads - 1 : 1;
+	// CRIU's own pages files, read ahead first: where both are cold, CRIU's reads (one piece at a time)
+	// would otherwise wait behind the GPU image's. Not where they would crowd out the memory CRIU is
+	// about to fill from them.
+	std::vector<std::string> ahead;
+	if (auto avail = host.available_memory(); avail && pages.bytes <= *avail / 4)
+		ahead = pages.pages;
 	if (!checked_early.empty())
-		load.check_mapped = [idx, dir, h, check_threads, checked_early, mapped](const std::atomic<bool> &cancel) -> Status {
+		load.check_mapped = [idx, dir, h, check_threads, checked_early, mapped,
+				     ahead](const std::atomic<bool> &cancel) -> Status {
+			read_ahead(dir, ahead);
 			std::vector<GpuLoadTarget> t = checked_early;
 			for (GpuLoadTarget &x : t)
 				if (auto d = mapped->decoded.find(x.ns_pid); d != mapped->decoded.end()) {
@@ -169,8 +177,9 @@ Result<RestoreSetup> set_up_restore(const Options &options, Host &host, const Cr
 		LOG_INFO("the image holds no CUDA process; CUDA plugin inactive");
 		return setup;
 	}
-	if (auto st = check_pages_before_restore(criu.image_dir); !st)
-		return std::move(st).error();
+	auto pages = check_pages_before_restore(criu.image_dir);
+	if (!pages)
+		return std::move(pages).error();
 	// Read now: the restored tasks answer from this copy, forked before their fds are rearranged.
 	setup.inherited = std::make_unique<InheritedDevicesRestore>(criu.image_dir);
 	if (auto st = setup.inherited->load(); !st)
@@ -201,7 +210,7 @@ Result<RestoreSetup> set_up_restore(const Options &options, Host &host, const Cr
 	if (record.gpu_image_id.empty())
 		setup.maps_image = request_mapped_restore(record, options.map_image, criu.map_from_image) > 0;
 	if (!record.gpu_image_id.empty() || !record.gpu_checksums_id.empty()) {
-		auto load = prepare_gpu_image(options, host, criu, record, setup.maps_image);
+		auto load = prepare_gpu_image(options, host, criu, record, *pages, setup.maps_image);
 		if (!load)
 			return std::move(load).error();
 		setup.load_gpu = std::move(*load);

@@ -376,8 +376,21 @@ Result<PagesCheck> check_pages_files(int dir_fd, uint64_t page_size)
 					  f->pages.c_str(), f->pages_size, want);
 		check.pagemaps++;
 		check.bytes += want;
+		if (want)
+			check.pages.push_back(f->pages);
 	}
 	return check;
+}
+
+void read_ahead(int dir_fd, const std::vector<std::string> &names)
+{
+	for (const std::string &name : names) {
+		int fd = openat(dir_fd, name.c_str(), O_RDONLY | O_CLOEXEC); // as CRIU opens it
+		if (fd < 0)
+			continue;
+		(void)posix_fadvise(fd, 0, 0, POSIX_FADV_WILLNEED);
+		close(fd);
+	}
 }
 
 } // namespace cuda_criu

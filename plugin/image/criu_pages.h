@@ -85,6 +85,7 @@ Status read_criu_memory(const PagemapFiles &files, int pages_fd, uint64_t addr, 
 struct PagesCheck {
 	size_t pagemaps = 0;                // checked
 	uint64_t bytes = 0;                 // the pages files' bytes they declare
+	std::vector<std::string> pages;     // the pages files they name that hold bytes
 	std::vector<std::string> unchecked; // pagemaps that could not be read, with the reason: left to CRIU
 };
 
@@ -94,5 +95,10 @@ struct PagesCheck {
 // incompletely: copy it again)"); a pagemap this reader cannot take is listed, not refused: CRIU reads
 // it itself.
 Result<PagesCheck> check_pages_files(int dir_fd, uint64_t page_size);
+
+// Asks the kernel to read these files of dir_fd into the page cache now (POSIX_FADV_WILLNEED), ahead of
+// CRIU, which reads a pages file one piece at a time between its other work: a cold image's pages then
+// come at the disk's pace. Only a hint: a file that cannot be opened is left to CRIU.
+void read_ahead(int dir_fd, const std::vector<std::string> &names);
 
 } // namespace cuda_criu

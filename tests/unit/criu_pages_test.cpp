@@ -142,6 +142,7 @@ TEST(CriuPages, AShortOrMissingPagesFileIsRefusedByName)
 	ASSERT_TRUE(ok.ok()) << ok.error().message();
 	EXPECT_EQ(ok->pagemaps, 1u);
 	EXPECT_EQ(ok->bytes, 3 * kPage);
+	EXPECT_EQ(ok->pages, std::vector<std::string>{"pages-7.img"}); // what the restore reads ahead
 	EXPECT_TRUE(ok->unchecked.empty());
 
 	d.resize("pages-7.img", 10000);
