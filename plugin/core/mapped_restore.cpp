@@ -139,9 +139,10 @@ MappedGpuImage request_mapped_gpu_image(const GpuImageIndex &index, bool enabled
 		if (decoded)
 			mapped.decoded.emplace(p.ns_pid, decoded);
 		uint64_t from_memory = decoded ? decoded->bytes() : 0;
-		LOG_INFO("pid %d: asking CRIU to map its GPU image (%.1f MiB in %zu run(s)) from the plugin's files%s%s",
-			 p.ns_pid, static_cast<double>(p.stored_bytes() - written_by_plugin) / (1 << 20), runs.size(),
-			 from_memory ? format(" and %.1f MiB from the memory its compressed chunks are decoded into while CRIU "
+		uint64_t from_files = p.stored_bytes() - written_by_plugin - from_memory;
+		LOG_INFO("pid %d: asking CRIU to map its GPU image in %zu run(s): %.1f MiB from the plugin's files%s%s",
+			 p.ns_pid, runs.size(), static_cast<double>(from_files) / (1 << 20),
+			 from_memory ? format(", %.1f MiB from the memory its compressed chunks are decoded into while CRIU "
 					      "restores",
 					      static_cast<double>(from_memory) / (1 << 20)).c_str()
 				     : "",
