@@ -15,7 +15,7 @@ import time
 
 import bench_common as C
 from bench_common import CRIU, SCENARIOS, VARIANTS, log
-from bench_run import (BATCHES, answer, bounded, criu_env, free_port, gone, image_root, resident, run_criu, serve_cmd,
+from bench_run import (BATCHES, MemSampler, answer, bounded, criu_env, free_port, gone, image_root, resident, run_criu, serve_cmd,
                        serving_env, start, state, wait_for)
 
 SIOCSIFFLAGS = 0x8914
@@ -214,11 +214,13 @@ def replicas(scenario, n, out, failures):
                 raise RuntimeError(f"{name}: criu dump failed (exit {rc}); see {name}-dump.log")
             wait_for("the dumped server to exit", lambda: not ns_pids(marker), 60)
             t0 = time.monotonic()
+            host = MemSampler([])  # the host's page cache and shared memory (decoded GPU state) meanwhile
             restores = [subprocess.Popen([CRIU, "restore", "-D", img, "-d", "-L", libdir, "-v4", "-o", f"restore-{i}.log"]
                                          + restore_opts, env=criu_env(variant), stdin=subprocess.DEVNULL,
                                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for i in range(n)]
             codes = [p.wait(timeout=bounded(600)) for p in restores]
             restored = time.monotonic() - t0
+            host_memory = host.stop("restores")
             failed = [i for i, c in enumerate(codes) if c]
             if failed:
                 raise RuntimeError(f"{name}: criu restore of replica(s) {', '.join(map(str, failed))} failed (exit "
@@ -233,9 +235,12 @@ def replicas(scenario, n, out, failures):
                         raise RuntimeError(f"{name}: replica {p}'s answer for batch {b} differs from the server's before its dump")
             memory = [held(p) for p in pids]
             out.append({"what": f"{scenario}: {n} replicas restored at once from one image, {variant}", "round": 0,
-                        "seconds": ready, "restore_s": restored, "dump_s": dump_s, "replicas_memory": memory})
+                        "seconds": ready, "restore_s": restored, "dump_s": dump_s, "replicas_memory": memory,
+                        **host_memory})
             log(f"{name}: {n} restores at once {restored:.2f} s, every replica answering as before the dump "
-                f"{ready:.2f} s after their start; each holds " + ", ".join(
+                f"{ready:.2f} s after their start; while restoring the host's page cache grew by at most "
+                f"{host_memory['restores_cache_gib']:.2f} GiB and its shared memory by {host_memory['restores_shmem_gib']:.2f} "
+                f"GiB ({host_memory['restores_shmem_after_gib']:.2f} GiB once done); each holds " + ", ".join(
                     f"rss {m['rss_gib']:.2f} GiB (file {m.get('file_gib', 0):.2f}, pss {m.get('pss_gib', 0):.2f})" for m in memory))
         except Exception as e:  # noqa: BLE001 (what stops replicas is a finding: the next variant runs)
             log(f"{name}: FAILED: {e}")

@@ -46,6 +46,10 @@ for how in ("image in the page cache", "page cache dropped"):
     assert rows["serve: restore to first answer, ours, " + how]["seconds"] > 0, rows
 for what in ("serve: 2 replicas restored at once from one image, ours", "serve: 2 cold starts at once (warm caches)"):
     assert 0 < rows[what]["seconds"] < 60, (what, rows)
+for k in ("restore_shmem_gib", "restore_shmem_after_gib"):  # what a restore holds in host memory
+    assert isinstance(r.get(k), float), (k, r)
+for k in ("restores_cache_gib", "restores_shmem_gib", "restores_shmem_after_gib"):
+    assert isinstance(rows["serve: 2 replicas restored at once from one image, ours"].get(k), float), k
 ' <"$T/ok/results.json" || fail "results.json lacks figures: $(head -c 2000 "$T/ok/results.json")"
 expect_log "$T/ok/results.txt" "serve: restore to first answer, ours, page cache dropped +[0-9.]+  \([0-9.]+ GiB read from disk\)" \
 	"the report has no restore-to-first-answer row"
