@@ -224,10 +224,30 @@ void check_criu_and_plugin(Checks &c, Facts &facts, const std::string &criu, con
 }
 
 // A runtime that cannot make CRIU load our plugin only warns: this machine may not use it.
-// only: the runtimes of --runtimes (empty: every one found); criu: --criu.
-void check_runtime_lines(Checks &c, Facts &facts, const std::vector<std::string> &only, const std::string &criu)
+// all: false for --runtimes none; only: the runtimes of --runtimes (empty: every one found); criu: --criu;
+// containerd: --containerd, the containerd reported instead of the installed one (a failure when it
+// cannot be found: it was named).
+void check_runtime_lines(Checks &c, Facts &facts, bool all, const std::vector<std::string> &only,
+			 const std::string &criu, const std::string &containerd)
 {
-	facts.runtimes = check_runtimes(only, criu);
+	if (all) {
+		std::vector<std::string> names = only;
+		if (!containerd.empty()) {
+			if (names.empty())
+				names = {"runc", "crun", "podman"};
+			std::erase(names, "containerd");
+		}
+		if (!names.empty() || containerd.empty())
+			facts.runtimes = check_runtimes(names, criu);
+	}
+	if (!containerd.empty()) {
+		Result<RuntimeReport> r = check_containerd_at(containerd, criu);
+		if (r)
+			facts.runtimes.push_back(*r);
+		else
+			c.add("runtime-containerd", Level::Fail, r.error().message(),
+			      "name containerd's configuration file (its --config) or the socket it serves (its grpc address)");
+	}
 	for (const RuntimeReport &r : facts.runtimes)
 		c.add("runtime-" + r.name, r.loads ? Level::Ok : Level::Warn, r.detail, r.fix);
 }
@@ -447,8 +467,9 @@ int cmd_check(const Invocation &in)
 			return usage_error("check", pid.error().message());
 		pids.push_back(*pid);
 	}
-	std::string criu, libdir, libcuda;
+	std::string criu, libdir, libcuda, containerd;
 	a.get("--criu", criu);
+	a.get("--containerd", containerd);
 	a.get("--libdir", libdir);
 	a.get("--libcuda", libcuda);
 	bool runtimes = true;
@@ -476,8 +497,7 @@ int cmd_check(const Invocation &in)
 	check_nvml(c);
 	check_persistence(c, facts.gpus);
 	check_criu_and_plugin(c, facts, criu, libdir);
-	if (runtimes)
-		check_runtime_lines(c, facts, only_runtimes, criu);
+	check_runtime_lines(c, facts, runtimes, only_runtimes, criu, containerd);
 	check_privileges(c);
 	check_kernel(c);
 	check_thp(c, facts);

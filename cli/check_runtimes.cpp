@@ -8,6 +8,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <climits>
 #include <cstdlib>
 #include <fstream>
@@ -28,6 +29,7 @@ namespace {
 const char *const kSystemDirs[] = {"/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin"};
 // systemd's PATH, which a containerd started by it has.
 constexpr const char *kServicePath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+constexpr const char *kContainerdConfig = "/etc/containerd/config.toml";
 // `podman info` starts podman's whole storage layer; it may take a while on a busy machine.
 constexpr unsigned kPodmanInfoMs = 20000;
 
@@ -271,23 +273,101 @@ RuntimeReport check_podman(const std::string &binary, const std::string &criu_op
 	return inner;
 }
 
-// containerd runs runc (BinaryName, else runc from its PATH) with containerd's own environment.
-RuntimeReport check_containerd(const std::string &binary, const std::string &criu_option)
+// The inode of the listening unix socket bound to path (/proc/net/unix), 0 if none.
+unsigned long listening_socket_inode(const std::string &path)
+{
+	std::ifstream f("/proc/net/unix");
+	std::string line;
+	std::getline(f, line); // the header
+	while (std::getline(f, line)) {
+		std::stringstream w(line);
+		std::string num, refs, proto, flags, type, st, name;
+		unsigned long inode = 0;
+		w >> num >> refs >> proto >> flags >> type >> st >> inode >> name;
+		if (name == path && flags == "00010000") // __SO_ACCEPTCON: it listens
+			return inode;
+	}
+	return 0;
+}
+
+// The pid of the process holding the socket of that inode; 0 if none.
+pid_t socket_owner(unsigned long inode)
+{
+	const std::string want = format("socket:[%lu]", inode);
+	for (pid_t pid : proc_pids()) {
+		const std::string dir = format("/proc/%d/fd", pid);
+		for (const std::string &fd : dir_entries(dir)) {
+			char buf[64];
+			ssize_t n = readlink(format("%s/%s", dir.c_str(), fd.c_str()).c_str(), buf, sizeof(buf) - 1);
+			if (n > 0 && std::string(buf, static_cast<size_t>(n)) == want)
+				return pid;
+		}
+	}
+	return 0;
+}
+
+// The configuration file of the containerd process pid: its --config (-c), else containerd's default.
+std::string containerd_config_of(pid_t pid)
+{
+	std::ifstream f(format("/proc/%d/cmdline", pid), std::ios::binary);
+	std::string arg, prev, config = kContainerdConfig;
+	while (std::getline(f, arg, '\0')) {
+		if (prev == "--config" || prev == "-c")
+			config = arg;
+		else if (arg.rfind("--config=", 0) == 0)
+			config = arg.substr(9);
+		prev = arg;
+	}
+	return config;
+}
+
+// Whether the containerd configuration file disables the CRI (its grpc service, or in version 3 its
+// runtime part) in disabled_plugins.
+bool containerd_cri_disabled(const std::string &config)
+{
+	std::ifstream f(config);
+	std::string line, list;
+	bool in_list = false;
+	while (std::getline(f, line)) {
+		size_t b = line.find_first_not_of(" \t");
+		if (b == std::string::npos || line[b] == '#')
+			continue;
+		if (line[b] == '[')
+			break; // past the top-level keys
+		if (line.compare(b, 16, "disabled_plugins") == 0)
+			in_list = true;
+		if (in_list)
+			list += line;
+		if (in_list && line.find(']') != std::string::npos)
+			in_list = false;
+	}
+	for (const char *cri : {"\"cri\"", "io.containerd.grpc.v1.cri", "io.containerd.cri.v1.runtime"})
+		if (list.find(cri) != std::string::npos)
+			return true;
+	return false;
+}
+
+// containerd runs runc (BinaryName, else runc from its PATH) with containerd's own environment. pid: the
+// running containerd (0: none found), whose environment CRIU gets.
+RuntimeReport check_containerd(const std::string &binary, const std::string &config, pid_t pid,
+			       const std::string &criu_option)
 {
 	RuntimeReport r = report("containerd", binary);
 	r.version = version_word(first_line(version_output(binary)), true);
 	int major = 0, minor = 0;
 	std::sscanf(r.version.c_str(), "%d.%d", &major, &minor);
+	const bool cri_off = major >= 2 && containerd_cri_disabled(config);
 	const std::string prefix =
-		format("containerd %s (%s; %s): ", r.version.empty() ? "?" : r.version.c_str(), binary.c_str(),
-		       major >= 2 ? "the kubelet's checkpoint API works"
-				  : "only ctr and nerdctl checkpoint, the kubelet's API needs containerd 2.0");
+		format("containerd %s (%s, %s; %s): ", r.version.empty() ? "?" : r.version.c_str(), binary.c_str(),
+		       config.c_str(),
+		       major < 2 ? "only ctr and nerdctl checkpoint, the kubelet's API needs containerd 2.0"
+		       : cri_off ? "its CRI is disabled: no checkpoint or restore for the kubelet"
+				 : "its CRI checkpoints for the kubelet and restores from checkpoint images");
 	CriuEnv env;
 	env.path = kServicePath;
-	std::string env_note = ", containerd's environment";
-	if (pid_t pid = find_process(binary); !pid || !process_env(pid, env))
+	std::string env_note = format(", containerd's environment (pid %d)", pid);
+	if (!pid || !process_env(pid, env))
 		env_note = ", containerd not running: its environment taken as systemd's";
-	const std::string config = "/etc/containerd/config.toml";
 	std::string runc = containerd_runc_binary(config);
 	if (runc.empty())
 		runc = search_path("runc", env.path);
@@ -301,6 +381,11 @@ RuntimeReport check_containerd(const std::string &binary, const std::string &cri
 	inner.binary = r.binary;
 	inner.version = r.version;
 	inner.detail = prefix + inner.detail;
+	if (cri_off) {
+		inner.loads = false;
+		inner.fix = "take the CRI (io.containerd.grpc.v1.cri, io.containerd.cri.v1.runtime) out of "
+			    "disabled_plugins in " + config + (inner.fix.empty() ? "" : "; " + inner.fix);
+	}
 	return inner;
 }
 
@@ -328,6 +413,33 @@ std::string containerd_runc_binary(const std::string &config)
 	return binary;
 }
 
+Result<RuntimeReport> check_containerd_at(const std::string &target, const std::string &criu_option)
+{
+	struct stat st;
+	if (stat(target.c_str(), &st) != 0)
+		return errno_error("--containerd %s", target.c_str());
+	pid_t pid = 0;
+	std::string config = target;
+	if (S_ISSOCK(st.st_mode)) {
+		unsigned long inode = listening_socket_inode(real_path(target));
+		pid = inode ? socket_owner(inode) : 0;
+		if (!pid)
+			return make_error(ENOENT, "--containerd %s: no process listens on that socket", target.c_str());
+		config = containerd_config_of(pid);
+	} else {
+		// The running containerd started with that configuration file, if any.
+		for (pid_t p : proc_pids())
+			if (real_path(format("/proc/%d/exe", p)).ends_with("/containerd") &&
+			    real_path(containerd_config_of(p)) == real_path(target))
+				pid = p;
+	}
+	std::string binary = pid ? real_path(format("/proc/%d/exe", pid)) : find_system_binary("containerd");
+	if (binary.empty())
+		return make_error(ENOENT, "--containerd %s: no containerd running with it, and none installed",
+				  target.c_str());
+	return check_containerd(binary, config, pid, criu_option);
+}
+
 std::vector<RuntimeReport> check_runtimes(const std::vector<std::string> &only, const std::string &criu_option)
 {
 	std::vector<RuntimeReport> reports;
@@ -346,7 +458,7 @@ std::vector<RuntimeReport> check_runtimes(const std::vector<std::string> &only, 
 		else if (n == "podman")
 			reports.push_back(check_podman(binary, criu_option));
 		else
-			reports.push_back(check_containerd(binary, criu_option));
+			reports.push_back(check_containerd(binary, kContainerdConfig, find_process(binary), criu_option));
 	}
 	return reports;
 }

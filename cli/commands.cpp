@@ -96,14 +96,19 @@ CUDA_CRIU_CRIU_CONFIG_DIR, when set, is read in place of /etc/criu for CRIU's co
 --libcuda PATH    the driver library to check (default: CUDA_CRIU_LIBCUDA, else libcuda.so.1 through
                   the loader's search path)
 --runtimes LIST   the runtimes to report on, comma-separated (runc, crun, podman, containerd), or
-                  none (default: every one installed))",
+                  none (default: every one installed)
+--containerd PATH the containerd to report on (runtime-containerd), named by its configuration file
+                  or the socket it serves, instead of the installed one: its version, whether its CRI
+                  checkpoints for the kubelet and restores from checkpoint images (2.0 and newer, the
+                  CRI not disabled), and whether the CRIU under it loads our plugin)",
 	 R"(0  no check failed (warnings allowed)
 1  at least one check failed
 2  bad usage)",
 	 R"(cuda-criu check
 cuda-criu check --json | python3 -m json.tool
 cuda-criu check --criu /opt/criu/sbin/criu --libdir /opt/criu/lib --require-gpu
-cuda-criu check --runtimes none $(pgrep -f train.py))", nullptr},
+cuda-criu check --runtimes none $(pgrep -f train.py)
+cuda-criu check --runtimes none --containerd /run/containerd/containerd.sock)", nullptr},
 
 	{"inspect", cmd_inspect, Operands::Some, "show what the plugin stored in a CRIU image directory, and verify it",
 	 "DIR",

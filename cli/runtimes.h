@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "base/result.h"
 #include "criu_info.h"
 
 namespace cuda_criu::cli {
@@ -28,5 +29,12 @@ struct RuntimeReport {
 // /usr/sbin, /usr/bin, /sbin or /bin. criu_option: the --criu of check; a criu found through a PATH
 // is run (for its version) only when it is that file or lies in one of those directories.
 std::vector<RuntimeReport> check_runtimes(const std::vector<std::string> &only, const std::string &criu_option);
+
+// The containerd that target names, its configuration file or the socket it serves (--containerd):
+// through the socket, the process listening on it and the configuration it was started with; through a
+// configuration file, the containerd running with it, else the one installed. Reported as check_runtimes
+// reports containerd, and for containerd 2.x whether its CRI is enabled (it then checkpoints for the kubelet
+// and restores from checkpoint images).
+Result<RuntimeReport> check_containerd_at(const std::string &target, const std::string &criu_option);
 
 } // namespace cuda_criu::cli

@@ -15,6 +15,14 @@ cri_setup
 cri_node node1
 log "$(cri node1 version)"
 
+# cuda-criu check pointed at node 1's containerd, by its socket and by its configuration file: containerd
+# 2.1, whose CRI restores from checkpoint images, and the CRIU under it loads our plugin (runc.conf).
+for target in "$T/node1/containerd.sock" "$T/node1/config.toml"; do
+	"$BUILD_DIR/bin/cuda-criu" check --criu "$CRIU" --runtimes none --containerd "$target" >"$T/check.txt" 2>&1 || true
+	expect_log "$T/check.txt" "^ok +runtime-containerd +containerd 2\.1\.[0-9].*its CRI checkpoints for the kubelet and restores from checkpoint images.* loads $PLUGIN_DIR/cuda_plugin.so \(libdir in /etc/criu/runc.conf\)" \
+		"cuda-criu check --containerd $target: $(grep -A1 runtime-containerd "$T/check.txt")"
+done
+
 ms_since() { echo $((($(date +%s%N) - $1) / 1000000)); }
 
 # 1. The source pod on node 1: the kubelet pulls the image, runs the sandbox, creates and starts the container.
