@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <atomic>
 #include <cinttypes>
 #include <cstring>
@@ -354,8 +355,14 @@ Status load_chunk(Host &host, const GpuImageIndex &index, const std::vector<GpuD
 	const GpuChunk &c = *p.chunk;
 	// Decoded straight into the memory CRIU maps, or into buf.
 	uint8_t *out = p.decoded ? p.decoded : reinterpret_cast<uint8_t *>(buf.data());
-	if (p.decoded) // its pages allocated in one call, not a fault each (before 5.14: faults)
-		(void)madvise(p.decoded, c.len, MADV_POPULATE_WRITE);
+	// Its pages allocated in one call, not a fault each (before 5.14: EINVAL, faults). Out of memory, the
+	// restore stops here rather than at a fault in the decoder.
+	if (p.decoded && madvise(p.decoded, c.len, MADV_POPULATE_WRITE) != 0 && errno == ENOMEM)
+		return make_error(ENOMEM,
+				  "no memory to decode the GPU state at %#" PRIx64 " (%u bytes) into: a restore holds each "
+				  "process's decoded GPU state until the driver has restored it; free memory, or restore "
+				  "with CUDA_CRIU_MAP_IMAGE=off (the plugin then writes it into the process itself)",
+				  c.addr, c.len);
 	Status st;
 	if (index.criu_pages) {
 		st = host.read_memory(t.pid, c.addr, buf.data(), c.len);
