@@ -16,7 +16,6 @@ CRI_PY=$CT_SRC/cri/cri.py
 CRI_GEN=""
 BASE_IMAGE=""  # $REGISTRY/cuda-criu-ct/base:test (cri_setup)
 PAUSE_IMAGE="" # $REGISTRY/cuda-criu-ct/pause:test
-CRI_NODES=()
 
 # cri NODE COMMAND ARGS...: our CRI client against NODE's containerd (cri/cri.py gives the commands).
 cri() {
@@ -26,8 +25,8 @@ cri() {
 }
 
 # cri_setup: containerd 2.1, the CRI's api.proto, grpc_tools, buildah and docker-registry installed (a
-# failure where they are not: test-containers/setup.sh installs them),
-# the client's code generated into $T, the registry started with the base and pause images in it.
+# failure where they are not: test-containers/setup.sh installs them); the client's code generated into
+# $T; the registry started, with the base and pause images in it.
 cri_setup() {
 	[ -x "$CD2/usr/bin/containerd" ] ||
 		fail "no containerd 2.1 in $CD2: run test-containers/setup.sh (test-containers/containerd2-setup.sh)"
@@ -111,7 +110,7 @@ disabled_plugins = ["io.containerd.internal.v1.opt", "io.containerd.nri.v1.nri",
         Root = "$d/runc"
         BinaryName = "$T/bin/runc-keep-logs"
   [plugins.'io.containerd.cri.v1.runtime'.cni]
-    bin_dir = "/usr/lib/cni"
+    bin_dirs = ["/usr/lib/cni"]
     conf_dir = "$d/cni"
 [plugins.'io.containerd.cri.v1.images'.pinned_images]
   sandbox = "$PAUSE_IMAGE"
@@ -120,7 +119,6 @@ EOF
 	env -u CRIU_LIBS_DIR -u CUDA_CRIU_LIBCUDA PATH="$T/bin:$CD2/usr/bin:$PATH" FAKEGPU_DIR="$FAKEGPU_DIR" "$@" \
 		setsid "$CD2/usr/bin/containerd" --config "$d/config.toml" --log-level debug </dev/null >"$T/$name.log" 2>&1 &
 	eval "CRI_PID_$name=$!"
-	CRI_NODES+=("$name")
 	on_exit "cri_node_stop $name"
 	wait_for "containerd of $name to serve its CRI" 20 eval "cri $name version >/dev/null 2>&1"
 }
