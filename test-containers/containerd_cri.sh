@@ -7,7 +7,8 @@
 # the checkpoint image and StartContainer, which restores it: the workload verifies its device memory and
 # counts on from where it was checkpointed. Then 3 pods restored from that image at once, each verified,
 # and a fourth whose GPU state no longer fits on node 2's GPU (the fake NVML's FAKENVML_TOTAL), refused
-# by the plugin while the 3 run on.
+# by the plugin while the 3 run on. Last, a pod sharing its PID namespace (shareProcessNamespace),
+# checkpointed and restored into another.
 source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/cri_lib.sh"
 ct_setup runc
@@ -86,16 +87,21 @@ restore_pod() {
 		fail "CreateContainer $name from the checkpoint image: $(cat "$T/create.log")"
 }
 
-# restored_ok NAME ID: the container runs, its restore log has the plugin's clean summary, its workload
-# verifies its data and counts on from the checkpoint.
+# restored_ok NAME ID [STATE-DIR]: the container runs, its restore log has the plugin's clean summary, its
+# workload (its state in STATE-DIR, default $T/state/NAME) verifies its data and counts on from the
+# checkpoint, as pid 1 of its container (not checked with a STATE-DIR: a pod's shared PID namespace).
 restored_ok() {
-	local name=$1 id=$2 rlog
+	local name=$1 id=$2 state=${3:-} rlog
 	[ "$(cri_state node2 "$id")" = CONTAINER_RUNNING ] || fail "$name: the restored container is $(cri_state node2 "$id")"
 	rlog=$(cri_restore_log node2 "$id")
 	[ -f "$rlog" ] || fail "$name: no CRIU restore.log of container $id"
 	cp "$rlog" "$T/restore-$name.log"
 	expect_summary "$T/restore-$name.log" restore 1 "$name: no restore summary from the plugin"
 	[ -z "$(plugin_errors "$T/restore-$name.log")" ] || fail "$name: plugin errors in the restore log"
+	if [ -n "$state" ]; then
+		expect_resumed "$state/one" "$before" "$name restored on node2"
+		return
+	fi
 	expect_resumed "$T/state/$name/one" "$before" "$name restored on node2"
 	[ "$(state_value "$T/state/$name/one" pid)" = 1 ] || fail "$name: the workload is not pid 1 of its container"
 }
@@ -155,4 +161,40 @@ for i in 1 2 3; do
 	[ "$(cri_state node2 "${ctrs[$((i - 1))]}")" = CONTAINER_RUNNING ] || fail "r$i stopped when r4 was refused"
 	expect_healthy "$T/state/r$i/one"
 done
+for p in "${pods[@]}" "$POD" "$hog_pod"; do
+	cri node2 stopp "$p" && cri node2 rmp "$p" || fail "cannot remove pod $p on node2"
+done
+
+# 7. A pod whose containers share its PID namespace (shareProcessNamespace: true): CRIU joins that
+# namespace to fork the restored tasks into it, after which the kernel refuses CRIU's process new threads;
+# the plugin starts its own (the driver's load, the GPU image's check, the driver's calls) from its own
+# namespace. Checkpointed in such a pod on node 1 (the workload is not pid 1 there), restored into another
+# on node 2.
+cri_pod_json node1 shared-src POD
+pod=$(cri node1 runp "$T/node1/shared-src-pod.json" 2>"$T/runp.log") || fail "RunPodSandbox shared-src: $(cat "$T/runp.log")"
+mkdir -p "$T/state/shared-src"
+cri_ctr_json node1 gpu "$BASE_IMAGE" "$T/state/shared-src" "$(memcheck_cmd one 64)" POD
+ctr=$(cri node1 create "$pod" "$T/node1/gpu-ctr.json" "$T/node1/shared-src-pod.json" 2>"$T/create.log") ||
+	fail "CreateContainer in shared-src: $(cat "$T/create.log")"
+cri node1 start "$ctr" 2>"$T/start.log" || fail "StartContainer in shared-src: $(cat "$T/start.log")"
+wait_for "the workload to fill its device memory" 20 test -f "$T/state/shared-src/one"
+expect_healthy "$T/state/shared-src/one"
+[ "$(state_value "$T/state/shared-src/one" pid)" != 1 ] || fail "the workload is pid 1 in a pod's shared PID namespace"
+before=$(state_value "$T/state/shared-src/one" iterations)
+cri node1 checkpoint "$ctr" "$T/ckpt-shared.tar" 2>"$T/checkpoint.log" || fail "CheckpointContainer in shared-src: $(cat "$T/checkpoint.log")"
+cri node1 stopp "$pod" && cri node1 rmp "$pod" || fail "cannot remove pod shared-src"
+SHARED_IMAGE=$REGISTRY/cuda-criu-ct/gpu-checkpoint:shared
+checkpoint_image "$T/ckpt-shared.tar" "$SHARED_IMAGE"
+cri node2 pull "$SHARED_IMAGE" >"$T/pull.log" 2>&1 || fail "PullImage of $SHARED_IMAGE on node2: $(cat "$T/pull.log")"
+mkdir -p "$T/state/shared"
+cp "$T/state/shared-src/one.err" "$T/state/shared/one.err"
+blank_state "$T/state/shared/one"
+cri_pod_json node2 shared POD
+pod=$(cri node2 runp "$T/node2/shared-pod.json" 2>"$T/runp.log") || fail "RunPodSandbox shared: $(cat "$T/runp.log")"
+cri_ctr_json node2 shared "$SHARED_IMAGE" "$T/state/shared" "not run: restored" POD
+ctr=$(cri node2 create "$pod" "$T/node2/shared-ctr.json" "$T/node2/shared-pod.json" 2>"$T/create.log") ||
+	fail "CreateContainer shared from the checkpoint image: $(cat "$T/create.log")"
+cri node2 start "$ctr" 2>"$T/start.log" || fail "StartContainer (the restore) in a pod's shared PID namespace: $(cat "$T/start.log")"
+restored_ok shared "$ctr" "$T/state/shared"
+log "restored into a pod's shared PID namespace: running, data verified"
 log PASS

@@ -192,27 +192,29 @@ cri_push_images() {
 	done
 }
 
-# cri_pod_json NODE NAME: a pod sandbox configuration in $T/NODE/NAME-pod.json: the host's network, a
-# PID namespace for each container (the kubelet's default, unless the pod sets shareProcessNamespace).
+# cri_pod_json NODE NAME [PID-MODE]: a pod sandbox configuration in $T/NODE/NAME-pod.json: the host's
+# network, a PID namespace for each container (CONTAINER, the kubelet's default) or one for the pod (POD:
+# shareProcessNamespace).
 cri_pod_json() {
-	local node=$1 name=$2
+	local node=$1 name=$2 pid=${3:-CONTAINER}
 	mkdir -p "$T/$node/logs/$name"
-	jq -n --arg name "$name" --arg logs "$T/$node/logs/$name" '{metadata: {name: $name, namespace: "cuda-criu-ct",
-		uid: ("uid-" + $name), attempt: 0}, log_directory: $logs,
-		linux: {cgroup_parent: "/cuda-criu-ct", security_context: {namespace_options: {network: "NODE", pid: "CONTAINER"}}}}' \
+	jq -n --arg name "$name" --arg logs "$T/$node/logs/$name" --arg pid "$pid" '{metadata: {name: $name,
+		namespace: "cuda-criu-ct", uid: ("uid-" + $name), attempt: 0}, log_directory: $logs,
+		linux: {cgroup_parent: "/cuda-criu-ct", security_context: {namespace_options: {network: "NODE", pid: $pid}}}}' \
 		>"$T/$node/$name-pod.json"
 }
 
-# cri_ctr_json NODE NAME IMAGE STATE-DIR SHELL-COMMAND: a GPU container's configuration (fake GPU: its
-# library, its daemon's directory with the device files) in $T/NODE/NAME-ctr.json. STATE-DIR is its /state.
+# cri_ctr_json NODE NAME IMAGE STATE-DIR SHELL-COMMAND [PID-MODE]: a GPU container's configuration (fake
+# GPU: its library, its daemon's directory with the device files) in $T/NODE/NAME-ctr.json. STATE-DIR is
+# its /state; PID-MODE as its pod's (cri_pod_json).
 cri_ctr_json() {
-	local node=$1 name=$2 image=$3 state=$4 cmd=$5
-	jq -n --arg name "$name" --arg image "$image" --arg cmd "$cmd" --arg gpu "$FAKEGPU_DIR" \
+	local node=$1 name=$2 image=$3 state=$4 cmd=$5 pid=${6:-CONTAINER}
+	jq -n --arg name "$name" --arg image "$image" --arg cmd "$cmd" --arg gpu "$FAKEGPU_DIR" --arg pid "$pid" \
 		--arg lib "$(readlink -f /lib/x86_64-linux-gnu)" --arg fake "$(dirname "$FAKE_LIB")" \
 		--arg work "$(dirname "$MEMCHECK")" --arg state "$state" --arg run "$CT_RUN" '{
 		metadata: {name: $name, attempt: 0}, image: {image: $image},
 		command: ["/bin/sh", "-c", $cmd], log_path: ($name + ".log"),
-		linux: {security_context: {namespace_options: {network: "NODE", pid: "CONTAINER"}}},
+		linux: {security_context: {namespace_options: {network: "NODE", pid: $pid}}},
 		envs: [{key: "LD_LIBRARY_PATH", value: ("/opt/fakegpu" | @base64)}, {key: "FAKEGPU_DIR", value: ($gpu | @base64)}],
 		mounts: [{container_path: "/lib/x86_64-linux-gnu", host_path: $lib, readonly: true},
 			{container_path: "/opt/fakegpu", host_path: $fake, readonly: true},

@@ -348,6 +348,7 @@ static int cuda_plugin_checkpoint_devices(int pid)
 static int cuda_plugin_post_forking()
 {
 	hook_barrier("POST_FORKING", [&] {
+		ThreadsAllowed threads; // CRIU may have joined a pod's pid namespace to fork the tasks into
 		if (g_state && g_state->restore)
 			g_state->restore->start_check(use_own_fs_context);
 		if (g_state && g_state->restore && !g_state->driver_load) {
@@ -370,6 +371,7 @@ static int cuda_plugin_resume_devices_late(int pid)
 	return hook_barrier("RESUME_DEVICES_LATE", [&] {
 		if (!g_state || !g_state->restore)
 			return -ENOTSUP;
+		ThreadsAllowed threads; // the driver's calls run on threads (see POST_FORKING)
 		RestoreSession &restore = *g_state->restore;
 		// A failure before the session decides leaves every CUDA process checkpointed: the session still
 		// makes sure none of them runs (abandon).

@@ -15,4 +15,20 @@ void use_own_fs_context();
 // initialisation (cuInit, nvmlInit), which starts threads of its own in the calling process.
 void run_with_own_fs(const std::function<void()> &fn);
 
+// While it lives, the calling thread can start threads even where CRIU has joined another pid namespace
+// for the tasks it forks (setns(CLONE_NEWPID): a restore into a pod's shared pid namespace), after which
+// the kernel refuses a thread (EINVAL): the thread's pid namespace for children is set back to its own,
+// and to CRIU's choice again at the end. Threads started meanwhile keep theirs, and can start threads in
+// turn. Nothing changes where the two are the same.
+class ThreadsAllowed {
+public:
+	ThreadsAllowed();
+	~ThreadsAllowed();
+	ThreadsAllowed(const ThreadsAllowed &) = delete;
+	ThreadsAllowed &operator=(const ThreadsAllowed &) = delete;
+
+private:
+	int joined_ = -1; // CRIU's pid namespace for children, set again at the end
+};
+
 } // namespace cuda_criu

@@ -12,10 +12,13 @@
 #include <cerrno>
 #include <cstdlib>
 #include <fstream>
+#include <sched.h>
+#include <thread>
 #include <string>
 
 #include "base/text.h"
 #include "driver/libcuda.h"
+#include "os/fs_context.h"
 #include "os/host.h"
 #include "os/proc.h"
 #include "os/thread_run.h"
@@ -25,6 +28,68 @@ namespace cuda_criu {
 namespace {
 
 using testing::TempDir;
+
+// Where CRIU has joined another pid namespace for the tasks it forks (a pod's shared one), the kernel
+// refuses a thread; ThreadsAllowed lets one start and leaves CRIU's choice in place afterwards. In a child
+// whose pid namespace for children is a new one (unshare), as CRIU's is after its setns().
+TEST(ThreadsAllowed, ThreadsStartWhereCriuJoinedAnotherPidNamespace)
+{
+	if (geteuid() != 0)
+		GTEST_SKIP() << "a new pid namespace needs root";
+	pid_t child = fork();
+	ASSERT_GE(child, 0);
+	if (child == 0) {
+		auto ns = [](const char *which) {
+			struct stat st{};
+			return stat(which, &st) == 0 ? st.st_ino : 0;
+		};
+		auto thread_starts = [] {
+			try {
+				std::thread([] {}).join();
+				return true;
+			} catch (const std::system_error &) {
+				return false;
+			}
+		};
+		if (unshare(CLONE_NEWPID) != 0)
+			_exit(10);
+		pid_t init = fork(); // the namespace's init (a pod's pause): only then can others join it
+		if (init == 0) {
+			pause();
+			_exit(0);
+		}
+		auto end = [init](int code) {
+			if (init > 0)
+				kill(init, SIGKILL);
+			_exit(code);
+		};
+		ino_t joined = ns("/proc/thread-self/ns/pid_for_children");
+		if (init < 0 || !joined || joined == ns("/proc/thread-self/ns/pid"))
+			end(11);
+		if (thread_starts())
+			end(12); // the kernel would have let it: nothing to test
+		{
+			ThreadsAllowed allowed;
+			if (!thread_starts())
+				end(13);
+		}
+		if (ns("/proc/thread-self/ns/pid_for_children") != joined)
+			end(14); // CRIU's choice is not back
+		if (thread_starts())
+			end(15);
+		end(0);
+	}
+	int status = 0;
+	ASSERT_EQ(waitpid(child, &status, 0), child);
+	ASSERT_TRUE(WIFEXITED(status));
+	if (WEXITSTATUS(status) == 10)
+		GTEST_SKIP() << "unshare(CLONE_NEWPID) is not allowed here";
+	EXPECT_EQ(WEXITSTATUS(status), 0) << "step " << WEXITSTATUS(status) << " failed";
+	{
+		ThreadsAllowed same; // the namespaces are the same here: nothing to do
+		std::thread([] {}).join();
+	}
+}
 
 // A file merely named like a GPU's device node is not a GPU; nor is a name too long for an int.
 TEST(SystemHost, FilesNamedLikeGpuNodesAreNotGpus)
