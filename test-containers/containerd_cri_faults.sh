@@ -99,10 +99,7 @@ ctr=$(cri node2 create "$pod" "$T/node2/dst-ctr.json" "$T/node2/dst-pod.json" 2>
 	fail "CreateContainer from $DAMAGED: $(cat "$T/create.log")"
 cri node2 start "$ctr" 2>"$T/start-dst.log" && fail "the restore from the damaged image succeeded"
 log "StartContainer from the damaged image failed: $(head -n1 "$T/start-dst.log")"
-expect_log "$T/start-dst.log" "^log file: .*/restore.log" "the CRI error does not name CRIU's log"
-rlog=$T/criu-logs/$ctr-restore.log
-[ -f "$rlog" ] || fail "CRIU's restore log was not kept in $T/criu-logs"
-cp "$rlog" "$T/restore-dst.log"
+cri_kept_restore_log "$ctr" "$T/start-dst.log" "$T/restore-dst.log"
 expect_log "$T/restore-dst.log" "Error \(cuda_plugin\): .*truncated or padded image" "no plugin error naming the damage"
 log "the kept restore log says: $(grep -oE "Error \(cuda_plugin\): .*" "$T/restore-dst.log" | head -n1 | cut -c1-200)"
 state=$(cri_state node2 "$ctr")

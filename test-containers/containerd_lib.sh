@@ -93,29 +93,8 @@ ctrd_stop() {
 # The busybox image: an OCI archive of setup.sh's tarball as its only layer, imported into containerd's
 # store (there is no registry here).
 ctrd_import_image() {
-	local o=$T/oci
-	mkdir -p "$o/blobs/sha256"
-	local layer cfg man
-	layer=$(sha256sum "$ROOTFS_TAR" | cut -d' ' -f1)
-	cp "$ROOTFS_TAR" "$o/blobs/sha256/$layer"
-	jq -cn --arg l "sha256:$layer" '{architecture: "amd64", os: "linux",
-		config: {Env: ["PATH=/bin"]}, rootfs: {type: "layers", diff_ids: [$l]}}' >"$o/config.json"
-	cfg=$(sha256sum "$o/config.json" | cut -d' ' -f1)
-	mv "$o/config.json" "$o/blobs/sha256/$cfg"
-	jq -cn --arg c "sha256:$cfg" --argjson cs "$(stat -c %s "$o/blobs/sha256/$cfg")" \
-		--arg l "sha256:$layer" --argjson ls "$(stat -c %s "$ROOTFS_TAR")" '{schemaVersion: 2,
-		mediaType: "application/vnd.oci.image.manifest.v1+json",
-		config: {mediaType: "application/vnd.oci.image.config.v1+json", digest: $c, size: $cs},
-		layers: [{mediaType: "application/vnd.oci.image.layer.v1.tar", digest: $l, size: $ls}]}' >"$o/manifest.json"
-	man=$(sha256sum "$o/manifest.json" | cut -d' ' -f1)
-	jq -cn --arg m "sha256:$man" --argjson ms "$(stat -c %s "$o/manifest.json")" --arg name "$CTRD_IMAGE" \
-		'{schemaVersion: 2, manifests: [{mediaType: "application/vnd.oci.image.manifest.v1+json",
-		digest: $m, size: $ms, annotations: {"io.containerd.image.name": $name}}]}' >"$o/index.json"
-	mv "$o/manifest.json" "$o/blobs/sha256/$man"
-	echo '{"imageLayoutVersion": "1.0.0"}' >"$o/oci-layout"
-	tar -C "$o" -cf "$T/image.tar" oci-layout index.json blobs
+	oci_image_tar "$T/image.tar" "$CTRD_IMAGE"
 	ctrd_ images import "$T/image.tar" >"$T/import.log" 2>&1 || fail "ctr images import failed: $(cat "$T/import.log")"
-	rm -rf "$o"
 }
 
 # ctrd_run ID SHELL-COMMAND: a GPU test container (fake GPU) started detached, stdio on /dev/null, its

@@ -147,35 +147,6 @@ cri_node_stop() {
 	rmdir /sys/fs/cgroup/*/cuda-criu-ct/*/ /sys/fs/cgroup/*/cuda-criu-ct
 }
 
-# oci_image_tar OUT NAME CMD...: an OCI archive of setup.sh's root file system as the only layer, with CMD
-# as its command, whose image is called NAME (ctr images import).
-oci_image_tar() {
-	local out=$1 name=$2 o=$T/oci layer cfg man
-	shift 2
-	rm -rf "$o"
-	mkdir -p "$o/blobs/sha256"
-	layer=$(sha256sum "$ROOTFS_TAR" | cut -d' ' -f1)
-	cp "$ROOTFS_TAR" "$o/blobs/sha256/$layer"
-	jq -cn --arg l "sha256:$layer" --args '{architecture: "amd64", os: "linux",
-		config: {Env: ["PATH=/bin"], Cmd: $ARGS.positional}, rootfs: {type: "layers", diff_ids: [$l]}}' "$@" >"$o/config.json"
-	cfg=$(sha256sum "$o/config.json" | cut -d' ' -f1)
-	mv "$o/config.json" "$o/blobs/sha256/$cfg"
-	jq -cn --arg c "sha256:$cfg" --argjson cs "$(stat -c %s "$o/blobs/sha256/$cfg")" \
-		--arg l "sha256:$layer" --argjson ls "$(stat -c %s "$ROOTFS_TAR")" '{schemaVersion: 2,
-		mediaType: "application/vnd.oci.image.manifest.v1+json",
-		config: {mediaType: "application/vnd.oci.image.config.v1+json", digest: $c, size: $cs},
-		layers: [{mediaType: "application/vnd.oci.image.layer.v1.tar", digest: $l, size: $ls}]}' >"$o/manifest.json"
-	man=$(sha256sum "$o/manifest.json" | cut -d' ' -f1)
-	jq -cn --arg m "sha256:$man" --argjson ms "$(stat -c %s "$o/manifest.json")" --arg name "$name" \
-		'{schemaVersion: 2, manifests: [{mediaType: "application/vnd.oci.image.manifest.v1+json",
-		digest: $m, size: $ms, platform: {architecture: "amd64", os: "linux"},
-		annotations: {"io.containerd.image.name": $name}}]}' >"$o/index.json"
-	mv "$o/manifest.json" "$o/blobs/sha256/$man"
-	echo '{"imageLayoutVersion": "1.0.0"}' >"$o/oci-layout"
-	tar -C "$o" -cf "$out" oci-layout index.json blobs
-	rm -rf "$o"
-}
-
 # cri_push_images: the base and pause images into the registry, through a containerd of their own.
 cri_push_images() {
 	cri_node pusher
@@ -231,6 +202,16 @@ cri_pid() { cat "$T/$1/state/io.containerd.runtime.v2.task/k8s.io/$2/init.pid" 2
 # cri_restore_log NODE ID: CRIU's restore.log of the container's start from a checkpoint that succeeded
 # (in the shim's work directory: removed with the container).
 cri_restore_log() { echo "$T/$1/root/io.containerd.runtime.v2.task/k8s.io/$2/restore.log"; }
+
+# cri_kept_restore_log ID START-ERROR OUT: after StartContainer (a restore) of ID failed with START-ERROR:
+# the CRI error names CRIU's log, which containerd has removed, and the runc wrapper's copy of it
+# (keep_logs_wrapper) goes to OUT.
+cri_kept_restore_log() {
+	local id=$1 err=$2 out=$3
+	expect_log "$err" "^log file: .*/restore.log" "the CRI error does not name CRIU's log"
+	[ -f "$T/criu-logs/$id-restore.log" ] || fail "CRIU's restore log of $id was not kept in $T/criu-logs"
+	cp "$T/criu-logs/$id-restore.log" "$out"
+}
 
 # checkpoint_image ARCHIVE IMAGE: the CRI's checkpoint archive as a checkpoint image for containerd,
 # built with buildah as Kubernetes' documentation does (the archive added to an empty image) with the

@@ -349,3 +349,32 @@ EOC
 		fail "docker-registry is not listening on 127.0.0.1:$port: it exited, or 10 s passed (config $T/registry/config.yml)"
 	REGISTRY=127.0.0.1:$port
 }
+
+# oci_image_tar OUT NAME CMD...: an OCI archive of setup.sh's root file system as the only layer, with CMD
+# as its command, whose image is called NAME (ctr images import).
+oci_image_tar() {
+	local out=$1 name=$2 o=$T/oci layer cfg man
+	shift 2
+	rm -rf "$o"
+	mkdir -p "$o/blobs/sha256"
+	layer=$(sha256sum "$ROOTFS_TAR" | cut -d' ' -f1)
+	cp "$ROOTFS_TAR" "$o/blobs/sha256/$layer"
+	jq -cn --arg l "sha256:$layer" --args '{architecture: "amd64", os: "linux",
+		config: {Env: ["PATH=/bin"], Cmd: $ARGS.positional}, rootfs: {type: "layers", diff_ids: [$l]}}' "$@" >"$o/config.json"
+	cfg=$(sha256sum "$o/config.json" | cut -d' ' -f1)
+	mv "$o/config.json" "$o/blobs/sha256/$cfg"
+	jq -cn --arg c "sha256:$cfg" --argjson cs "$(stat -c %s "$o/blobs/sha256/$cfg")" \
+		--arg l "sha256:$layer" --argjson ls "$(stat -c %s "$ROOTFS_TAR")" '{schemaVersion: 2,
+		mediaType: "application/vnd.oci.image.manifest.v1+json",
+		config: {mediaType: "application/vnd.oci.image.config.v1+json", digest: $c, size: $cs},
+		layers: [{mediaType: "application/vnd.oci.image.layer.v1.tar", digest: $l, size: $ls}]}' >"$o/manifest.json"
+	man=$(sha256sum "$o/manifest.json" | cut -d' ' -f1)
+	jq -cn --arg m "sha256:$man" --argjson ms "$(stat -c %s "$o/manifest.json")" --arg name "$name" \
+		'{schemaVersion: 2, manifests: [{mediaType: "application/vnd.oci.image.manifest.v1+json",
+		digest: $m, size: $ms, platform: {architecture: "amd64", os: "linux"},
+		annotations: {"io.containerd.image.name": $name}}]}' >"$o/index.json"
+	mv "$o/manifest.json" "$o/blobs/sha256/$man"
+	echo '{"imageLayoutVersion": "1.0.0"}' >"$o/oci-layout"
+	tar -C "$o" -cf "$out" oci-layout index.json blobs
+	rm -rf "$o"
+}

@@ -163,16 +163,8 @@ TEST_F(RestoreTest, FailureOutsideTheSessionKillsWhenCriuWouldIgnoreIt)
 TEST_F(RestoreTest, MappedImageStillBeingCheckedGatesTheUnlock)
 {
 	for (bool passes : {true, false}) {
-		add_cuda(20, CudaState::Checkpointed);
-		host.stopped = {20};
-		{
-			std::lock_guard<std::mutex> g(driver.mu);
-			driver.calls.clear(); // the calls of the round before
-		}
-		auto restored = [this] {
-			std::lock_guard<std::mutex> g(driver.mu);
-			return std::find(driver.calls.begin(), driver.calls.end(), "restore 20") != driver.calls.end();
-		};
+		checkpointed_again(20);
+		auto restored = [this] { return driver_restored(20); };
 		GpuImageLoad check{[](const std::vector<GpuLoadTarget> &) -> Status {
 					   return make_error(EIO, "%s", "a mapped process's chunks are not written");
 				   },
@@ -210,16 +202,8 @@ TEST_F(RestoreTest, MappedImageStillBeingCheckedGatesTheUnlock)
 TEST_F(RestoreTest, DecodedProcessesAreRestoredOnlyOnceTheirStateIsDecoded)
 {
 	for (bool passes : {true, false}) {
-		add_cuda(20, CudaState::Checkpointed);
-		host.stopped = {20};
-		{
-			std::lock_guard<std::mutex> g(driver.mu);
-			driver.calls.clear(); // the calls of the round before
-		}
-		auto restored = [this] {
-			std::lock_guard<std::mutex> g(driver.mu);
-			return std::find(driver.calls.begin(), driver.calls.end(), "restore 20") != driver.calls.end();
-		};
+		checkpointed_again(20);
+		auto restored = [this] { return driver_restored(20); };
 		std::atomic<bool> restored_during_check{false};
 		std::vector<std::pair<pid_t, pid_t>> released;
 		GpuImageLoad load{[](const std::vector<GpuLoadTarget> &) -> Status {
@@ -257,12 +241,7 @@ TEST_F(RestoreTest, DecodedProcessesAreRestoredOnlyOnceTheirStateIsDecoded)
 TEST_F(RestoreTest, MappedImageCheckedWhileCriuRestoresMemoryDecidesBeforeTheDriver)
 {
 	for (bool passes : {true, false}) {
-		add_cuda(20, CudaState::Checkpointed);
-		host.stopped = {20};
-		{
-			std::lock_guard<std::mutex> g(driver.mu);
-			driver.calls.clear(); // the calls of the round before
-		}
+		checkpointed_again(20);
 		std::atomic<bool> own_fs{false};
 		std::atomic<bool> ran{false};
 		GpuImageLoad check{[](const std::vector<GpuLoadTarget> &) -> Status {

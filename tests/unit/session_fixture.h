@@ -4,6 +4,9 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <mutex>
+#include <string>
 #include <vector>
 
 #include "core/dump_session.h"
@@ -86,6 +89,23 @@ protected:
 
 class RestoreTest : public DumpTest {
 protected:
+	// A round of a test that restores pid more than once: it is checkpointed and stopped again, and the
+	// driver's calls of the round before are forgotten.
+	void checkpointed_again(pid_t pid)
+	{
+		add_cuda(pid, CudaState::Checkpointed);
+		host.stopped = {pid};
+		std::lock_guard<std::mutex> g(driver.mu);
+		driver.calls.clear();
+	}
+	// Whether the driver's restore of pid has been called (from any thread).
+	bool driver_restored(pid_t pid)
+	{
+		std::lock_guard<std::mutex> g(driver.mu);
+		return std::find(driver.calls.begin(), driver.calls.end(), "restore " + std::to_string(pid)) !=
+		       driver.calls.end();
+	}
+
 	ImageRecord image_with(std::vector<int> ns_pids)
 	{
 		ImageRecord r;
