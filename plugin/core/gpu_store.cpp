@@ -134,10 +134,20 @@ struct ParentChunks {
 	}
 };
 
+// One line on where a pool's time went (thread-seconds summed over its workers), to tell a slow step from
+// workers waiting: "GPU image write: 16 writers in 2.35 s; thread-seconds: read 10.1, ...".
+void log_steps(const char *what, unsigned workers, uint64_t wall_us, const StepTimes &s, const char *code)
+{
+	auto sec = [](uint64_t us) { return static_cast<double>(us) / 1e6; };
+	LOG_INFO("%s: %u worker(s) in %.2f s; thread-seconds: read %.1f, %s %.1f, write %.1f; CPU %.1f", what, workers,
+		 sec(wall_us), sec(s.read_us), code, sec(s.code_us), sec(s.write_us), sec(s.cpu_us));
+}
+
 struct SliceOut {
 	std::vector<std::pair<size_t, GpuChunk>> chunks; // target, chunk
 	std::vector<uint64_t> zero_bytes;                // per target
 	GpuDataFile file;
+	StepTimes steps;
 };
 
 // One writer's slice: each chunk read out of its process and, with a data file (dir_fd >= 0), stored there
@@ -161,14 +171,17 @@ Status save_slice(Host &host, int dir_fd, const std::vector<GpuSaveTarget> &targ
 	auto *bytes = reinterpret_cast<uint8_t *>(buf.data());
 	std::vector<uint8_t> scratch(parent ? chunk_bytes : 0), decoded(parent ? chunk_bytes : 0);
 	ChunkCodec codec;
+	StepClock clock(out.steps);
 	uint64_t offset = kGpuDataHeaderBytes;
 	for (std::pair<size_t, size_t> batch{0, 0}; !stop.load(std::memory_order_relaxed);) {
 		if (batch.first == batch.second && (batch = batches.next()).first == batch.second)
 			break;
 		const Piece &p = pieces[batch.first++];
 		pid_t pid = targets[p.target].pid;
+		clock.lap(&StepTimes::code_us);
 		if (auto st = host.read_memory(pid, p.addr, bytes, p.len); !st)
 			return std::move(st).error().context("save the GPU state of pid %d", pid);
+		clock.lap(&StepTimes::read_us);
 		if (!writer) {
 			out.chunks.push_back({p.target, {p.addr, p.len, 0, 0, crc32c(bytes, p.len)}});
 			done.fetch_add(p.len, std::memory_order_relaxed);
@@ -200,9 +213,11 @@ Status save_slice(Host &host, int dir_fd, const std::vector<GpuSaveTarget> &targ
 		}
 		if (zstd_level > 0) {
 			ChunkCodec::Encoded e = codec.encode(bytes, p.len, zstd_level);
+			clock.lap(&StepTimes::code_us);
 			if (e.encoding != ChunkEncoding::Raw) {
 				if (auto st = writer->write(offset, codec.out(), e.stored_len); !st)
 					return std::move(st).error().context("save the GPU state of pid %d", pid);
+				clock.lap(&StepTimes::write_us);
 				out.chunks.push_back({p.target, {p.addr, p.len, index, offset, crc ? *crc : crc32c(bytes, p.len),
 								 e.encoding, static_cast<uint32_t>(e.stored_len)}});
 				out.file.data_bytes += e.stored_len;
@@ -220,8 +235,10 @@ Status save_slice(Host &host, int dir_fd, const std::vector<GpuSaveTarget> &targ
 			}
 			if (run) {
 				size_t first = pg - run;
+				clock.lap(&StepTimes::code_us);
 				if (auto st = writer->write(offset + first * kPage, bytes + first * kPage, run * kPage); !st)
 					return std::move(st).error().context("save the GPU state of pid %d", pid);
+				clock.lap(&StepTimes::write_us);
 				stored += run;
 				run = 0;
 			}
@@ -330,7 +347,9 @@ Result<GpuImageIndex> save_or_checksum(Host &host, int dir_fd, const std::vector
 	index.criu_pages = dir_fd < 0;
 	for (const GpuSaveTarget &t : targets)
 		index.processes.push_back({t.ns_pid, t.pid, {}, 0});
+	StepTimes steps;
 	for (SliceOut &o : outs) {
+		steps += o.steps;
 		if (dir_fd >= 0)
 			index.files.push_back(o.file);
 		for (auto &[t, c] : o.chunks)
@@ -343,6 +362,8 @@ Result<GpuImageIndex> save_or_checksum(Host &host, int dir_fd, const std::vector
 	if (parent)
 		add_parent_files(index, parent_image->index, parent->first_file);
 	index.write_us = now_us() - t0;
+	log_steps(dir_fd >= 0 ? "GPU image write" : "GPU state checksums", writers, index.write_us, steps,
+		  dir_fd >= 0 ? (zstd_level > 0 ? "check for zeros, compress" : "check for zeros") : "checksum");
 	return index;
 }
 
@@ -350,7 +371,7 @@ Result<GpuImageIndex> save_or_checksum(Host &host, int dir_fd, const std::vector
 // written into the process unless CRIU maps it. The scratch buffers are the calling reader's.
 Status load_chunk(Host &host, const GpuImageIndex &index, const std::vector<GpuDataReader> &readers,
 		  const GpuLoadTarget &t, const Piece &p, std::vector<uint64_t> &buf, std::vector<uint8_t> &stored,
-		  ChunkCodec &codec)
+		  ChunkCodec &codec, StepClock &clock)
 {
 	const GpuChunk &c = *p.chunk;
 	// Decoded straight into the memory CRIU maps, or into buf.
@@ -363,6 +384,7 @@ Status load_chunk(Host &host, const GpuImageIndex &index, const std::vector<GpuD
 				  "process's decoded GPU state until the driver has restored it; free memory, or restore "
 				  "with CUDA_CRIU_MAP_IMAGE=off (the plugin then writes it into the process itself)",
 				  c.addr, c.len);
+	clock.lap(&StepTimes::write_us);
 	Status st;
 	if (index.criu_pages) {
 		st = host.read_memory(t.pid, c.addr, buf.data(), c.len);
@@ -371,6 +393,7 @@ Status load_chunk(Host &host, const GpuImageIndex &index, const std::vector<GpuD
 	} else {
 		stored.resize(c.stored_len);
 		st = readers[c.file].read(c.offset, stored.data(), c.stored_len);
+		clock.lap(&StepTimes::read_us);
 		if (st)
 			if (Status d = codec.decode(c.encoding, stored.data(), c.stored_len, out, c.len); !d)
 				st = make_error(EBADMSG,
@@ -380,6 +403,7 @@ Status load_chunk(Host &host, const GpuImageIndex &index, const std::vector<GpuD
 						c.addr, c.len, chunk_encoding_name(c.encoding), c.stored_len,
 						readers[c.file].name().c_str(), c.offset, d.error().message().c_str());
 	}
+	clock.lap(c.compressed() ? &StepTimes::code_us : &StepTimes::read_us);
 	uint32_t crc = st ? crc32c(out, c.len) : c.crc;
 	if (crc != c.crc && index.criu_pages)
 		st = make_error(EBADMSG,
@@ -393,11 +417,13 @@ Status load_chunk(Host &host, const GpuImageIndex &index, const std::vector<GpuD
 				"%08x, recorded %08x): the image is damaged; restore from an intact copy (cuda-criu inspect "
 				"--verify checks one)",
 				c.addr, c.len, readers[c.file].name().c_str(), c.offset, crc, c.crc);
+	clock.lap(&StepTimes::code_us);
 	// A chunk in a parent's file, or compressed and not decoded into memory CRIU maps, is
 	// never mapped by CRIU: always written into a restored process.
 	if (st && !index.criu_pages && t.pid && !p.decoded &&
 	    (t.write || index.files[c.file].parent_depth || c.compressed()))
 		st = host.write_memory(t.pid, c.addr, buf.data(), c.len);
+	clock.lap(&StepTimes::write_us);
 	return st;
 }
 
@@ -453,11 +479,14 @@ Status load_gpu_state(Host &host, int dir_fd, const GpuImageIndex &index, const 
 	std::atomic<bool> stop{false};
 	std::vector<Job> jobs;
 	jobs.reserve(workers);
+	std::vector<StepTimes> steps(workers);
+	uint64_t t0 = now_us();
 	for (unsigned w = 0; w < workers; w++)
-		jobs.push_back({"check the GPU image", [&]() -> Status {
+		jobs.push_back({"check the GPU image", [&, w]() -> Status {
 					std::vector<uint64_t> buf(index.chunk_bytes / sizeof(uint64_t));
 					std::vector<uint8_t> stored;
 					ChunkCodec codec;
+					StepClock clock(steps[w]);
 					for (auto [first, last] = batches.next(); first < last; std::tie(first, last) = batches.next()) {
 						for (size_t i = first; i < last && !stop.load(std::memory_order_relaxed); i++) {
 							if (cancel && cancel->load(std::memory_order_relaxed)) {
@@ -466,7 +495,7 @@ Status load_gpu_state(Host &host, int dir_fd, const GpuImageIndex &index, const 
 							}
 							const Piece &p = pieces[i];
 							const GpuLoadTarget &t = targets[p.target];
-							Status st = load_chunk(host, index, readers, t, p, buf, stored, codec);
+							Status st = load_chunk(host, index, readers, t, p, buf, stored, codec, clock);
 							if (!st && !t.pid) {
 								stop = true;
 								return std::move(st).error().context("process %d of the image", t.ns_pid);
@@ -487,6 +516,11 @@ Status load_gpu_state(Host &host, int dir_fd, const GpuImageIndex &index, const 
 	for (Status &st : results)
 		if (!st)
 			return std::move(st).error();
+	StepTimes sum;
+	for (const StepTimes &s : steps)
+		sum += s;
+	log_steps(index.criu_pages ? "GPU state check" : "GPU image read back", workers, now_us() - t0, sum,
+		  "decode and check");
 	return {};
 }
 

@@ -49,6 +49,7 @@ public:
 private:
 	void *cctx_ = nullptr;
 	void *dctx_ = nullptr;
+	int level_ = 0; // the level cctx_ is set up for (0: none yet)
 	std::vector<uint8_t> shuffled_, out_, plain_;
 };
 
