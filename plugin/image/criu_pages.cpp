@@ -5,13 +5,16 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cinttypes>
+#include <thread>
 #include <memory>
 #include <string_view>
 
 #include "base/format.h"
 #include "image/image_file.h"
 #include "os/dir.h"
+#include "os/unique_fd.h"
 
 namespace cuda_criu {
 namespace {
@@ -19,6 +22,8 @@ namespace {
 constexpr uint32_t kCriuCommonMagic = 0x54564319;    // IMG_COMMON_MAGIC, the first word of most images
 constexpr uint32_t kCriuPagemapMagic = 0x56084025;   // PAGEMAP_MAGIC (and SHMEM_PAGEMAP_MAGIC)
 constexpr uint32_t kCriuInventoryMagic = 0x58313116; // INVENTORY_MAGIC: the inventory's only magic word
+constexpr uint32_t kCriuFilesMagic = 0x56303138;     // FILES_MAGIC: files.img
+constexpr uint64_t kFdTypeReg = 1;                   // FileEntry.type REG (images/fdinfo.proto)
 // PagemapEntry.flags (criu/include/pagemap.h)
 constexpr uint32_t kPeParent = 1 << 0;  // the pages are in the parent image (an incremental dump)
 constexpr uint32_t kPeLazy = 1 << 1;    // lazy migration serves them
@@ -232,6 +237,50 @@ Result<CriuPagemap> decode_criu_pagemap(const uint8_t *data, size_t size, uint64
 	return parsed_value(std::move(parsed), head, "PagemapHead after the magic words", std::move(pm));
 }
 
+Result<std::vector<std::string>> decode_criu_reg_files(const uint8_t *data, size_t size)
+{
+	if (size < 8)
+		return make_error(EINVAL, "cut short: %zu bytes, fewer than CRIU's two magic words", size);
+	if (le32(data) != kCriuCommonMagic || le32(data + 4) != kCriuFilesMagic)
+		return make_error(EINVAL, "not a CRIU files image (magic %08x %08x)", le32(data), le32(data + 4));
+	std::vector<std::string> names;
+	Status parsed = for_each_criu_message(data, size, 8, [&](size_t, WireReader r) -> Status {
+		uint64_t type = 0;
+		const WireField *reg = nullptr;
+		WireField reg_field;
+		Status st = for_each_field(r, [&](const WireField &f) -> Status {
+			if (f.number == 1 && f.type == 0)
+				type = f.varint;
+			else if (f.number == 3 && f.type == 2)
+				reg = &(reg_field = f);
+			return {};
+		});
+		if (!st || type != kFdTypeReg || !reg)
+			return st;
+		return for_each_field(WireReader(reg->bytes, reg->len), [&](const WireField &f) -> Status {
+			if (f.number == 6 && f.type == 2)
+				names.emplace_back(reinterpret_cast<const char *>(f.bytes), f.len);
+			return {};
+		});
+	});
+	if (!parsed)
+		return std::move(parsed).error();
+	return names;
+}
+
+Result<std::vector<std::string>> criu_reg_file_names(int dir_fd)
+{
+	auto data = read_image_file(dir_fd, "files.img", kCriuImageMaxBytes);
+	if (!data)
+		return std::move(data).error();
+	if (!*data)
+		return std::vector<std::string>();
+	auto names = decode_criu_reg_files((*data)->data(), (*data)->size());
+	if (!names)
+		return std::move(names).error().context("%s", "files.img");
+	return names;
+}
+
 Result<CriuInventory> decode_criu_inventory(const uint8_t *data, size_t size)
 {
 	if (size < 4)
@@ -380,6 +429,35 @@ Result<PagesCheck> check_pages_files(int dir_fd, uint64_t page_size)
 			check.pages.push_back(f->pages);
 	}
 	return check;
+}
+
+void read_heads_ahead(const std::vector<std::string> &names, unsigned threads)
+{
+	std::atomic<size_t> next{0};
+	auto work = [&] {
+		for (size_t i; (i = next.fetch_add(1)) < std::min(names.size(), kMaxHeadsAhead);) {
+			const std::string &name = names[i];
+			if (name.empty() || name[0] != '/')
+				continue;
+			// Only regular files are opened for reading: a name an image gives may be a device, whose
+			// open alone can act (O_PATH opens nothing; the file is reopened through it).
+			UniqueFd path(open(name.c_str(), O_PATH | O_CLOEXEC));
+			struct stat st {};
+			if (!path.valid() || fstat(path.get(), &st) != 0 || !S_ISREG(st.st_mode))
+				continue;
+			UniqueFd fd(open(format("/proc/self/fd/%d", path.get()).c_str(), O_RDONLY | O_CLOEXEC));
+			if (fd.valid())
+				(void)posix_fadvise(fd.get(), 0,
+						    static_cast<off_t>(std::min<uint64_t>(st.st_size, kHeadAheadBytes)),
+						    POSIX_FADV_WILLNEED);
+		}
+	};
+	std::vector<std::thread> pool;
+	for (unsigned t = 1; t < std::max(1u, threads); t++)
+		pool.emplace_back(work);
+	work();
+	for (std::thread &t : pool)
+		t.join();
 }
 
 void read_ahead(int dir_fd, const std::vector<std::string> &names)

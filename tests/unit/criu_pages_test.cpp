@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <string>
 #include <vector>
@@ -110,6 +111,72 @@ TEST(CriuPages, InventoryListsItsPlugins)
 	EXPECT_EQ(r->plugins[0], "cuda_plugin");
 	inv[11] = 0x0e; // plugins_entry one byte longer than its message
 	EXPECT_FALSE(decode_criu_inventory(inv.data(), inv.size()).ok());
+}
+
+// Protobuf pieces for hand-made images (lengths below 128: one-byte varints).
+std::string field_bytes(uint8_t number, const std::string &value)
+{
+	return std::string{static_cast<char>(number << 3 | 2), static_cast<char>(value.size())} + value;
+}
+std::string field_varint(uint8_t number, uint8_t value)
+{
+	return std::string{static_cast<char>(number << 3), static_cast<char>(value)};
+}
+std::string framed(const std::string &message)
+{
+	return std::string{static_cast<char>(message.size()), 0, 0, 0} + message;
+}
+
+// files.img: IMG_COMMON_MAGIC, FILES_MAGIC, then FileEntry messages; a REG entry's name is kept, the other
+// types are passed over.
+Bytes files_image(const std::vector<std::pair<uint8_t, std::string>> &entries)
+{
+	std::string img("\x19\x43\x56\x54\x38\x31\x30\x56", 8);
+	uint8_t id = 1;
+	for (const auto &[type, name] : entries) {
+		std::string reg = field_varint(1, id) + field_varint(2, 0) + field_varint(3, 0) + field_bytes(5, "") +
+				  field_bytes(6, name);
+		img += framed(field_varint(1, type) + field_varint(2, id++) + (type == 1 ? field_bytes(3, reg) : ""));
+	}
+	return bytes(img);
+}
+
+TEST(CriuPages, FilesImageNamesTheRegularFiles)
+{
+	Bytes img = files_image({{1, "/usr/lib/libfoo.so.1"}, {2, ""}, {1, "/opt/model/weights.bin"}});
+	auto r = decode_criu_reg_files(img.data(), img.size());
+	ASSERT_TRUE(r.ok()) << r.error().message();
+	EXPECT_EQ(*r, (std::vector<std::string>{"/usr/lib/libfoo.so.1", "/opt/model/weights.bin"}));
+	std::vector<size_t> ends{8}; // where each message ends: a cut there is a shorter image
+	for (size_t at = 8; at < img.size(); at += 4 + img[at])
+		ends.push_back(at + 4 + img[at]);
+	ASSERT_EQ(ends.size(), 4u);
+	for (size_t n = 8; n < img.size(); n++) { // cut inside a message: an error, never a read past it
+		Bytes cut(img.begin(), img.begin() + static_cast<long>(n));
+		bool whole = std::find(ends.begin(), ends.end(), n) != ends.end();
+		EXPECT_EQ(decode_criu_reg_files(cut.data(), cut.size()).ok(), whole) << "cut at " << n;
+	}
+	img[5] ^= 1;
+	EXPECT_FALSE(decode_criu_reg_files(img.data(), img.size()).ok()) << "another image's magic";
+}
+
+TEST(CriuPages, FilesOfTheImageAreReadAheadWithoutOpeningAnythingButRegularFiles)
+{
+	TempDir dir;
+	std::string file = dir.file("lib.so"), fifo = dir.file("fifo");
+	ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+	dir.write("lib.so", bytes("\x7f" "ELF"));
+	dir.write("files.img", files_image({{1, fifo}, {1, file}, {1, "relative/name"}, {1, dir.file("missing")}}));
+	auto names = criu_reg_file_names(dir.fd());
+	ASSERT_TRUE(names.ok()) << names.error().message();
+	ASSERT_EQ(names->size(), 4u);
+	// Opened for reading, the FIFO would block this thread for good (no writer): the hint passes it by.
+	read_heads_ahead(*names, 4);
+	read_heads_ahead(*names, 1);
+	TempDir empty;
+	auto none = criu_reg_file_names(empty.fd());
+	ASSERT_TRUE(none.ok()) << none.error().message();
+	EXPECT_TRUE(none->empty());
 }
 
 TEST(CriuPages, PagemapNames)
