@@ -101,15 +101,17 @@ MappedGpuImage request_mapped_gpu_image(const GpuImageIndex &index, bool enabled
 		}
 		std::vector<uint64_t> decoded_at = p.decoded_offsets();
 		std::vector<Run> runs;
-		uint64_t written_by_plugin = 0;
+		uint64_t written_by_plugin = 0, from_memory = 0;
 		for (size_t i = 0; i < p.chunks.size(); i++) {
 			const GpuChunk &c = p.chunks[i];
-			if (index.files[c.file].parent_depth || (c.compressed() && !decoded)) // written by the plugin
+			if (index.files[c.file].parent_depth || (c.compressed() && !decoded)) { // written by the plugin
 				written_by_plugin += c.len;
-			else if (c.compressed())
+			} else if (c.compressed()) {
 				add_run(runs, c.addr, c.len, decoded_at[i], Run::kDecoded);
-			else
+				from_memory += c.len;
+			} else {
 				add_run(runs, c.addr, c.len, c.offset, c.file);
+			}
 		}
 		if (runs.empty())
 			continue;
@@ -138,13 +140,14 @@ MappedGpuImage request_mapped_gpu_image(const GpuImageIndex &index, bool enabled
 		mapped.processes.insert(p.ns_pid);
 		if (decoded)
 			mapped.decoded.emplace(p.ns_pid, decoded);
-		uint64_t from_memory = decoded ? decoded->bytes() : 0;
 		uint64_t from_files = p.stored_bytes() - written_by_plugin - from_memory;
 		LOG_INFO("pid %d: asking CRIU to map its GPU image in %zu run(s): %.1f MiB from the plugin's files%s%s",
 			 p.ns_pid, runs.size(), static_cast<double>(from_files) / (1 << 20),
 			 from_memory ? format(", %.1f MiB from the memory its compressed chunks are decoded into while CRIU "
-					      "restores",
-					      static_cast<double>(from_memory) / (1 << 20)).c_str()
+					      "restores (%s)",
+					      static_cast<double>(from_memory) / (1 << 20),
+					      decoded->huge() ? "2 MiB pages" : "a memfd, pages as the host's shmem_enabled says")
+						.c_str()
 				     : "",
 			 written_by_plugin ? format("; %.1f MiB compressed or in the parent image are written by the plugin",
 						    static_cast<double>(written_by_plugin) / (1 << 20)).c_str()

@@ -131,21 +131,22 @@ uint64_t GpuProcessChunks::stored_bytes() const
 
 std::vector<uint64_t> GpuProcessChunks::decoded_offsets() const
 {
+	constexpr uint64_t kHugePage = 2 << 20;
 	std::vector<uint64_t> at;
 	uint64_t n = 0;
 	for (const GpuChunk &c : chunks) {
+		if (c.compressed())
+			n += (c.addr - n) & (kHugePage - 1);
 		at.push_back(n);
 		n += c.compressed() ? c.len : 0;
 	}
+	at.push_back(n);
 	return at;
 }
 
 uint64_t GpuProcessChunks::decoded_bytes() const
 {
-	uint64_t n = 0;
-	for (const GpuChunk &c : chunks)
-		n += c.compressed() ? c.len : 0;
-	return n;
+	return decoded_offsets().back();
 }
 
 const GpuProcessChunks *GpuImageIndex::find(int ns_pid) const

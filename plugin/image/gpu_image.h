@@ -54,8 +54,9 @@ struct GpuProcessChunks {
 	uint64_t zero_bytes = 0;      // bytes of the checkpoint ranges in all-zero chunks (not stored)
 	uint64_t stored_bytes() const;
 	// Compressed chunks decoded into memory of their own (a restore's, CRIU maps it): one after the
-	// other in index order, each at its length. Each chunk's offset there (meaningful for compressed
-	// ones), and the total.
+	// other in index order, each at an offset congruent to its address modulo 2 MiB, so that the huge
+	// pages of that memory can be mapped whole into the process (a gap takes no memory). Each chunk's
+	// offset there (meaningful for compressed ones), then the total.
 	std::vector<uint64_t> decoded_offsets() const;
 	uint64_t decoded_bytes() const;
 };

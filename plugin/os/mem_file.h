@@ -1,5 +1,7 @@
-// A file in memory (memfd) that the plugin fills and CRIU maps into a restored process
-// (criu_restore_map_fd, criu-patches/0008): where compressed GPU state is decoded while CRIU restores.
+// A file in memory that the plugin fills and CRIU maps into a restored process (criu_restore_map_fd,
+// criu-patches/0008): where compressed GPU state is decoded while CRIU restores. On huge pages (a tmpfs of
+// its own, mounted nowhere) where the kernel allows it, else a memfd; either way it shows in the process's
+// maps as NAME (deleted).
 #pragma once
 
 #include <sys/types.h>
@@ -8,6 +10,7 @@
 #include <string>
 
 #include "base/result.h"
+#include "os/maps.h"
 #include "os/unique_fd.h"
 
 namespace cuda_criu {
@@ -19,7 +22,9 @@ public:
 
 	int fd() const { return fd_.get(); }
 	uint64_t bytes() const { return bytes_; }
-	uint64_t inode() const { return inode_; }
+	bool huge() const { return huge_; } // on 2 MiB pages (a tmpfs of its own), not a memfd
+	// Whether a line of /proc/PID/maps maps this file.
+	bool is(const Mapping &m) const;
 
 	// Where it is mapped shared for writing (nullptr before map()); map() again does nothing.
 	uint8_t *data() const { return data_; }
@@ -41,6 +46,8 @@ private:
 	UniqueFd fd_;
 	uint64_t bytes_ = 0;
 	uint64_t inode_ = 0;
+	dev_t dev_ = 0;
+	bool huge_ = false;
 	uint8_t *data_ = nullptr;
 };
 

@@ -32,11 +32,11 @@ expect_summary "$T/restore.log" restore 1 "no clean restore summary"
 alive "$pid" && [ "$(cuda_state "$pid")" = running ] || fail "pid $pid not running after the restore"
 expect_healthy "$STATE"
 # Decoded while CRIU restored, into memory CRIU mapped (criu-patches/0008), given back once restored.
-expect_log "$T/restore.log" "MiB from the memory its compressed chunks are decoded into while CRIU restores" \
-	"the compressed chunks were not decoded into memory CRIU maps"
+expect_log "$T/restore.log" "MiB from the memory its compressed chunks are decoded into while CRIU restores \(2 MiB pages\)" \
+	"the compressed chunks were not decoded into memory CRIU maps, on 2 MiB pages"
 expect_log "$T/restore.log" "Mapped [0-9]+ runs of pages from [0-9]+ plugin file" "CRIU mapped no run from the plugin's memory"
 ! grep -q "are written by the plugin" "$T/restore.log" || fail "the plugin wrote compressed chunks into the process"
-! grep -q "memfd:cuda-criu-gpu" "/proc/$pid/maps" || fail "pid $pid still maps the decoded GPU state: $(grep memfd "/proc/$pid/maps")"
+! grep -q "cuda-criu-gpu-" "/proc/$pid/maps" || fail "pid $pid still maps the decoded GPU state: $(grep cuda-criu-gpu- "/proc/$pid/maps")"
 log "restored from the compressed image (decoded into memory CRIU mapped, given back): running, data verified"
 
 kill -9 "$pid"

@@ -63,7 +63,7 @@ test_gpu_compress() {
 	# Decoded into memory CRIU mapped (criu-patches/0008), which the real driver unmaps once restored.
 	grep -q "from the memory its compressed chunks are decoded into" "$dir/restore.log" ||
 		{ failed $name "the compressed chunks were not decoded into memory CRIU maps"; show_log "$dir/restore.log"; kill_tree "$pid"; return; }
-	if grep -q "memfd:cuda-criu-gpu" "/proc/$pid/maps"; then
+	if grep -q "cuda-criu-gpu-" "/proc/$pid/maps"; then
 		failed $name "pid $pid still maps its decoded GPU state after the restore"; kill_tree "$pid"; return
 	fi
 	kill_tree "$pid"; gone_within 30 "$pid"

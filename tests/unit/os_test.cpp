@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/ptrace.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
@@ -10,16 +11,21 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cinttypes>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <sched.h>
 #include <thread>
 #include <string>
 
+#include "base/format.h"
 #include "base/text.h"
 #include "driver/libcuda.h"
 #include "os/fs_context.h"
 #include "os/host.h"
+#include "os/maps.h"
+#include "os/mem_file.h"
 #include "os/proc.h"
 #include "os/thread_run.h"
 #include "temp_dir.h"
@@ -92,6 +98,44 @@ TEST(ThreadsAllowed, ThreadsStartWhereCriuJoinedAnotherPidNamespace)
 }
 
 // A file merely named like a GPU's device node is not a GPU; nor is a name too long for an int.
+// The memory compressed GPU state is decoded into: found by its line in the process's maps, on 2 MiB pages
+// where the process may mount a tmpfs of its own (root), whatever the host's shmem_enabled, and given back
+// whole.
+TEST(MemFile, OnHugePagesFoundInTheMapsAndGivenBack)
+{
+	constexpr uint64_t kBytes = 8 << 20;
+	auto f = MemFile::create("cuda-criu-gpu-test", kBytes);
+	ASSERT_TRUE(f.ok()) << f.error().message();
+	ASSERT_TRUE(f->map().ok());
+	ASSERT_EQ(madvise(f->data(), kBytes, MADV_POPULATE_WRITE), 0) << std::strerror(errno);
+	std::memset(f->data(), 0x5a, kBytes);
+	auto maps = read_maps(getpid());
+	ASSERT_TRUE(maps.ok()) << maps.error().message();
+	int found = 0;
+	for (const Mapping &m : *maps)
+		if (f->is(m)) {
+			found++;
+			EXPECT_EQ(m.start, reinterpret_cast<uint64_t>(f->data()));
+			EXPECT_NE(m.path.find("cuda-criu-gpu-test"), std::string::npos) << m.path;
+		}
+	EXPECT_EQ(found, 1);
+	if (geteuid() != 0)
+		GTEST_SKIP() << "not root: no tmpfs of its own, a memfd (huge pages as the host's shmem_enabled says)";
+	EXPECT_TRUE(f->huge());
+	// smaps: the mapping's memory in huge pages (ShmemPmdMapped), where the kernel had 2 MiB pages free.
+	auto smaps = read_small_file("/proc/self/smaps", 16 << 20);
+	ASSERT_TRUE(smaps.ok());
+	size_t at = smaps->find(format("%" PRIx64 "-", reinterpret_cast<uint64_t>(f->data())));
+	ASSERT_NE(at, std::string::npos);
+	size_t pmd = smaps->find("ShmemPmdMapped:", at);
+	ASSERT_NE(pmd, std::string::npos);
+	EXPECT_GT(std::strtoull(smaps->c_str() + pmd + 15, nullptr, 10), 0u) << smaps->substr(at, 1200);
+	f->free_memory();
+	struct stat st{};
+	ASSERT_EQ(fstat(f->fd(), &st), 0);
+	EXPECT_EQ(st.st_size, 0);
+}
+
 TEST(SystemHost, FilesNamedLikeGpuNodesAreNotGpus)
 {
 	TempDir dir;
