@@ -110,9 +110,9 @@ def estimate(scenario, variant, cold_too):
     return t + restore_s + ((sync_s + cold_s + 1.0) if cold_too else 0.0)
 
 
-def replicas_estimate(scenario, n):
+def replicas_estimate(scenario, n, cold_starts=True):
     """--replicas n: per variant a start, a dump and n restores at once; then n cold starts at once."""
-    return sum(estimate(scenario, v, False) + 10.0 * n for v in VARIANTS) + 60.0 + 20.0 * n
+    return sum(estimate(scenario, v, False) + 10.0 * n for v in VARIANTS) + (60.0 + 20.0 * n if cold_starts else 0.0)
 
 
 def plan(rounds, scenarios, cold_rounds):
@@ -131,7 +131,7 @@ def plan(rounds, scenarios, cold_rounds):
     return trips
 
 
-def print_plan(trips, rounds, coldstart, time_limit=0, replicas=0):
+def print_plan(trips, rounds, coldstart, time_limit=0, replicas=0, cold_starts=True):
     total = sum(estimate(s, v, c) for _, s, v, c in trips)
     log(f"plan: {len(trips)} round trip(s) (each starts its workload, dumps it, restores it"
         f"{', and restores it again from a cold page cache in the last rounds' if any(c for *_, c in trips) else ''}):")
@@ -144,8 +144,9 @@ def print_plan(trips, rounds, coldstart, time_limit=0, replicas=0):
         log(f"  coldstart: ~{extra:.0f} s")
         total += extra
     for s in [s for s in dict.fromkeys(s for _, s, _, _ in trips) if replicas and SCENARIOS[s][0] == "serve"]:
-        extra = replicas_estimate(s, replicas)
-        log(f"  {s}, {replicas} replicas of one image against {replicas} cold starts: ~{extra:.0f} s")
+        extra = replicas_estimate(s, replicas, cold_starts)
+        against = f" against {replicas} cold starts" if cold_starts else ""
+        log(f"  {s}, {replicas} replicas of one image{against}: ~{extra:.0f} s")
         total += extra
     log(f"expected duration: about {total / 60:.1f} min ({total:.0f} s) on the H200 machine")
     if time_limit and total > time_limit:
@@ -298,8 +299,8 @@ def main():
                     help="for the serving scenarios: N replicas restored at once from one image, against N cold "
                     "starts at once")
     ap.add_argument("--no-cold-starts", action="store_true",
-                    help="the serving scenarios without their three starts from scratch (their round trips and "
-                    "replicas only)")
+                    help="the serving scenarios without their starts from scratch: neither the three of the round "
+                    "trips nor the N at once of --replicas (their round trips and replicas only)")
     ap.add_argument("--plan", action="store_true", help="print the round trips and the expected duration, then stop")
     ap.add_argument("--from-json", nargs="+", metavar="FILE",
                     help="no runs: report and plot the results.json files of earlier runs together")
@@ -335,7 +336,7 @@ def main():
     cold_rounds = min(max(0, args.cold_rounds), args.rounds)
     if args.plan:
         trips = plan(args.rounds, [s for s in wanted if s in SCENARIOS], cold_rounds)
-        print_plan(trips, args.rounds, "coldstart" in wanted, args.time_limit, args.replicas)
+        print_plan(trips, args.rounds, "coldstart" in wanted, args.time_limit, args.replicas, not args.no_cold_starts)
         return
     if os.geteuid() != 0:
         sys.exit("bench.py: run as root (CRIU needs it)")
@@ -359,7 +360,7 @@ def main():
     fragmenter = hold_fragmented(args.fragment_gib, info) if args.fragment_gib > 0 else None
     log(f"machine: {info.get('gpus')}; kernel {info['kernel']}; THP {info.get('thp', '?')}")
     trips = plan(args.rounds, [s for s in wanted if s in SCENARIOS], cold_rounds)
-    print_plan(trips, args.rounds, "coldstart" in wanted, args.time_limit, args.replicas)
+    print_plan(trips, args.rounds, "coldstart" in wanted, args.time_limit, args.replicas, not args.no_cold_starts)
     results, cold, failures = [], [], []
     done = {}  # scenario -> [expected, measured] seconds of its round trips so far
     reserve = 20.0  # the report, the plot and the logs' archive
@@ -414,7 +415,7 @@ def main():
             cold_start(args.rounds, cold)
         for s in [s for s in wanted if args.replicas > 0 and SCENARIOS.get(s, ("",))[0] == "serve"]:
             try:
-                replicas(s, args.replicas, cold, failures)
+                replicas(s, args.replicas, cold, failures, not args.no_cold_starts)
             except Exception as e:  # noqa: BLE001
                 log(f"{s} cold starts at once: FAILED: {e}")
                 failures.append({"scenario": f"{s} ({args.replicas} cold starts)", "variant": "cold start",

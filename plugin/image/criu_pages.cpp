@@ -462,12 +462,16 @@ void read_heads_ahead(const std::vector<std::string> &names, unsigned threads)
 
 void read_ahead(int dir_fd, const std::vector<std::string> &names)
 {
+	// One POSIX_FADV_WILLNEED reads at most the device's read-ahead window (read_ahead_kb, 8 MiB on the
+	// GPU machine) from where it starts: a file is asked for window after window.
+	constexpr off_t kWindow = 4 << 20;
 	for (const std::string &name : names) {
-		int fd = openat(dir_fd, name.c_str(), O_RDONLY | O_CLOEXEC); // as CRIU opens it
-		if (fd < 0)
+		UniqueFd fd(openat(dir_fd, name.c_str(), O_RDONLY | O_CLOEXEC)); // as CRIU opens it
+		struct stat st {};
+		if (!fd.valid() || fstat(fd.get(), &st) != 0)
 			continue;
-		(void)posix_fadvise(fd, 0, 0, POSIX_FADV_WILLNEED);
-		close(fd);
+		for (off_t at = 0; at < st.st_size; at += kWindow)
+			(void)posix_fadvise(fd.get(), at, kWindow, POSIX_FADV_WILLNEED);
 	}
 }
 

@@ -2,6 +2,8 @@
 // encoding and stored length (format version 3), and a store and restore through them, damaged ones too.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -81,6 +83,21 @@ TEST(ChunkCodec, WeightsAreShuffledNoiseStaysRawEachDecodesToItsBytes)
 	std::vector<uint8_t> back(kLen);
 	ASSERT_TRUE(codec.decode(e.encoding, codec.out(), e.stored_len, back.data(), kLen).ok());
 	EXPECT_EQ(back, repeated);
+}
+
+// The byte shuffle takes 16 pairs at a time and the rest one by one: lengths that end anywhere in a block,
+// odd ones included, come back byte for byte.
+TEST(ChunkCodec, EveryLengthComesBackThroughTheShuffle)
+{
+	ChunkCodec codec;
+	std::vector<uint8_t> w = weights(kLen, 4);
+	for (size_t len : {kLen, kLen - 1, kLen - 17, kLen - 31, kLen - 32, kLen - 33, 16 * kPage + 1, 16 * kPage + 30}) {
+		ChunkCodec::Encoded e = codec.encode(w.data(), len, 1);
+		ASSERT_EQ(e.encoding, ChunkEncoding::ZstdShuffled) << len;
+		std::vector<uint8_t> back(len, 0xee);
+		ASSERT_TRUE(codec.decode(e.encoding, codec.out(), e.stored_len, back.data(), len).ok()) << len;
+		EXPECT_TRUE(std::equal(back.begin(), back.end(), w.begin())) << len;
+	}
 }
 
 TEST(ChunkCodec, DamagedTruncatedLyingAndOversizedFramesAreRefused)
