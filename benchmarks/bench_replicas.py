@@ -33,9 +33,14 @@ def loopback_up():
 # opened inside (CRIU cannot dump a file of a mount the new namespace does not have), no other fd, its own
 # session (CRIU dumps a namespace whose init leads its session), then the server.
 NS_INIT = f"""
-import fcntl, os, socket, struct, sys
+import ctypes, fcntl, os, socket, struct, sys
 with socket.socket() as s:
     fcntl.ioctl(s, {SIOCSIFFLAGS}, struct.pack("16sH14x", b"lo", {IFF_UP | IFF_LOOPBACK | IFF_RUNNING}))
+libc = ctypes.CDLL(None, use_errno=True)
+while os.path.ismount("/dev/shm") and libc.umount2(b"/dev/shm", 2) == 0:  # MNT_DETACH: the host's, unseen here
+    pass
+if libc.mount(b"tmpfs", b"/dev/shm", b"tmpfs", 0, b"mode=1777") != 0:
+    raise OSError(ctypes.get_errno(), "mount a /dev/shm of its own")
 fd = os.open("/dev/null", os.O_RDWR)
 for i in range(3):
     os.dup2(fd, i)
@@ -49,17 +54,19 @@ def ns_start(cmd, env):
     """cmd as pid 1 of pid, mount and network namespaces of its own, with a /proc of its own: the driver needs
     it (cuInit fails with 304 in a pid namespace that sees the host's /proc), and a network namespace per
     replica keeps them apart (the driver listens on @cuda-uvmfd-<pid ns inode>-<pid>, which CRIU restores
-    under the same name)."""
+    under the same name). And a /dev/shm of its own, as a container has: replicas restored at once into
+    the host's would each restore the same ghost file there (the unlinked semaphore a PyTorch process
+    holds: /dev/shm/sem.* (deleted)), and all but one fail with "Can't create ghost regfile: File exists"."""
     return start(["unshare", "--pid", "--fork", "--mount", "--mount-proc", "--net", sys.executable, "-c", NS_INIT] + cmd,
                  os.devnull, env)
 
 
 def ns_criu_opts(pid):
-    """(dump options, restore options) for a process that ns_start started: every mount it has but its root
-    and /proc external, restored as a bind of the same host path into a root bound from the host's; its
+    """(dump options, restore options) for a process that ns_start started: every mount it has but its root,
+    /proc and /dev/shm (a tmpfs CRIU dumps and makes anew for each replica) external, restored as a bind of the same host path into a root bound from the host's; its
     network namespace made anew and left empty, so nothing to lock."""
     with open(f"/proc/{pid}/mountinfo") as f:
-        points = sorted({line.split()[4] for line in f} - {"/", "/proc"})
+        points = sorted({line.split()[4] for line in f} - {"/", "/proc", "/dev/shm"})
     dump, restore = ["--empty-ns", "net", "--network-lock", "skip"], ["--empty-ns", "net", "--network-lock", "skip", "--root", "/"]
     for i, m in enumerate(points, 1):
         dump += ["--external", f"mnt[{m}]:m{i}"]

@@ -19,6 +19,7 @@ import argparse
 import hashlib
 import importlib.util
 import json
+import multiprocessing
 import os
 import queue
 import socket
@@ -104,6 +105,7 @@ def serve(args):
     if args.processes == 2:  # the real front, this file's engine
         module.front(args, [sys.executable, os.path.abspath(__file__), "engine", *sys.argv[2:]])
         return
+    held = multiprocessing.Lock()  # noqa: F841 (the real engine's semaphore: /dev/shm/sem.* (deleted))
     requests = queue.Queue()
     module.http_front(args.port, module.handoff(requests))
 

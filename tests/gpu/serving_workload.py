@@ -50,6 +50,7 @@ import hashlib
 import http.server
 import json
 import mmap
+import multiprocessing
 import os
 import queue
 import random
@@ -301,6 +302,9 @@ def handoff(requests):
 def serve(args):
     if args.processes == 2:
         return front(args)
+    # A semaphore of multiprocessing's, as PyTorch's worker pools hold them: created in /dev/shm and unlinked
+    # at once, its mapping (/dev/shm/sem.* (deleted)) stays, and a restore brings it back as a ghost file.
+    held = multiprocessing.Lock()  # noqa: F841 (held while serving)
     requests = queue.Queue()
     run_engine(args, lambda: Server(args), lambda: http_front(args.port, handoff(requests)), requests.get,
                lambda reply, answer: reply.put(answer))

@@ -240,14 +240,20 @@ PY
 # restores under the same name: two replicas in one network namespace collide).
 #
 # ns_exec CMD...: CMD as pid 1 of such namespaces, leading its own session, stdio on /dev/null opened
-# inside and no other fd (CRIU cannot dump a file of a mount that the new namespace does not have).
+# inside and no other fd (CRIU cannot dump a file of a mount that the new namespace does not have), with a
+# /dev/shm of its own as a container has (replicas restored into the host's would each restore the same
+# ghost file there, such as the unlinked semaphore a PyTorch process holds, and collide).
 ns_exec() {
 	unshare --pid --fork --mount --mount-proc --net bash -c 'for fd in $(ls /proc/$$/fd); do
-		[ "$fd" -gt 2 ] && eval "exec $fd>&-"; done; exec </dev/null >/dev/null 2>&1; exec setsid "$@"' ns "$@"
+		[ "$fd" -gt 2 ] && eval "exec $fd>&-"; done
+		while mountpoint -q /dev/shm && umount -l /dev/shm; do :; done
+		mount -t tmpfs -o mode=1777 tmpfs /dev/shm || exit 1
+		exec </dev/null >/dev/null 2>&1; exec setsid "$@"' ns "$@"
 }
 
 # ns_criu_opts PID DIR: the CRIU options for a process that ns_exec started, one per line, in DIR/dump.opts
-# and DIR/restore.opts (mapfile -t reads them back): each mount it has but its root and /proc is external
+# and DIR/restore.opts (mapfile -t reads them back): each mount it has but its root, /proc and /dev/shm (a
+# tmpfs of its own, which CRIU dumps and makes anew for each restore) is external
 # (key mN), restored as a bind of the same host path into a root bound from the host's (--root /); its
 # network namespace is made anew and left empty (--empty-ns net: nothing of it is dumped, as runc does),
 # so there is nothing to lock either (--network-lock skip: CRIU would lock it with iptables by default).
@@ -255,7 +261,7 @@ ns_criu_opts() {
 	local pid=$1 dir=$2 m i=0
 	printf '%s\n' --empty-ns net --network-lock skip >"$dir/dump.opts"
 	printf '%s\n' --empty-ns net --network-lock skip --root / >"$dir/restore.opts"
-	for m in $(awk '$5 != "/" && $5 != "/proc" { print $5 }' "/proc/$pid/mountinfo" | sort -u); do
+	for m in $(awk '$5 != "/" && $5 != "/proc" && $5 != "/dev/shm" { print $5 }' "/proc/$pid/mountinfo" | sort -u); do
 		i=$((i + 1))
 		printf '%s\n' --external "mnt[$m]:m$i" >>"$dir/dump.opts"
 		printf '%s\n' --external "mnt[m$i]:$m" >>"$dir/restore.opts"
