@@ -282,6 +282,39 @@ TEST(GpuStoreCompressed, ADamagedCompressedChunkIsRefusedByFileAndOffset)
 		<< m;
 }
 
+// Where compressed chunks are decoded: one after another, each at an offset congruent to its address modulo
+// 2 MiB (so that the memory's huge pages map whole into the process), raw chunks taking no room.
+TEST(GpuIndexCompressed, DecodedChunksLieCongruentToTheirAddressesModulo2MiB)
+{
+	constexpr uint64_t kHuge = 2 << 20;
+	GpuProcessChunks p;
+	auto chunk = [](uint64_t addr, uint32_t len, bool compressed) {
+		GpuChunk c{addr, len, 0, 0, 0};
+		if (compressed) {
+			c.encoding = ChunkEncoding::ZstdShuffled;
+			c.stored_len = len / 2;
+		}
+		return c;
+	};
+	p.chunks = {chunk(0x7f0000201000, 0x1ff000, true), chunk(0x7f0000400000, kHuge, true),
+		    chunk(0x7f0000600000, kHuge, false), chunk(0x7f0000a03000, 0x5000, true),
+		    chunk(0x7f0000a08000, kHuge, true)};
+	std::vector<uint64_t> at = p.decoded_offsets();
+	ASSERT_EQ(at.size(), p.chunks.size() + 1);
+	uint64_t end = 0;
+	for (size_t i = 0; i < p.chunks.size(); i++) {
+		if (!p.chunks[i].compressed())
+			continue;
+		EXPECT_EQ(at[i] % kHuge, p.chunks[i].addr % kHuge) << i;
+		EXPECT_GE(at[i], end) << i << ": overlaps the chunk before";
+		EXPECT_LT(at[i] - end, kHuge) << i << ": a gap of a huge page or more";
+		end = at[i] + p.chunks[i].len;
+	}
+	EXPECT_EQ(at[1], at[0] + 0x1ff000) << "consecutive chunks stay one run";
+	EXPECT_EQ(at[4], at[3] + 0x5000) << "consecutive chunks stay one run";
+	EXPECT_EQ(p.decoded_bytes(), end);
+}
+
 TEST(GpuIndexCompressed, LyingEncodingsAndLengthsAreRefused)
 {
 	TempDir dir;
