@@ -75,6 +75,20 @@ Result<GpuImageLoad> prepare_gpu_image(const Options &options, Host &host, const
 			return std::move(st).error().context("%s", "cannot restore: the GPU image is incomplete");
 		*mapped = request_mapped_gpu_image(*idx, options.map_image, criu.map_file, criu.map_fd);
 		maps_image = !mapped->processes.empty();
+		// Decoded state is memory the restore holds until the driver has it (shared memory, not
+		// reclaimable): refused now, before CRIU restores anything, where it cannot fit, rather than
+		// found out by the kernel's OOM killer halfway.
+		uint64_t decoded = 0;
+		for (const GpuProcessChunks &p : idx->processes)
+			if (mapped->decoded.count(p.ns_pid))
+				for (const GpuChunk &c : p.chunks)
+					decoded += c.compressed() ? c.len : 0;
+		if (auto avail = host.available_memory(); decoded && avail && decoded > *avail)
+			return make_error(ENOMEM,
+					  "cannot restore: the image's compressed GPU state decodes to %s, which the restore "
+					  "holds in memory until the driver has restored it, and the host has %s available: "
+					  "free memory, or restore fewer images at once",
+					  human_bytes(decoded).c_str(), human_bytes(*avail).c_str());
 	}
 	const std::set<int> &mapped_processes = mapped->processes;
 	uint64_t bytes = 0;

@@ -230,6 +230,37 @@ TEST_F(RestoreSetupTest, ThePluginsGpuImageIsCheckedMappedAndTakenOffTheInventor
 	EXPECT_EQ(refusal().rfind("cannot restore: the GPU image is incomplete", 0), 0u) << refusal();
 }
 
+// A compressed GPU image is decoded into memory the restore holds until the driver's restore: where the
+// host's available memory cannot take it, the restore is refused before CRIU restores anything.
+TEST_F(RestoreSetupTest, ACompressedImageThatCannotBeDecodedInMemoryIsRefusedFirst)
+{
+	std::string id = new_gpu_image_id();
+	record(id);
+	host.memory[4242][0x100000] = 1;
+	host.memory[4242][0x200000] = 2;
+	std::vector<GpuSaveTarget> targets{{4242, 7, {{0x100000, 0x300000}}}};
+	auto idx = save_gpu_state(host, dir.fd(), targets, id, 1, kGpuChunkBytes, nullptr, 1);
+	ASSERT_TRUE(idx.ok()) << idx.error().message();
+	ASSERT_TRUE(write_gpu_index(dir.fd(), *idx).ok());
+	int map_fd_calls = 0;
+	criu.map_fd = [&](int, uint64_t, uint64_t, int, uint64_t) {
+		map_fd_calls++;
+		return 0;
+	};
+	host.available = 1 << 20; // less than the 2 MiB decoded
+	EXPECT_EQ(refusal(), "cannot restore: the image's compressed GPU state decodes to 2.0 MiB, which the restore "
+			     "holds in memory until the driver has restored it, and the host has 1.0 MiB available: "
+			     "free memory, or restore fewer images at once");
+	host.available = 64 << 20;
+	map_fd_calls = 0;
+	auto s = set_up();
+	ASSERT_TRUE(s.ok()) << s.error().message();
+	EXPECT_TRUE(s->maps_image);
+	EXPECT_EQ(map_fd_calls, 1);
+	host.available.reset(); // unknown: not refused
+	EXPECT_TRUE(set_up().ok());
+}
+
 // An incremental dump (criu dump --prev-images-dir) references unchanged chunks in its parent's files,
 // which CRIU never maps: the plugin writes them, so the process counts as written into even where its
 // own chunks are mapped, and all of its chunks are handled before the driver's restore.
