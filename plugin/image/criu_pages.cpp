@@ -7,9 +7,10 @@
 #include <algorithm>
 #include <atomic>
 #include <cinttypes>
-#include <thread>
 #include <memory>
+#include <optional>
 #include <string_view>
+#include <thread>
 
 #include "base/format.h"
 #include "image/image_file.h"
@@ -246,13 +247,12 @@ Result<std::vector<std::string>> decode_criu_reg_files(const uint8_t *data, size
 	std::vector<std::string> names;
 	Status parsed = for_each_criu_message(data, size, 8, [&](size_t, WireReader r) -> Status {
 		uint64_t type = 0;
-		const WireField *reg = nullptr;
-		WireField reg_field;
+		std::optional<WireField> reg;
 		Status st = for_each_field(r, [&](const WireField &f) -> Status {
 			if (f.number == 1 && f.type == 0)
 				type = f.varint;
 			else if (f.number == 3 && f.type == 2)
-				reg = &(reg_field = f);
+				reg = f;
 			return {};
 		});
 		if (!st || type != kFdTypeReg || !reg)
@@ -462,9 +462,10 @@ void read_heads_ahead(const std::vector<std::string> &names, unsigned threads)
 
 void read_ahead(int dir_fd, const std::vector<std::string> &names)
 {
-	// One POSIX_FADV_WILLNEED reads at most the device's read-ahead window (read_ahead_kb, 8 MiB on the
-	// GPU machine) from where it starts: a file is asked for window after window.
-	constexpr off_t kWindow = 4 << 20;
+	// One POSIX_FADV_WILLNEED reads at most the larger of the device's read-ahead window (read_ahead_kb:
+	// 8 MiB on the GPU machine, 128 KiB by default) and its largest request from where it starts: a file is
+	// asked for in pieces of the smallest such window (a few thousand calls for a GiB, nothing cached).
+	constexpr off_t kWindow = 128 << 10;
 	for (const std::string &name : names) {
 		UniqueFd fd(openat(dir_fd, name.c_str(), O_RDONLY | O_CLOEXEC)); // as CRIU opens it
 		struct stat st {};

@@ -1,15 +1,18 @@
-// libFuzzer target for the image parsers: decode_image() (cuda-plugin.img) and decode_gpu_index()
+// libFuzzer target for the image parsers: decode_image() (cuda-plugin.img), decode_gpu_index()
 // (cuda-gpu.img) must turn every input into either a record or a clear error, without crashing, leaking,
 // hanging or allocating out of proportion to the input; so must the GPU image's chunk decoder
-// (image/chunk_codec.h) every input as a stored chunk, never writing past the chunk it decodes into.
+// (image/chunk_codec.h) every input as a stored chunk, never writing past the chunk it decodes into, and
+// the reader of CRIU's files.img (image/criu_pages.h) every input as its messages.
 // Built with clang by run_fuzzer.sh; replay_main.cpp runs the same target over the corpus under g++.
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
+#include <string>
 #include <vector>
 
 #include "image/chunk_codec.h"
+#include "image/criu_pages.h"
 #include "image/gpu_image.h"
 #include "image/image.h"
 
@@ -89,11 +92,28 @@ void check_chunk(const uint8_t *data, size_t size)
 	}
 }
 
+// The input as CRIU's files.img after its two magic words (what a restore reads ahead by): decoded or
+// refused, every name made of bytes of the input.
+void check_criu_files(const uint8_t *data, size_t size)
+{
+	std::vector<uint8_t> framed = {0x19, 0x43, 0x56, 0x54, 0x38, 0x31, 0x30, 0x56};
+	framed.insert(framed.end(), data, data + size);
+	auto r = cuda_criu::decode_criu_reg_files(framed.data(), framed.size());
+	if (!r && r.error().message().empty())
+		std::abort();
+	size_t bytes = 0;
+	for (const std::string &name : r ? *r : std::vector<std::string>())
+		bytes += name.size();
+	if (bytes > size)
+		std::abort();
+}
+
 } // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	check_chunk(data, size);
+	check_criu_files(data, size);
 	check_one(data, size);
 	check_gpu_index(data, size);
 	if (size > 0 && size <= (1u << 20)) { // as the payload of a well-formed cuda-gpu.img header
