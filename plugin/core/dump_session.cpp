@@ -7,6 +7,8 @@
 #include <cstring>
 #include <ctime>
 #include <set>
+#include <system_error>
+#include <thread>
 
 #include "base/format.h"
 #include "base/log.h"
@@ -14,6 +16,7 @@
 #include "core/dump_preflight.h"
 #include "core/dump_refusals.h"
 #include "core/gpu_store.h"
+#include "image/image.h"
 
 #ifndef CUDA_CRIU_VERSION
 #define CUDA_CRIU_VERSION "dev"
@@ -346,12 +349,31 @@ Status DumpSession::checkpoint_all()
 		uint64_t rss = host_.task_info(before[i].first).rss_bytes;
 		return rss > before[i].second ? rss - before[i].second : 0;
 	};
+	// Meanwhile, which pages of its mapped files each process uses, for the restore to read ahead
+	// (os/file_pages.h): the dump's share of the image's room for them each.
+	std::vector<std::vector<MemoryRange>> file_pages(targets.size());
+	std::thread note_file_pages;
+	try {
+		note_file_pages = std::thread([&] {
+			for (size_t i = 0; i < targets.size(); i++)
+				file_pages[i] = host_.mapped_file_pages(targets[i]->pid, maps_before[i],
+									std::max<size_t>(1, kImageMaxFilePageRanges / targets.size()));
+		});
+	} catch (const std::system_error &) {
+		LOG_DEBUG("%s", "no thread to note the processes' mapped files' pages: the restore will not read them ahead");
+	}
 	uint64_t t0 = now_us();
 	std::vector<ProcResult> results = run_proc_jobs(host_, driver_, std::move(jobs), options_.parallel,
 							options_.checkpoint_timeout_ms, &progress);
 	device_phase_us_ = now_us() - t0;
+	if (note_file_pages.joinable())
+		note_file_pages.join();
 	Status first_failure;
 	for (size_t i = 0; i < targets.size(); i++) {
+		targets[i]->file_pages = std::move(file_pages[i]);
+		LOG_DEBUG("pid %d: %s of its mapped files in use, in %zu range(s), for the restore to read ahead",
+			  targets[i]->pid, human_bytes(total_bytes(targets[i]->file_pages)).c_str(),
+			  targets[i]->file_pages.size());
 		if (results[i].status)
 			targets[i]->checkpoint_ranges = added_private_anon(maps_before[i], host_.memory_map(targets[i]->pid));
 		record_checkpoint(*targets[i], std::move(results[i]), first_failure);
@@ -643,7 +665,7 @@ ImageRecord DumpSession::image_record() const
 	r.other_gpus = machine_gpu_records(false);
 	for (const Proc &p : procs_)
 		r.processes.push_back({p.pid, p.ns_pid, p.initial, p.gpu_uuids, p.state_bytes, p.lock_us,
-				       p.checkpoint_us, p.checkpoint_ranges});
+				       p.checkpoint_us, p.checkpoint_ranges, p.file_pages});
 	r.device_phase_us = device_phase_us_;
 	r.created_unix = static_cast<uint64_t>(std::time(nullptr));
 	char host[256] = {};

@@ -80,6 +80,7 @@ private:
 		uint64_t lock_us = 0;
 		uint64_t checkpoint_us = 0;
 		std::vector<MemoryRange> checkpoint_ranges; // memory the checkpoint mapped (os/maps.h)
+		std::vector<MemoryRange> file_pages;        // its mapped files' pages in use (os/file_pages.h)
 	};
 
 	Status load_driver(unsigned budget_ms);

@@ -6,6 +6,7 @@
 #include <map>
 #include <optional>
 #include <set>
+#include <system_error>
 #include <utility>
 
 #include "base/format.h"
@@ -316,14 +317,54 @@ void RestoreSession::restore_batch(const std::vector<pid_t> &candidates)
 			};
 		}
 	}
+	std::thread ahead = read_file_pages_ahead(jobs, checked);
 	if (!jobs.empty())
 		restore_all(std::move(jobs));
+	if (ahead.joinable())
+		ahead.join();
 	if (reservations_) // what it restored now shows in the GPUs' free memory
 		std::exchange(reservations_, nullptr)->release();
 	if (checked.valid())
 		checked.wait(); // its time for the summary, when a restore failed before it
 	if (image_)
 		report_missing();
+}
+
+// The pages of their mapped files the processes used at dump (the image's file_pages), asked of the kernel
+// on a thread of its own while the driver restores, once the GPU image is read (the disk has nothing else
+// to do then; before, these reads would delay the GPU state): their first work after a restore from a
+// cold page cache then finds its libraries' code and data in memory. A hint: at most a quarter of the
+// memory available.
+std::thread RestoreSession::read_file_pages_ahead(const std::vector<ProcJob> &jobs, std::shared_future<Status> checked)
+{
+	std::vector<std::pair<pid_t, std::vector<MemoryRange>>> wanted;
+	uint64_t bytes = 0;
+	for (const ProcJob &j : jobs)
+		if (image_)
+			for (const ProcessRecord &r : image_->processes)
+				if (r.ns_pid == outcomes_[j.pid].ns_pid && !r.file_pages.empty()) {
+					wanted.emplace_back(j.pid, r.file_pages);
+					bytes += total_bytes(r.file_pages);
+				}
+	if (wanted.empty())
+		return {};
+	auto avail = host_.available_memory();
+	uint64_t budget = avail ? *avail / 4 : bytes;
+	try {
+		return std::thread([this, wanted = std::move(wanted), checked, budget] {
+			if (checked.valid())
+				checked.wait();
+			uint64_t t0 = now_us(), asked = 0;
+			for (const auto &[pid, ranges] : wanted)
+				if (asked < budget)
+					asked += host_.read_file_pages_ahead(pid, ranges, budget - asked);
+			LOG_INFO("read ahead %s of the files the process(es) had mapped and used, asked in %s while the "
+				 "driver restores",
+				 human_bytes(asked).c_str(), seconds(now_us() - t0).c_str());
+		});
+	} catch (const std::system_error &) {
+		return {};
+	}
 }
 
 // The restore's progress: what each process's checkpoint held (the image) against the GPU memory it

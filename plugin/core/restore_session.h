@@ -13,6 +13,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "base/result.h"
@@ -92,6 +93,7 @@ private:
 	std::vector<ProcJob> find_cuda_processes(const std::vector<pid_t> &candidates);
 	Status load_driver(pid_t pid);
 	void restore_all(std::vector<ProcJob> jobs);
+	std::thread read_file_pages_ahead(const std::vector<ProcJob> &jobs, std::shared_future<Status> checked);
 	PhaseProgress restore_progress(const std::vector<pid_t> &pids);
 	void report_missing();
 	Result<std::vector<GpuPair>> gpu_pairs();

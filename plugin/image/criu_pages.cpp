@@ -15,6 +15,7 @@
 #include "base/format.h"
 #include "image/image_file.h"
 #include "os/dir.h"
+#include "os/file_pages.h"
 #include "os/unique_fd.h"
 
 namespace cuda_criu {
@@ -439,17 +440,9 @@ void read_heads_ahead(const std::vector<std::string> &names, unsigned threads)
 			const std::string &name = names[i];
 			if (name.empty() || name[0] != '/')
 				continue;
-			// Only regular files are opened for reading: a name an image gives may be a device, whose
-			// open alone can act (O_PATH opens nothing; the file is reopened through it).
-			UniqueFd path(open(name.c_str(), O_PATH | O_CLOEXEC));
 			struct stat st {};
-			if (!path.valid() || fstat(path.get(), &st) != 0 || !S_ISREG(st.st_mode))
-				continue;
-			UniqueFd fd(open(format("/proc/self/fd/%d", path.get()).c_str(), O_RDONLY | O_CLOEXEC));
-			if (fd.valid())
-				(void)posix_fadvise(fd.get(), 0,
-						    static_cast<off_t>(std::min<uint64_t>(st.st_size, kHeadAheadBytes)),
-						    POSIX_FADV_WILLNEED);
+			if (UniqueFd fd = open_regular_file(name.c_str(), &st); fd.valid())
+				ask_to_read_ahead(fd.get(), 0, std::min<uint64_t>(st.st_size, kHeadAheadBytes));
 		}
 	};
 	std::vector<std::thread> pool;
@@ -462,17 +455,11 @@ void read_heads_ahead(const std::vector<std::string> &names, unsigned threads)
 
 void read_ahead(int dir_fd, const std::vector<std::string> &names)
 {
-	// One POSIX_FADV_WILLNEED reads at most the larger of the device's read-ahead window (read_ahead_kb:
-	// 8 MiB on the GPU machine, 128 KiB by default) and its largest request from where it starts: a file is
-	// asked for in pieces of the smallest such window (a few thousand calls for a GiB, nothing cached).
-	constexpr off_t kWindow = 128 << 10;
 	for (const std::string &name : names) {
 		UniqueFd fd(openat(dir_fd, name.c_str(), O_RDONLY | O_CLOEXEC)); // as CRIU opens it
 		struct stat st {};
-		if (!fd.valid() || fstat(fd.get(), &st) != 0)
-			continue;
-		for (off_t at = 0; at < st.st_size; at += kWindow)
-			(void)posix_fadvise(fd.get(), at, kWindow, POSIX_FADV_WILLNEED);
+		if (fd.valid() && fstat(fd.get(), &st) == 0)
+			ask_to_read_ahead(fd.get(), 0, static_cast<uint64_t>(st.st_size));
 	}
 }
 

@@ -116,7 +116,9 @@ void read_ahead(int dir_fd, const std::vector<std::string> &names);
 // first, CRIU finds them cached. Only a hint: a file that cannot be opened (a container's own root, which
 // CRIU joins later) is left to CRIU.
 inline constexpr size_t kMaxHeadsAhead = 4096;
-inline constexpr uint64_t kHeadAheadBytes = 1 << 20; // CRIU's build-id check maps the first 1 MiB
+// CRIU's build-id check maps the first MiB but reads only the ELF header, the program headers and the
+// build-id note, which linkers put at the start: one read-around window of the smallest kind holds them.
+inline constexpr uint64_t kHeadAheadBytes = 128 << 10;
 void read_heads_ahead(const std::vector<std::string> &names, unsigned threads);
 
 } // namespace cuda_criu

@@ -77,6 +77,36 @@ void encode_gpus(const std::vector<GpuRecord> &list, PackedStrings &keep, std::v
 	}
 }
 
+// A range list as messages (`ranges` holds them, `ptrs` points at them, as protobuf-c wants); returns how
+// many.
+struct RangeMessages {
+	std::vector<CudaRange> ranges;
+	std::vector<CudaRange *> ptrs;
+	size_t encode(const std::vector<MemoryRange> &in)
+	{
+		ranges.resize(in.size());
+		for (size_t j = 0; j < in.size(); j++) {
+			cuda_range__init(&ranges[j]);
+			ranges[j].start = in[j].start;
+			ranges[j].end = in[j].end;
+			ptrs.push_back(&ranges[j]);
+		}
+		return ptrs.size();
+	}
+};
+
+Result<std::vector<MemoryRange>> decode_ranges(CudaRange *const *ranges, size_t n)
+{
+	std::vector<MemoryRange> out;
+	for (size_t j = 0; j < n; j++) {
+		if (ranges[j]->start >= ranges[j]->end)
+			return make_error(EINVAL, "an empty memory range %#" PRIx64 "-%#" PRIx64, ranges[j]->start,
+					  ranges[j]->end);
+		out.push_back({ranges[j]->start, ranges[j]->end});
+	}
+	return out;
+}
+
 Result<std::vector<GpuRecord>> decode_gpus(CudaGpu *const *gpus, size_t n)
 {
 	std::vector<GpuRecord> out;
@@ -106,8 +136,7 @@ std::vector<uint8_t> encode_image(const ImageRecord &record)
 	std::vector<CudaProcess> procs(record.processes.size());
 	std::vector<CudaProcess *> proc_ptrs;
 	std::vector<std::vector<char *>> uuid_lists(record.processes.size());
-	std::vector<std::vector<CudaRange>> ranges(record.processes.size());
-	std::vector<std::vector<CudaRange *>> range_ptrs(record.processes.size());
+	std::vector<RangeMessages> checkpoint_ranges(record.processes.size()), file_pages(record.processes.size());
 	for (size_t i = 0; i < record.processes.size(); i++) {
 		const ProcessRecord &p = record.processes[i];
 		CudaProcess &m = procs[i];
@@ -124,15 +153,10 @@ std::vector<uint8_t> encode_image(const ImageRecord &record)
 		m.state_bytes = p.state_bytes;
 		m.lock_us = p.lock_us;
 		m.checkpoint_us = p.checkpoint_us;
-		ranges[i].resize(p.checkpoint_ranges.size());
-		for (size_t j = 0; j < p.checkpoint_ranges.size(); j++) {
-			cuda_range__init(&ranges[i][j]);
-			ranges[i][j].start = p.checkpoint_ranges[j].start;
-			ranges[i][j].end = p.checkpoint_ranges[j].end;
-			range_ptrs[i].push_back(&ranges[i][j]);
-		}
-		m.n_checkpoint_ranges = range_ptrs[i].size();
-		m.checkpoint_ranges = range_ptrs[i].data();
+		m.n_checkpoint_ranges = checkpoint_ranges[i].encode(p.checkpoint_ranges);
+		m.checkpoint_ranges = checkpoint_ranges[i].ptrs.data();
+		m.n_file_pages = file_pages[i].encode(p.file_pages);
+		m.file_pages = file_pages[i].ptrs.data();
 		proc_ptrs.push_back(&m);
 	}
 	CudaPluginImage img;
@@ -215,13 +239,12 @@ Result<ImageRecord> decode_image(const uint8_t *data, size_t size)
 		pr.state_bytes = p->state_bytes;
 		pr.lock_us = p->lock_us;
 		pr.checkpoint_us = p->checkpoint_us;
-		for (size_t j = 0; j < p->n_checkpoint_ranges; j++) {
-			const CudaRange *c = p->checkpoint_ranges[j];
-			if (c->start >= c->end)
-				return make_error(EINVAL, "corrupt image: process %d has an empty memory range %#" PRIx64
-							  "-%#" PRIx64, p->pid, c->start, c->end);
-			pr.checkpoint_ranges.push_back({c->start, c->end});
-		}
+		auto checkpoint = decode_ranges(p->checkpoint_ranges, p->n_checkpoint_ranges);
+		auto files = decode_ranges(p->file_pages, p->n_file_pages);
+		if (!checkpoint || !files)
+			return std::move(checkpoint ? files : checkpoint).error().context("corrupt image: process %d", p->pid);
+		pr.checkpoint_ranges = std::move(*checkpoint);
+		pr.file_pages = std::move(*files);
 		r.processes.push_back(std::move(pr));
 	}
 	r.device_phase_us = img->device_phase_us;

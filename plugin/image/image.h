@@ -24,6 +24,7 @@ inline constexpr size_t kImageMaxBytes = 4 << 20; // far above any real image; b
 inline constexpr size_t kImageMaxProcesses = 65536;
 inline constexpr size_t kImageMaxGpus = 64;          // per GPU list, and per process
 inline constexpr size_t kImageMaxStringBytes = 256;  // names, versions, UUIDs, host name
+inline constexpr size_t kImageMaxFilePageRanges = 65536; // what a dump notes of all processes' file pages
 inline constexpr size_t kImageDecodeBudget = 32 << 20; // what the protobuf decoder may allocate
 
 // Bytes of a complete image file for record (version is set to kImageVersion).

@@ -32,6 +32,8 @@ struct ProcessRecord {
 	// Private anonymous memory the driver's checkpoint mapped in the process (its copy of the GPU state),
 	// which the driver's restore reads once and unmaps: CRIU may map it from the image.
 	std::vector<MemoryRange> checkpoint_ranges{}; // {}: aggregate initialisers may leave it out
+	// The pages of regular files it had mapped and in use (os/file_pages.h), read ahead at restore.
+	std::vector<MemoryRange> file_pages{};
 };
 
 struct ImageRecord {

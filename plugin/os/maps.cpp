@@ -30,6 +30,7 @@ std::vector<Mapping> parse_maps(std::string_view text)
 		m.start = start;
 		m.end = end;
 		m.perms = perms;
+		m.offset = off;
 		m.dev = dev;
 		m.inode = inode;
 		if (path_at > 0 && static_cast<size_t>(path_at) < line.size())

@@ -21,6 +21,7 @@ struct Mapping {
 	uint64_t inode = 0;
 	std::string path; // empty for anonymous memory; "[heap]", "[anon:name]", a file's path
 	std::string dev;  // the file's device, "fe:01"
+	uint64_t offset = 0; // in the file mapped
 	bool private_anon() const;
 };
 

@@ -14,8 +14,10 @@
 #include <set>
 
 #include "base/format.h"
+#include "base/log.h"
 #include "base/text.h"
 #include "os/dir.h"
+#include "os/file_pages.h"
 #include "os/nvidia.h"
 #include "os/nvidia_files.h"
 #include "os/proc.h"
@@ -140,6 +142,19 @@ std::vector<Mapping> SystemHost::memory_map(pid_t pid)
 {
 	auto maps = read_maps(pid);
 	return maps ? std::move(*maps) : std::vector<Mapping>();
+}
+
+std::vector<MemoryRange> SystemHost::mapped_file_pages(pid_t pid, const std::vector<Mapping> &maps, size_t max_ranges)
+{
+	auto pages = cuda_criu::mapped_file_pages(pid, maps, max_ranges);
+	if (!pages)
+		LOG_DEBUG("pid %d: its mapped files' pages in use cannot be told: %s", pid, pages.error().message().c_str());
+	return pages ? std::move(*pages) : std::vector<MemoryRange>();
+}
+
+uint64_t SystemHost::read_file_pages_ahead(pid_t pid, const std::vector<MemoryRange> &ranges, uint64_t max_bytes)
+{
+	return cuda_criu::read_file_pages_ahead(pid, ranges, max_bytes);
 }
 
 std::vector<IpcFileMapping> SystemHost::cuda_ipc_files(pid_t pid) { return cuda_criu::cuda_ipc_files(memory_map(pid)); }

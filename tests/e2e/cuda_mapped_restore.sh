@@ -70,6 +70,11 @@ expect_log "$T/restore.log" \
 	"Map from image 0x[0-9a-f]+-0x[0-9a-f]+: [1-9][0-9]* pages mapped from pages-[0-9]+\.img, 0 read" \
 	"no CRIU line about pages mapped from the image"
 check_copies "$FAKEGPU_DIR/restore-maps.$pid" mapped || fail "the fake restore did not read its copies from the image"
+# The pages of its mapped files (libc, the fake libcuda) it used: noted at dump, read ahead at restore.
+expect_log "$T/dump.log" "pid $pid: [0-9.]+ (KiB|MiB) of its mapped files in use, in [1-9][0-9]* range" \
+	"the dump did not note the pages of the process's mapped files"
+expect_log "$T/restore.log" "read ahead [0-9.]+ (KiB|MiB) of the files the process\(es\) had mapped and used" \
+	"the restore did not read the process's mapped files ahead"
 # The image can go at once: the restore is complete.
 rm -rf "$T/img1"
 expect_healthy "$STATE"

@@ -109,6 +109,28 @@ public:
 	std::map<pid_t, std::vector<std::vector<Mapping>>> maps;
 	std::mutex maps_mu; // checkpoint jobs read maps on worker threads
 	std::vector<Mapping> memory_map(pid_t pid) override;
+	// mapped_file_pages(): these per pid (none: empty); read_file_pages_ahead() notes each call.
+	std::map<pid_t, std::vector<MemoryRange>> file_pages;
+	std::vector<size_t> file_pages_max; // the max_ranges each call got
+	struct ReadAhead {
+		pid_t pid;
+		std::vector<MemoryRange> ranges;
+		uint64_t max_bytes;
+	};
+	std::vector<ReadAhead> read_aheads;
+	std::mutex file_pages_mu;
+	std::vector<MemoryRange> mapped_file_pages(pid_t pid, const std::vector<Mapping> &, size_t max_ranges) override
+	{
+		std::lock_guard<std::mutex> g(file_pages_mu);
+		file_pages_max.push_back(max_ranges);
+		return file_pages.count(pid) ? file_pages[pid] : std::vector<MemoryRange>{};
+	}
+	uint64_t read_file_pages_ahead(pid_t pid, const std::vector<MemoryRange> &ranges, uint64_t max_bytes) override
+	{
+		std::lock_guard<std::mutex> g(file_pages_mu);
+		read_aheads.push_back({pid, ranges, max_bytes});
+		return total_bytes(ranges);
+	}
 	// Process memory, a byte map per pid: read_memory gives zeros where nothing was written, and fails
 	// for a pid in memory_fails.
 	std::map<pid_t, std::map<uint64_t, uint8_t>> memory;

@@ -110,26 +110,34 @@ TEST(MappedRestoreImage, RangesRoundTripAndOldImagesReadWithout)
 	ImageRecord r;
 	r.driver_version = "580.159.04";
 	std::vector<MemoryRange> ranges = {{0x7f0000000000, 0x7f0000100000}, {0x7f2000000000, 0x7f2000001000}};
-	r.processes.push_back({4242, 7, CudaState::Running, {}, 1 << 20, 0, 0, ranges});
-	r.processes.push_back({4243, 8, CudaState::Running, {}, 0, 0, 0}); // as every image before the field existed
+	std::vector<MemoryRange> files = {{0x400000, 0x420000}, {0x7f3000000000, 0x7f3000200000}};
+	r.processes.push_back({4242, 7, CudaState::Running, {}, 1 << 20, 0, 0, ranges, files});
+	r.processes.push_back({4243, 8, CudaState::Running, {}, 0, 0, 0}); // as every image before the fields existed
 	auto bytes = encode_image(r);
 	auto d = decode_image(bytes.data(), bytes.size());
 	ASSERT_TRUE(d.ok()) << d.error().message();
 	ASSERT_EQ(d->processes.size(), 2u);
 	EXPECT_EQ(d->processes[0].checkpoint_ranges, r.processes[0].checkpoint_ranges);
+	EXPECT_EQ(d->processes[0].file_pages, files);
 	EXPECT_TRUE(d->processes[1].checkpoint_ranges.empty());
+	EXPECT_TRUE(d->processes[1].file_pages.empty());
 	EXPECT_EQ(d->version, 1u); // an added optional field: older plugins read these images (and ignore it)
 }
 
 TEST(MappedRestoreImage, EmptyRangeIsCorrupt)
 {
-	ImageRecord r;
-	r.processes.push_back({4242, 7, CudaState::Running, {}, 0, 0, 0, {{0x2000, 0x2000}}});
-	auto bytes = encode_image(r);
-	auto d = decode_image(bytes.data(), bytes.size());
-	ASSERT_FALSE(d.ok());
-	EXPECT_NE(d.error().message().find("process 4242 has an empty memory range 0x2000-0x2000"), std::string::npos)
-		<< d.error().message();
+	for (bool in_file_pages : {false, true}) {
+		ImageRecord r;
+		std::vector<MemoryRange> empty = {{0x1000, 0x2000}, {0x2000, 0x2000}};
+		r.processes.push_back({4242, 7, CudaState::Running, {}, 0, 0, 0, in_file_pages ? std::vector<MemoryRange>{} : empty,
+				       in_file_pages ? empty : std::vector<MemoryRange>{}});
+		auto bytes = encode_image(r);
+		auto d = decode_image(bytes.data(), bytes.size());
+		ASSERT_FALSE(d.ok());
+		EXPECT_NE(d.error().message().find("corrupt image: process 4242: an empty memory range 0x2000-0x2000"),
+			  std::string::npos)
+			<< d.error().message();
+	}
 }
 
 TEST(MappedRestoreOption, AutoByDefaultOffOrError)

@@ -10,6 +10,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cinttypes>
 #include <cstdlib>
@@ -22,6 +23,7 @@
 #include "base/format.h"
 #include "base/text.h"
 #include "driver/libcuda.h"
+#include "os/file_pages.h"
 #include "os/fs_context.h"
 #include "os/host.h"
 #include "os/maps.h"
@@ -134,6 +136,95 @@ TEST(MemFile, OnHugePagesFoundInTheMapsAndGivenBack)
 	struct stat st{};
 	ASSERT_EQ(fstat(f->fd(), &st), 0);
 	EXPECT_EQ(st.st_size, 0);
+}
+
+TEST(FilePages, RunsOfMappedFilePagesOnly)
+{
+	constexpr uint64_t P = 1ULL << 63, F = 1ULL << 61;
+	uint64_t e[] = {P | F, P | F, 0, P, P | F, F, P | F};
+	EXPECT_EQ(file_page_runs(e, 7, 0x10000, 0x1000),
+		  (std::vector<MemoryRange>{{0x10000, 0x12000}, {0x14000, 0x15000}, {0x16000, 0x17000}}));
+	EXPECT_TRUE(file_page_runs(e, 0, 0x10000, 0x1000).empty());
+}
+
+TEST(FilePages, CoalescesUpToTheCountAsked)
+{
+	std::vector<MemoryRange> r = {{0, 0x1000}, {0x2000, 0x3000}, {0x10000, 0x11000}, {0x40000, 0x41000}};
+	EXPECT_EQ(coalesce_ranges(r, 0x1000, 10), (std::vector<MemoryRange>{{0, 0x3000}, {0x10000, 0x11000}, {0x40000, 0x41000}}));
+	EXPECT_EQ(coalesce_ranges(r, 0x1000, 2), (std::vector<MemoryRange>{{0, 0x11000}, {0x40000, 0x41000}}));
+	EXPECT_EQ(coalesce_ranges(r, 0, 1), (std::vector<MemoryRange>{{0, 0x41000}}));
+	EXPECT_TRUE(coalesce_ranges({}, 0x1000, 1).empty());
+}
+
+// This process maps a file of 64 MiB, dropped from the page cache, and reads two pages far apart: those
+// are found (with the neighbours the kernel reads and maps around a fault, a read-around window at the
+// most), the untouched middle and anonymous memory are not; read ahead, middle pages come back into the
+// page cache.
+TEST(FilePages, PagesOfAMappedFileInUseAreFoundAndReadAhead)
+{
+	const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE)), pages = (64 << 20) / page;
+	TempDir dir;
+	std::string name = dir.file("data");
+	dir.write("data", std::vector<uint8_t>(pages * page, 0x5a));
+	int fd = open(name.c_str(), O_RDONLY | O_CLOEXEC);
+	ASSERT_GE(fd, 0);
+	ASSERT_EQ(fdatasync(fd), 0);
+	ASSERT_EQ(posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED), 0);
+	auto *m = static_cast<volatile uint8_t *>(mmap(nullptr, pages * page, PROT_READ, MAP_PRIVATE, fd, 0));
+	ASSERT_NE(m, MAP_FAILED);
+	uint64_t base = reinterpret_cast<uintptr_t>(m);
+	const uint64_t middle = base + pages / 2 * page, far = base + (pages - 1) * page;
+	auto resident = [&](uint64_t at, size_t n) {
+		std::vector<unsigned char> v(n);
+		EXPECT_EQ(mincore(reinterpret_cast<void *>(at), n * page, v.data()), 0);
+		return std::count_if(v.begin(), v.end(), [](unsigned char c) { return c & 1; });
+	};
+	if (resident(base, pages) != 0)
+		GTEST_SKIP() << "this file system keeps the file cached whatever is asked: nothing to find or read ahead";
+	EXPECT_EQ(m[0], 0x5a);
+	EXPECT_EQ(m[(pages - 1) * page], 0x5a);
+	auto maps = read_maps(getpid());
+	ASSERT_TRUE(maps.ok());
+	auto found = mapped_file_pages(getpid(), *maps, 1 << 20);
+	ASSERT_TRUE(found.ok()) << found.error().message();
+	auto covers = [&](uint64_t at) {
+		return std::any_of(found->begin(), found->end(), [&](const MemoryRange &r) { return r.start <= at && at < r.end; });
+	};
+	EXPECT_TRUE(covers(base));
+	EXPECT_TRUE(covers(far));
+	EXPECT_FALSE(covers(middle)) << "a page never touched";
+	std::vector<uint8_t> anon(4 * page, 1);
+	EXPECT_FALSE(covers(reinterpret_cast<uintptr_t>(anon.data())));
+
+	ASSERT_EQ(resident(middle, 32), 0);
+	EXPECT_EQ(read_file_pages_ahead(getpid(), {{middle, middle + 32 * page}}, 1 << 30), 32 * page);
+	for (int i = 0; i < 200 && resident(middle, 32) < 32; i++)
+		usleep(10000);
+	EXPECT_EQ(resident(middle, 32), 32);
+	EXPECT_EQ(read_file_pages_ahead(getpid(), {{middle, middle + 32 * page}}, 4 * page), 4 * page) << "at most max_bytes";
+	munmap(const_cast<uint8_t *>(m), pages * page);
+	close(fd);
+}
+
+// A device mapped is never opened for a read-ahead (its open alone could act).
+TEST(FilePages, ADeviceMappedIsNeitherNotedNorOpened)
+{
+	int fd = open("/dev/zero", O_RDONLY | O_CLOEXEC);
+	ASSERT_GE(fd, 0);
+	const size_t len = 16 * static_cast<size_t>(sysconf(_SC_PAGESIZE));
+	auto *m = static_cast<volatile uint8_t *>(mmap(nullptr, len, PROT_READ, MAP_PRIVATE, fd, 0));
+	ASSERT_NE(m, MAP_FAILED);
+	EXPECT_EQ(m[0], 0);
+	uint64_t base = reinterpret_cast<uintptr_t>(m);
+	auto maps = read_maps(getpid());
+	ASSERT_TRUE(maps.ok());
+	auto found = mapped_file_pages(getpid(), *maps, 1 << 20);
+	ASSERT_TRUE(found.ok());
+	for (const MemoryRange &r : *found)
+		EXPECT_FALSE(r.start < base + len && base < r.end);
+	EXPECT_EQ(read_file_pages_ahead(getpid(), {{base, base + len}}, 1 << 30), 0u);
+	munmap(const_cast<uint8_t *>(m), len);
+	close(fd);
 }
 
 TEST(SystemHost, FilesNamedLikeGpuNodesAreNotGpus)

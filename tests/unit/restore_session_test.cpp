@@ -236,6 +236,39 @@ TEST_F(RestoreTest, DecodedProcessesAreRestoredOnlyOnceTheirStateIsDecoded)
 	}
 }
 
+// The pages of their mapped files the processes used at dump are read ahead while the driver restores,
+// once the GPU image has been read (not before: they would delay it), at most a quarter of the memory
+// available.
+TEST_F(RestoreTest, MappedFilePagesAreReadAheadOnceTheGpuImageIsRead)
+{
+	add_cuda(5020, CudaState::Checkpointed);
+	host.ns_pids[5020] = 20;
+	host.stopped = {5020};
+	host.available = uint64_t{8} << 30;
+	ImageRecord image = image_with({20});
+	image.processes[0].file_pages = {{0x400000, 0x420000}, {0x7f0000000000, 0x7f0000010000}};
+	std::atomic<bool> read_ahead_during_check{false};
+	GpuImageLoad load{[](const std::vector<GpuLoadTarget> &) -> Status { return {}; },
+			  [](pid_t) { return false; },
+			  [&](const std::atomic<bool> &) -> Status {
+				  usleep(200000); // reading
+				  std::lock_guard<std::mutex> g(host.file_pages_mu);
+				  read_ahead_during_check = !host.read_aheads.empty();
+				  return {};
+			  },
+			  [](pid_t) { return true; },
+			  [](pid_t, pid_t) {}};
+	RestoreSession s(options, host, source(), image, true, {}, load);
+	s.start_check([] {});
+	auto r = s.resume(5020);
+	ASSERT_TRUE(r.ok()) << r.error().message();
+	EXPECT_FALSE(read_ahead_during_check) << "read ahead while the GPU image was still being read";
+	ASSERT_EQ(host.read_aheads.size(), 1u);
+	EXPECT_EQ(host.read_aheads[0].pid, 5020);
+	EXPECT_EQ(host.read_aheads[0].ranges, image.processes[0].file_pages);
+	EXPECT_EQ(host.read_aheads[0].max_bytes, uint64_t{2} << 30);
+}
+
 // Started at POST_FORKING, the check of a mapped image is done before the restore hook: a pass lets the
 // driver restore, a failure refuses every process before any driver call, still checkpointed.
 TEST_F(RestoreTest, MappedImageCheckedWhileCriuRestoresMemoryDecidesBeforeTheDriver)

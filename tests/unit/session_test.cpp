@@ -10,6 +10,7 @@
 #include <mutex>
 
 #include "core/dump_session.h"
+#include "image/image.h"
 #include "core/restore_session.h"
 #include "expect_result.h"
 #include "fakes.h"
@@ -158,6 +159,19 @@ TEST_F(DumpTest, CheckpointsAllAtFirstCallAndAnswersLaterCalls)
 	ASSERT_EQ(rec.processes.size(), 3u);
 	EXPECT_EQ(rec.processes[0].initial_state, CudaState::Running);
 	EXPECT_EQ(rec.driver_version, "999.1");
+}
+
+// Which pages of its mapped files each process uses is noted for the restore's read-ahead, the image's
+// room for them shared out among the processes.
+TEST_F(DumpTest, ImageNotesThePagesOfMappedFilesEachProcessUses)
+{
+	add_cuda({10, 11});
+	host.file_pages[10] = {{0x400000, 0x420000}, {0x7f0000000000, 0x7f0000010000}};
+	ImageRecord rec = dump_of({10, 11});
+	ASSERT_EQ(rec.processes.size(), 2u);
+	EXPECT_EQ(rec.processes[0].file_pages, host.file_pages[10]);
+	EXPECT_TRUE(rec.processes[1].file_pages.empty());
+	EXPECT_EQ(host.file_pages_max, (std::vector<size_t>{kImageMaxFilePageRanges / 2, kImageMaxFilePageRanges / 2}));
 }
 
 TEST_F(DumpTest, ImageRecordsTheGpusHeldAndTheMachinesOthers)

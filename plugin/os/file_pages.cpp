@@ -1,0 +1,144 @@
+#include "os/file_pages.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cinttypes>
+
+#include "base/format.h"
+
+namespace cuda_criu {
+
+namespace {
+
+constexpr uint64_t kPresent = 1ULL << 63;
+constexpr uint64_t kFilePage = 1ULL << 61; // a file's page (or shared anonymous memory), not a private copy
+constexpr size_t kEntriesPerRead = 65536;  // 512 KiB of /proc/PID/pagemap at a time
+
+std::string map_files_entry(pid_t pid, const Mapping &m)
+{
+	return format("/proc/%d/map_files/%" PRIx64 "-%" PRIx64, pid, m.start, m.end);
+}
+
+// A mapping of a regular file: asked of map_files (the very file, whatever its path), else of its path.
+bool maps_regular_file(pid_t pid, const Mapping &m)
+{
+	if (m.inode == 0 || m.path.empty() || m.path[0] != '/')
+		return false;
+	struct stat st {};
+	if (stat(map_files_entry(pid, m).c_str(), &st) == 0)
+		return S_ISREG(st.st_mode);
+	return !m.path.starts_with("/dev/") && stat(m.path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
+}
+
+} // namespace
+
+std::vector<MemoryRange> file_page_runs(const uint64_t *entries, size_t n, uint64_t start, uint64_t page_size)
+{
+	std::vector<MemoryRange> runs;
+	for (size_t i = 0; i < n; i++) {
+		if ((entries[i] & (kPresent | kFilePage)) != (kPresent | kFilePage))
+			continue;
+		uint64_t at = start + i * page_size;
+		if (!runs.empty() && runs.back().end == at)
+			runs.back().end += page_size;
+		else
+			runs.push_back({at, at + page_size});
+	}
+	return runs;
+}
+
+std::vector<MemoryRange> coalesce_ranges(std::vector<MemoryRange> ranges, uint64_t gap, size_t max_ranges)
+{
+	for (;;) {
+		std::vector<MemoryRange> out;
+		for (const MemoryRange &r : ranges)
+			if (!out.empty() && r.start <= out.back().end + gap)
+				out.back().end = std::max(out.back().end, r.end);
+			else
+				out.push_back(r);
+		if (out.size() <= max_ranges || out.size() <= 1)
+			return out;
+		ranges = std::move(out);
+		gap = gap ? gap * 2 : 4096;
+	}
+}
+
+Result<std::vector<MemoryRange>> mapped_file_pages(pid_t pid, const std::vector<Mapping> &maps, size_t max_ranges)
+{
+	UniqueFd pagemap(open(format("/proc/%d/pagemap", pid).c_str(), O_RDONLY | O_CLOEXEC));
+	if (!pagemap.valid())
+		return make_error(errno, "/proc/%d/pagemap: %s", pid, errno_string(errno).c_str());
+	const uint64_t page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+	std::vector<uint64_t> entries(kEntriesPerRead);
+	std::vector<MemoryRange> pages;
+	for (const Mapping &m : maps) {
+		if (!maps_regular_file(pid, m))
+			continue;
+		for (uint64_t at = m.start; at < m.end;) {
+			size_t n = std::min<uint64_t>(kEntriesPerRead, (m.end - at) / page);
+			ssize_t got = pread(pagemap.get(), entries.data(), n * sizeof(uint64_t),
+					    static_cast<off_t>(at / page * sizeof(uint64_t)));
+			if (got <= 0)
+				break; // the mapping went away, or pagemap ends: what was read stands
+			size_t read = static_cast<size_t>(got) / sizeof(uint64_t);
+			std::vector<MemoryRange> runs = file_page_runs(entries.data(), read, at, page);
+			pages.insert(pages.end(), runs.begin(), runs.end());
+			at += read * page;
+		}
+	}
+	// Runs a read-around window apart (128 KiB at the least) cost about one request together.
+	return coalesce_ranges(std::move(pages), 32 * page, max_ranges);
+}
+
+uint64_t read_file_pages_ahead(pid_t pid, const std::vector<MemoryRange> &ranges, uint64_t max_bytes)
+{
+	auto maps = read_maps(pid);
+	if (!maps)
+		return 0;
+	uint64_t asked = 0;
+	size_t r = 0;
+	for (const Mapping &m : *maps) {
+		while (r < ranges.size() && ranges[r].end <= m.start)
+			r++;
+		if (r == ranges.size())
+			break;
+		if (ranges[r].start >= m.end || m.inode == 0)
+			continue;
+		UniqueFd fd = open_regular_file(map_files_entry(pid, m).c_str());
+		if (!fd.valid())
+			continue;
+		for (size_t i = r; i < ranges.size() && ranges[i].start < m.end; i++) {
+			uint64_t from = std::max(ranges[i].start, m.start), to = std::min(ranges[i].end, m.end);
+			uint64_t len = std::min(to - from, max_bytes - asked);
+			ask_to_read_ahead(fd.get(), m.offset + (from - m.start), len);
+			asked += len;
+			if (asked >= max_bytes)
+				return asked;
+		}
+	}
+	return asked;
+}
+
+UniqueFd open_regular_file(const char *path, struct stat *st)
+{
+	UniqueFd at(open(path, O_PATH | O_CLOEXEC));
+	struct stat s {};
+	if (!at.valid() || fstat(at.get(), &s) != 0 || !S_ISREG(s.st_mode))
+		return UniqueFd();
+	if (st)
+		*st = s;
+	return UniqueFd(open(format("/proc/self/fd/%d", at.get()).c_str(), O_RDONLY | O_CLOEXEC));
+}
+
+void ask_to_read_ahead(int fd, uint64_t offset, uint64_t len)
+{
+	constexpr uint64_t kWindow = 128 << 10;
+	for (uint64_t at = offset; at < offset + len; at += kWindow)
+		(void)posix_fadvise(fd, static_cast<off_t>(at), static_cast<off_t>(std::min(kWindow, offset + len - at)),
+				    POSIX_FADV_WILLNEED);
+}
+
+} // namespace cuda_criu

@@ -1,0 +1,44 @@
+// The pages of files a process has mapped and uses (its libraries' code and data, its data files): noted
+// at dump, read ahead at restore while the driver restores the GPU state, when the disk has nothing else
+// to do. A restore from a cold page cache then runs its first work from memory instead of waiting for the
+// disk page by page (each fault reads one read-around window, in turn).
+#pragma once
+
+#include <sys/stat.h>
+#include <sys/types.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "base/memory_range.h"
+#include "base/result.h"
+#include "os/maps.h"
+#include "os/unique_fd.h"
+
+namespace cuda_criu {
+
+// Runs of mapped file pages among n consecutive /proc/PID/pagemap entries, the first for address start.
+std::vector<MemoryRange> file_page_runs(const uint64_t *entries, size_t n, uint64_t start, uint64_t page_size);
+
+// Sorted ranges with gaps of at most gap bytes merged, the gap doubled until at most max_ranges remain
+// (reading a small gap costs less than another request).
+std::vector<MemoryRange> coalesce_ranges(std::vector<MemoryRange> ranges, uint64_t gap, size_t max_ranges);
+
+// The pages of pid's mappings of regular files that are mapped in it now (its working set of them), in
+// at most max_ranges ranges of its address space, sorted.
+Result<std::vector<MemoryRange>> mapped_file_pages(pid_t pid, const std::vector<Mapping> &maps, size_t max_ranges);
+
+// Asks the kernel to read ahead the file pages behind these ranges of pid's address space (as its memory
+// map shows them now), at most max_bytes; returns the bytes asked for. Only regular files are opened.
+uint64_t read_file_pages_ahead(pid_t pid, const std::vector<MemoryRange> &ranges, uint64_t max_bytes);
+
+// The regular file at path opened for reading, or an invalid fd (anything else: a device's open alone can
+// act, so the file is first opened with O_PATH, which opens nothing, and reopened through it).
+UniqueFd open_regular_file(const char *path, struct stat *st = nullptr);
+
+// POSIX_FADV_WILLNEED over [offset, offset + len) in pieces: one call reads at most the larger of the
+// device's read-ahead window (read_ahead_kb: 128 KiB by default) and its largest request.
+void ask_to_read_ahead(int fd, uint64_t offset, uint64_t len);
+
+} // namespace cuda_criu
