@@ -466,6 +466,8 @@ Status load_gpu_state(Host &host, int dir_fd, const GpuImageIndex &index, const 
 		std::vector<uint64_t> decoded_at = p->decoded_offsets();
 		for (size_t i = 0; i < p->chunks.size(); i++) {
 			const GpuChunk &c = p->chunks[i];
+			if (targets[t].skip_compressed && c.compressed())
+				continue;
 			uint8_t *decoded = targets[t].decoded && c.compressed() ? targets[t].decoded + decoded_at[i] : nullptr;
 			pieces.push_back({t, c.addr, c.len, &c, decoded});
 			total += c.len;

@@ -51,6 +51,7 @@ struct GpuLoadTarget {
 	pid_t ns_pid = 0;
 	bool write = true;
 	uint8_t *decoded = nullptr;
+	bool skip_compressed = false; // another restore decodes them (os/decoded_share.h)
 };
 
 // Opens every data file of the index (present, whole, of this dump): the checks a restore can make

@@ -4,7 +4,9 @@
 #include <cerrno>
 #include <cinttypes>
 #include <cstring>
+#include <tuple>
 
+#include "base/crc32c.h"
 #include "base/format.h"
 #include "base/log.h"
 
@@ -73,8 +75,20 @@ void add_run(std::vector<Run> &runs, uint64_t addr, uint32_t len, uint64_t offse
 
 } // namespace
 
+// Names p's decoded state among restores on this host (os/decoded_share.h): the image's id, the process,
+// and a digest of what decodes into which bytes.
+std::string decoded_key(const GpuImageIndex &index, const GpuProcessChunks &p)
+{
+	uint32_t digest = crc32c(&index.chunk_bytes, sizeof(index.chunk_bytes));
+	for (const GpuChunk &c : p.chunks) {
+		uint64_t fields[] = {c.addr, c.len, c.crc, static_cast<uint64_t>(c.encoding)};
+		digest = crc32c(fields, sizeof(fields), digest);
+	}
+	return format("%s-%d-%08x", index.id.c_str(), p.ns_pid, digest);
+}
+
 MappedGpuImage request_mapped_gpu_image(const GpuImageIndex &index, bool enabled, const MapFile &map,
-					const MapFd &map_fd)
+					const MapFd &map_fd, const GpuLedgerPlace *share_place)
 {
 	// Each run splits a vma in the restored process: stay far below vm.max_map_count.
 	constexpr size_t kMaxRuns = 4096;
@@ -91,10 +105,11 @@ MappedGpuImage request_mapped_gpu_image(const GpuImageIndex &index, bool enabled
 		// Compressed chunks are decoded into memory CRIU maps, on a CRIU that maps a plugin's memory and
 		// for a process the plugin does not write into anyway (chunks in a parent image's files).
 		std::shared_ptr<MemFile> decoded;
+		std::shared_ptr<DecodedShare> share;
 		if (uint64_t bytes = p.decoded_bytes(); bytes && map_fd && !in_parent) {
-			auto f = MemFile::create(format("cuda-criu-gpu-%d", p.ns_pid), bytes);
+			auto f = DecodedShare::open(share_place, decoded_key(index, p), format("cuda-criu-gpu-%d", p.ns_pid), bytes);
 			if (f)
-				decoded = std::make_shared<MemFile>(std::move(*f));
+				std::tie(decoded, share) = std::move(*f);
 			else
 				LOG_WARN("pid %d: %s; the plugin writes its compressed GPU state into the process instead",
 					 p.ns_pid, f.error().message().c_str());
@@ -140,6 +155,12 @@ MappedGpuImage request_mapped_gpu_image(const GpuImageIndex &index, bool enabled
 		mapped.processes.insert(p.ns_pid);
 		if (decoded)
 			mapped.decoded.emplace(p.ns_pid, decoded);
+		if (share)
+			mapped.shares.emplace(p.ns_pid, share);
+		if (share && share->joined())
+			LOG_INFO("pid %d: its compressed GPU state is being decoded by another restore of the same image (CRIU "
+				 "pid %d): this restore maps the same memory and waits for it instead of decoding",
+				 p.ns_pid, share->publisher());
 		uint64_t from_files = p.stored_bytes() - written_by_plugin - from_memory;
 		LOG_INFO("pid %d: asking CRIU to map its GPU image in %zu run(s): %.1f MiB from the plugin's files%s%s",
 			 p.ns_pid, runs.size(), static_cast<double>(from_files) / (1 << 20),

@@ -17,6 +17,7 @@
 #include "image/gpu_image.h"
 #include "image/record.h"
 #include "os/maps.h"
+#include "os/decoded_share.h"
 #include "os/mem_file.h"
 
 namespace cuda_criu {
@@ -44,13 +45,19 @@ struct MappedGpuImage {
 	// Image pid -> the memory its compressed chunks are decoded into (GpuProcessChunks::decoded_offset),
 	// which CRIU maps from the file the plugin holds: to be filled before the driver's restore reads it.
 	std::map<int, std::shared_ptr<MemFile>> decoded;
+	// Image pid -> that memory as shared with other restores of the same image (os/decoded_share.h):
+	// where joined(), another restore decodes it.
+	std::map<int, std::shared_ptr<DecodedShare>> shares;
 };
 
 // For an image whose GPU state the plugin stored itself: asks CRIU to map each process's stored chunks
 // (merged into runs) where `enabled` and CRIU allow: raw chunks from the plugin's data files, compressed
 // ones from memory they are to be decoded into (with map_fd, for a process without chunks in a parent image).
+// share_place: where concurrent restores of the same image share decoded memory (the GPU reservation
+// ledger's; null: each decodes its own).
 MappedGpuImage request_mapped_gpu_image(const GpuImageIndex &index, bool enabled, const MapFile &map,
-					const MapFd &map_fd);
+					const MapFd &map_fd, const GpuLedgerPlace *share_place = nullptr);
+std::string decoded_key(const GpuImageIndex &index, const GpuProcessChunks &p);
 
 // After the driver restored pid: the mappings of the image's pages files (in image_dir) it still holds.
 // The driver normally unmaps its copy; one it kept ties the process to the image (see docs).

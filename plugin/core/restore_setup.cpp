@@ -39,6 +39,13 @@ Result<PagesCheck> check_pages_before_restore(int dir_fd)
 	return check;
 }
 
+// Whether another restore decodes this process's state (os/decoded_share.h).
+bool joined(const MappedGpuImage &mapped, int ns_pid)
+{
+	auto it = mapped.shares.find(ns_pid);
+	return it != mapped.shares.end() && it->second->joined();
+}
+
 bool listed(const CriuRestoreCalls &criu, const char *name)
 {
 	return !criu.take_from_inventory || criu.take_from_inventory(name);
@@ -73,14 +80,15 @@ Result<GpuImageLoad> prepare_gpu_image(const Options &options, Host &host, const
 	if (data) {
 		if (auto st = check_gpu_files(dir, *idx); !st)
 			return std::move(st).error().context("%s", "cannot restore: the GPU image is incomplete");
-		*mapped = request_mapped_gpu_image(*idx, options.map_image, criu.map_file, criu.map_fd);
+		GpuLedgerPlace share_place{options.ledger, options.ledger_timeout_ms};
+		*mapped = request_mapped_gpu_image(*idx, options.map_image, criu.map_file, criu.map_fd, &share_place);
 		maps_image = !mapped->processes.empty();
 		// Decoded state is memory the restore holds until the driver has it (shared memory, not
 		// reclaimable): refused now, before CRIU restores anything, where it cannot fit, rather than
 		// found out by the kernel's OOM killer halfway.
 		uint64_t decoded = 0;
 		for (const GpuProcessChunks &p : idx->processes)
-			if (mapped->decoded.count(p.ns_pid))
+			if (mapped->decoded.count(p.ns_pid) && !joined(*mapped, p.ns_pid))
 				for (const GpuChunk &c : p.chunks)
 					decoded += c.compressed() ? c.len : 0;
 		if (auto avail = host.available_memory(); decoded && avail && decoded > *avail)
@@ -149,8 +157,30 @@ Result<GpuImageLoad> prepare_gpu_image(const Options &options, Host &host, const
 					if (Status st = d->second->map(); !st)
 						return std::move(st).error().context("process %d of the image", x.ns_pid);
 					x.decoded = d->second->data();
+					x.skip_compressed = joined(*mapped, x.ns_pid);
 				}
 			Status st = load_gpu_state(*h, dir, *idx, t, check_threads, &cancel);
+			for (auto &[ns_pid, share] : mapped->shares)
+				share->tell(static_cast<bool>(st));
+			// What another restore decodes: its verdict, else decoded here after all.
+			std::vector<GpuLoadTarget> left;
+			for (GpuLoadTarget &x : t)
+				if (st && x.skip_compressed) {
+					DecodedShare &share = *mapped->shares.at(x.ns_pid);
+					uint64_t t0 = now_us();
+					if (share.wait(cancel)) {
+						LOG_INFO("pid %d: its GPU state was decoded by the restore CRIU pid %d runs (waited %s)",
+							 x.ns_pid, share.publisher(), seconds(now_us() - t0).c_str());
+						continue;
+					}
+					LOG_INFO("pid %d: the restore CRIU pid %d runs did not decode its GPU state (it failed or "
+						 "ended): decoded here",
+						 x.ns_pid, share.publisher());
+					x.skip_compressed = false;
+					left.push_back(x);
+				}
+			if (st && !left.empty())
+				st = load_gpu_state(*h, dir, *idx, left, check_threads, &cancel);
 			for (auto &[ns_pid, memory] : mapped->decoded)
 				memory->unmap(); // CRIU's mapping of it in the process stays
 			return st;
@@ -169,6 +199,9 @@ Result<GpuImageLoad> prepare_gpu_image(const Options &options, Host &host, const
 						 pid, m.start, m.end, human_bytes(memory.bytes()).c_str());
 					return;
 				}
+			// Shared with other restores of the image: only the last one to let go frees it.
+			if (auto share = mapped->shares.find(ns_pid); share != mapped->shares.end() && !share->second->leave())
+				return;
 			// Given back on a thread of its own: freeing gigabytes takes a while (0.5 s for 4 GiB of 4 KiB
 			// pages on the GPU machine's kind of VM), which the process need not wait for. Where CRIU exits
 			// first (restore -d), its exit frees the memory anyway.

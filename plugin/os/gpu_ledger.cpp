@@ -247,6 +247,15 @@ std::optional<std::vector<GpuReservation>> parse_ledger(const std::string &text)
 	return out;
 }
 
+bool in_ledger_directory(const GpuLedgerPlace &place, const char *what, const std::function<void(int dir_fd)> &fn)
+{
+	Locked l = lock_ledger(place, what);
+	if (!l.dir.valid())
+		return false;
+	fn(l.dir.get());
+	return true;
+}
+
 Result<std::shared_ptr<GpuReservations>> reserve_in_ledger(const GpuLedgerPlace &place, const ReserveDecision &decide)
 {
 	Locked l = lock_ledger(place, "goes on");

@@ -62,6 +62,11 @@ using ReserveDecision = std::function<Result<std::vector<GpuReservation>>(const 
 // directory), decide runs with no others and nothing is recorded: the result is then null.
 Result<std::shared_ptr<GpuReservations>> reserve_in_ledger(const GpuLedgerPlace &place, const ReserveDecision &decide);
 
+// Runs fn with the ledger's directory (checked as above, made if missing) under the ledger's lock, for
+// other records of restores in progress (os/decoded_share.h); false, without running it, where the ledger
+// cannot be used. what: how the restore goes on without it, for the warnings ("goes on").
+bool in_ledger_directory(const GpuLedgerPlace &place, const char *what, const std::function<void(int dir_fd)> &fn);
+
 // The ledger's lines; nullopt when one does not parse. (For tests.)
 std::optional<std::vector<GpuReservation>> parse_ledger(const std::string &text);
 

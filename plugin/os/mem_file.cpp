@@ -66,6 +66,20 @@ Result<MemFile> MemFile::create(const std::string &name, uint64_t bytes)
 	return f;
 }
 
+Result<MemFile> MemFile::adopt(UniqueFd fd, uint64_t bytes, bool huge)
+{
+	struct stat st {};
+	if (fstat(fd.get(), &st) != 0 || !S_ISREG(st.st_mode) || static_cast<uint64_t>(st.st_size) != bytes)
+		return make_error(EINVAL, "not a memory file of %" PRIu64 " bytes", bytes);
+	MemFile f;
+	f.fd_ = std::move(fd);
+	f.bytes_ = bytes;
+	f.inode_ = st.st_ino;
+	f.dev_ = st.st_dev;
+	f.huge_ = huge;
+	return f;
+}
+
 bool MemFile::is(const Mapping &m) const
 {
 	return m.inode == inode_ && m.dev == format("%02x:%02x", major(dev_), minor(dev_));

@@ -19,6 +19,8 @@ class MemFile {
 public:
 	// A file of `bytes` bytes, all zero, that takes memory only where written.
 	static Result<MemFile> create(const std::string &name, uint64_t bytes);
+	// One another restore created, opened as fd (os/decoded_share.h): its size must be bytes.
+	static Result<MemFile> adopt(UniqueFd fd, uint64_t bytes, bool huge);
 
 	int fd() const { return fd_.get(); }
 	uint64_t bytes() const { return bytes_; }

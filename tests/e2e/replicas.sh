@@ -122,4 +122,53 @@ expect_healthy "$STATE"
 log "staggered replicas: two restored one after the other, none refused; a third refused by name: $(grep -oE "has [0-9.]+ MiB free now[^;]*; the processes restored onto it need [0-9.]+ MiB" "$log3" | head -n1)"
 kill -9 "${replicas[@]}"
 wait_gone "${replicas[@]}"
+
+# Replicas of a compressed image (compress=zstd) restored at once: each process's GPU state is decoded
+# once, by the first restore to get to it, into memory that the others map too (os/decoded_share.h); the
+# fake driver's restore is slowed so that the first still runs when the others start. Every replica runs,
+# its data verified, and the one decoded copy is given back once the last of them is done.
+STATE=$T/replica-z.state
+LD_LIBRARY_PATH=$(dirname "$FAKE_LIB") ns_exec "$MEMCHECK" --mb 16 --zero-mb 32 --pattern weights --state "$STATE" \
+	--interval-ms 20 </dev/null >/dev/null 2>&1 &
+PIDS+=($!)
+disown
+wait_for "the workload to fill its device memory" 20 test -f "$STATE"
+pid=$(pgrep -f -- "--state $STATE" | while read -r p; do grep -q "^NSpid:.*[[:space:]]1$" /proc/$p/status && echo $p; done)
+[ -n "$pid" ] || fail "no workload that is pid 1 of its namespace"
+mkdir -p "$T/z"
+ns_criu_opts "$pid" "$T/z"
+mapfile -t dump_opts <"$T/z/dump.opts"
+mapfile -t restore_opts <"$T/z/restore.opts"
+CUDA_CRIU_COMPRESS=zstd dump "$pid" "$T/imgz" "${dump_opts[@]}" || fail "compressed dump failed"
+wait_gone "$pid"
+restores=()
+for i in $(seq $N); do
+	FAKEGPU_COPY_MBPS=16 "$CRIU" restore -D "$T/imgz" -d -L "$PLUGIN_DIR" -v4 -o "$T/restore-z-$i.log" \
+		"${restore_opts[@]}" </dev/null >/dev/null 2>&1 &
+	restores+=($!)
+done
+decoded=0 joined=0
+for i in $(seq $N); do
+	log_i=$T/restore-z-$i.log
+	wait "${restores[$((i - 1))]}" || fail "compressed replica $i: criu restore failed: $(grep -m2 -E "Error \(cuda_plugin\)|Restoring FAILED" "$log_i")"
+	expect_summary "$log_i" restore 1 "compressed replica $i: no clean restore summary"
+	expect_log "$log_i" "decoded into while CRIU restores" "compressed replica $i: its GPU state not mapped from decoded memory"
+	if grep -qE "its compressed GPU state is being decoded by another restore of the same image \(CRIU pid [0-9]+\)" "$log_i"; then
+		expect_log "$log_i" "its GPU state was decoded by the restore CRIU pid [0-9]+ runs" \
+			"compressed replica $i joined another restore's decode but did not see it done"
+		joined=$((joined + 1))
+	else
+		decoded=$((decoded + 1))
+	fi
+done
+[ "$joined" -ge 1 ] || fail "each of $N compressed replicas restored at once decoded its own copy ($decoded)"
+mapfile -t replicas < <(pgrep -f -- "--state $STATE")
+PIDS+=("${replicas[@]}")
+[ ${#replicas[@]} -eq $N ] || fail "${#replicas[@]} compressed replicas run, expected $N"
+expect_healthy "$STATE"
+alive "${replicas[@]}" || fail "a compressed replica died: $(cat "$STATE")"
+! grep -q "cuda-criu-gpu-" /proc/"${replicas[0]}"/maps || fail "a replica still maps the decoded memory"
+log "$N replicas of a compressed image restored at once: $decoded decoded it, $joined mapped that copy and waited for it"
+kill -9 "${replicas[@]}"
+wait_gone "${replicas[@]}"
 log PASS

@@ -23,6 +23,7 @@
 #include "base/format.h"
 #include "base/text.h"
 #include "driver/libcuda.h"
+#include "os/decoded_share.h"
 #include "os/file_pages.h"
 #include "os/fs_context.h"
 #include "os/host.h"
@@ -225,6 +226,86 @@ TEST(FilePages, ADeviceMappedIsNeitherNotedNorOpened)
 	EXPECT_EQ(read_file_pages_ahead(getpid(), {{base, base + len}}, 1 << 30), 0u);
 	munmap(const_cast<uint8_t *>(m), len);
 	close(fd);
+}
+
+TEST(DecodedShare, RecordsRoundTripAndOddOnesAreRefused)
+{
+	DecodedRecord r{4242, 123456, 17, 0x2d, 99, 8 << 20, true, DecodedRecord::kDecoded};
+	EXPECT_EQ(parse_decoded_record(format_decoded_record(r)), r);
+	for (const char *bad : {"", "4242 1 17 45 99 8388608 1\n", "4242 1 17 45 99 8388608 1 4\n", "0 1 17 45 99 1 0 0\n",
+				"4242 1 -1 45 99 1 0 0\n", "4242 1 17 45 99 1 2 0\n", "4242 1 17 45 99 1 0 0\nextra"})
+		EXPECT_FALSE(parse_decoded_record(bad).has_value()) << bad;
+}
+
+// Two restores of the same image at once: a child process publishes its memory file and decodes into it
+// (or fails, or ends without a word); this process joins it, maps the same memory, and waits for its
+// verdict. The last of the two to let go is the one to free the memory.
+TEST(DecodedShare, ASecondRestoreMapsTheFirstsMemoryAndWaitsForItsVerdict)
+{
+	TempDir dir;
+	GpuLedgerPlace place{dir.file("gpu-reservations"), 1000};
+	const uint64_t bytes = 4 << 20;
+	for (const char *verdict : {"decoded", "failed", "gone"}) {
+		std::string key = std::string("img-1-") + verdict;
+		int go[2], ready[2];
+		ASSERT_EQ(pipe(go), 0);
+		ASSERT_EQ(pipe(ready), 0);
+		pid_t child = fork();
+		ASSERT_GE(child, 0);
+		if (child == 0) {
+			close(go[1]);
+			close(ready[0]);
+			auto f = DecodedShare::open(&place, key, "cuda-criu-gpu-test", bytes);
+			if (!f || !f->second || f->second->joined() || !f->first->map().ok())
+				_exit(10);
+			std::memset(f->first->data(), 0x77, bytes);
+			(void)!write(ready[1], "r", 1);
+			char c;
+			(void)!read(go[0], &c, 1); // the parent has joined
+			if (std::string(verdict) == "gone")
+				_exit(0);
+			f->second->tell(std::string(verdict) == "decoded");
+			(void)!read(go[0], &c, 1); // the parent has let go
+			_exit(f->second->leave() ? 0 : 11);
+		}
+		close(go[0]);
+		close(ready[1]);
+		char c;
+		ASSERT_EQ(read(ready[0], &c, 1), 1);
+		auto f = DecodedShare::open(&place, key, "cuda-criu-gpu-test", bytes);
+		ASSERT_TRUE(f.ok()) << f.error().message();
+		ASSERT_TRUE(f->second);
+		EXPECT_TRUE(f->second->joined()) << verdict;
+		EXPECT_EQ(f->second->publisher(), child);
+		ASSERT_TRUE(f->first->map().ok());
+		EXPECT_EQ(f->first->data()[bytes - 1], 0x77) << "the same memory";
+		ASSERT_EQ(write(go[1], "j", 1), 1);
+		std::atomic<bool> cancel{false};
+		bool decoded = f->second->wait(cancel);
+		EXPECT_EQ(decoded, std::string(verdict) == "decoded") << verdict;
+		bool gone = std::string(verdict) == "gone";
+		EXPECT_EQ(f->second->leave(), gone) << verdict << ": the last one to let go frees it";
+		if (!gone) {
+			ASSERT_EQ(write(go[1], "l", 1), 1);
+		}
+		int status = 0;
+		ASSERT_EQ(waitpid(child, &status, 0), child);
+		EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << verdict << ": status " << status;
+		close(go[1]);
+		close(ready[0]);
+	}
+	// With no restore of it in progress, a restore publishes its own.
+	auto alone = DecodedShare::open(&place, "img-2", "cuda-criu-gpu-test", bytes);
+	ASSERT_TRUE(alone.ok());
+	EXPECT_FALSE(alone->second->joined());
+	EXPECT_TRUE(alone->second->leave()) << "no one else holds it";
+	// No place, or a key that is no file name: not shared.
+	auto unshared = DecodedShare::open(nullptr, "img-3", "cuda-criu-gpu-test", bytes);
+	ASSERT_TRUE(unshared.ok());
+	EXPECT_FALSE(unshared->second);
+	auto odd = DecodedShare::open(&place, "../x", "cuda-criu-gpu-test", bytes);
+	ASSERT_TRUE(odd.ok());
+	EXPECT_FALSE(odd->second);
 }
 
 TEST(SystemHost, FilesNamedLikeGpuNodesAreNotGpus)
