@@ -317,9 +317,11 @@ void RestoreSession::restore_batch(const std::vector<pid_t> &candidates)
 			};
 		}
 	}
-	std::thread ahead = read_file_pages_ahead(jobs, checked);
+	auto stop_ahead = std::make_shared<std::atomic<bool>>(false);
+	std::thread ahead = read_file_pages_ahead(jobs, checked, stop_ahead);
 	if (!jobs.empty())
 		restore_all(std::move(jobs));
+	*stop_ahead = true; // what it has asked for is read on; the processes are not held up for the rest
 	if (ahead.joinable())
 		ahead.join();
 	if (reservations_) // what it restored now shows in the GPUs' free memory
@@ -334,8 +336,9 @@ void RestoreSession::restore_batch(const std::vector<pid_t> &candidates)
 // on a thread of its own while the driver restores, once the GPU image is read (the disk has nothing else
 // to do then; before, these reads would delay the GPU state): their first work after a restore from a
 // cold page cache then finds its libraries' code and data in memory. A hint: at most a quarter of the
-// memory available.
-std::thread RestoreSession::read_file_pages_ahead(const std::vector<ProcJob> &jobs, std::shared_future<Status> checked)
+// memory available, asked for until the driver's restores are done (stop).
+std::thread RestoreSession::read_file_pages_ahead(const std::vector<ProcJob> &jobs, std::shared_future<Status> checked,
+						  std::shared_ptr<std::atomic<bool>> stop)
 {
 	std::vector<std::pair<pid_t, std::vector<MemoryRange>>> wanted;
 	uint64_t bytes = 0;
@@ -351,16 +354,17 @@ std::thread RestoreSession::read_file_pages_ahead(const std::vector<ProcJob> &jo
 	auto avail = host_.available_memory();
 	uint64_t budget = avail ? *avail / 4 : bytes;
 	try {
-		return std::thread([this, wanted = std::move(wanted), checked, budget] {
+		return std::thread([this, wanted = std::move(wanted), checked, budget, stop, bytes] {
 			if (checked.valid())
-				checked.wait();
+				while (checked.wait_for(std::chrono::milliseconds(10)) != std::future_status::ready && !*stop) {
+				}
 			uint64_t t0 = now_us(), asked = 0;
 			for (const auto &[pid, ranges] : wanted)
-				if (asked < budget)
-					asked += host_.read_file_pages_ahead(pid, ranges, budget - asked);
-			LOG_INFO("read ahead %s of the files the process(es) had mapped and used, asked in %s while the "
-				 "driver restores",
-				 human_bytes(asked).c_str(), seconds(now_us() - t0).c_str());
+				if (asked < budget && !*stop)
+					asked += host_.read_file_pages_ahead(pid, ranges, budget - asked, *stop);
+			LOG_INFO("read ahead %s of the %s of files the process(es) had mapped and used, asked in %s while "
+				 "the driver restores",
+				 human_bytes(asked).c_str(), human_bytes(bytes).c_str(), seconds(now_us() - t0).c_str());
 		});
 	} catch (const std::system_error &) {
 		return {};

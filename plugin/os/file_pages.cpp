@@ -16,6 +16,7 @@ namespace {
 constexpr uint64_t kPresent = 1ULL << 63;
 constexpr uint64_t kFilePage = 1ULL << 61; // a file's page (or shared anonymous memory), not a private copy
 constexpr size_t kEntriesPerRead = 65536;  // 512 KiB of /proc/PID/pagemap at a time
+constexpr uint64_t kGap = 32; // pages: runs a read-around window apart (128 KiB at the least) cost about one request together
 
 std::string map_files_entry(pid_t pid, const Mapping &m)
 {
@@ -87,13 +88,15 @@ Result<std::vector<MemoryRange>> mapped_file_pages(pid_t pid, const std::vector<
 			std::vector<MemoryRange> runs = file_page_runs(entries.data(), read, at, page);
 			pages.insert(pages.end(), runs.begin(), runs.end());
 			at += read * page;
+			if (pages.size() > 2 * max_ranges + kEntriesPerRead) // bounded while it grows
+				pages = coalesce_ranges(std::move(pages), kGap * page, max_ranges);
 		}
 	}
-	// Runs a read-around window apart (128 KiB at the least) cost about one request together.
-	return coalesce_ranges(std::move(pages), 32 * page, max_ranges);
+	return coalesce_ranges(std::move(pages), kGap * page, max_ranges);
 }
 
-uint64_t read_file_pages_ahead(pid_t pid, const std::vector<MemoryRange> &ranges, uint64_t max_bytes)
+uint64_t read_file_pages_ahead(pid_t pid, const std::vector<MemoryRange> &ranges, uint64_t max_bytes,
+			       const std::atomic<bool> &stop)
 {
 	auto maps = read_maps(pid);
 	if (!maps)
@@ -113,9 +116,8 @@ uint64_t read_file_pages_ahead(pid_t pid, const std::vector<MemoryRange> &ranges
 		for (size_t i = r; i < ranges.size() && ranges[i].start < m.end; i++) {
 			uint64_t from = std::max(ranges[i].start, m.start), to = std::min(ranges[i].end, m.end);
 			uint64_t len = std::min(to - from, max_bytes - asked);
-			ask_to_read_ahead(fd.get(), m.offset + (from - m.start), len);
-			asked += len;
-			if (asked >= max_bytes)
+			asked += ask_to_read_ahead(fd.get(), m.offset + (from - m.start), len, &stop);
+			if (asked >= max_bytes || stop.load(std::memory_order_relaxed))
 				return asked;
 		}
 	}
@@ -133,12 +135,14 @@ UniqueFd open_regular_file(const char *path, struct stat *st)
 	return UniqueFd(open(format("/proc/self/fd/%d", at.get()).c_str(), O_RDONLY | O_CLOEXEC));
 }
 
-void ask_to_read_ahead(int fd, uint64_t offset, uint64_t len)
+uint64_t ask_to_read_ahead(int fd, uint64_t offset, uint64_t len, const std::atomic<bool> *stop)
 {
 	constexpr uint64_t kWindow = 128 << 10;
-	for (uint64_t at = offset; at < offset + len; at += kWindow)
+	uint64_t at = offset;
+	for (; at < offset + len && !(stop && stop->load(std::memory_order_relaxed)); at += kWindow)
 		(void)posix_fadvise(fd, static_cast<off_t>(at), static_cast<off_t>(std::min(kWindow, offset + len - at)),
 				    POSIX_FADV_WILLNEED);
+	return std::min(at, offset + len) - offset;
 }
 
 } // namespace cuda_criu

@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 #include <sys/types.h>
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <vector>
@@ -30,8 +31,10 @@ std::vector<MemoryRange> coalesce_ranges(std::vector<MemoryRange> ranges, uint64
 Result<std::vector<MemoryRange>> mapped_file_pages(pid_t pid, const std::vector<Mapping> &maps, size_t max_ranges);
 
 // Asks the kernel to read ahead the file pages behind these ranges of pid's address space (as its memory
-// map shows them now), at most max_bytes; returns the bytes asked for. Only regular files are opened.
-uint64_t read_file_pages_ahead(pid_t pid, const std::vector<MemoryRange> &ranges, uint64_t max_bytes);
+// map shows them now), at most max_bytes, until stop is set; returns the bytes asked for. Only regular
+// files are opened.
+uint64_t read_file_pages_ahead(pid_t pid, const std::vector<MemoryRange> &ranges, uint64_t max_bytes,
+			       const std::atomic<bool> &stop);
 
 // The regular file at path opened for reading, or an invalid fd (anything else: a device's open alone can
 // act, so the file is first opened with O_PATH, which opens nothing, and reopened through it).
@@ -39,6 +42,7 @@ UniqueFd open_regular_file(const char *path, struct stat *st = nullptr);
 
 // POSIX_FADV_WILLNEED over [offset, offset + len) in pieces: one call reads at most the larger of the
 // device's read-ahead window (read_ahead_kb: 128 KiB by default) and its largest request.
-void ask_to_read_ahead(int fd, uint64_t offset, uint64_t len);
+// Returns the bytes asked for: fewer where stop (if given) was set meanwhile.
+uint64_t ask_to_read_ahead(int fd, uint64_t offset, uint64_t len, const std::atomic<bool> *stop = nullptr);
 
 } // namespace cuda_criu

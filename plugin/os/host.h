@@ -87,11 +87,12 @@ public:
 	// mapped from the image at restore).
 	virtual std::vector<Mapping> memory_map(pid_t pid) = 0;
 	// The pages of files the task has mapped and in use, from its memory map `maps`, and their read-ahead
-	// at restore (os/file_pages.h; at most max_bytes, returns the bytes asked for). Hints: an empty list
-	// or nothing read where /proc cannot tell.
+	// at restore (os/file_pages.h; at most max_bytes, until stop; returns the bytes asked for). Hints: an
+	// empty list or nothing read where /proc cannot tell.
 	virtual std::vector<MemoryRange> mapped_file_pages(pid_t pid, const std::vector<Mapping> &maps,
 							   size_t max_ranges) = 0;
-	virtual uint64_t read_file_pages_ahead(pid_t pid, const std::vector<MemoryRange> &ranges, uint64_t max_bytes) = 0;
+	virtual uint64_t read_file_pages_ahead(pid_t pid, const std::vector<MemoryRange> &ranges, uint64_t max_bytes,
+					       const std::atomic<bool> &stop) = 0;
 	// Copies of the GPU state between the plugin and a stopped process (os/process_memory.h).
 	virtual Status read_memory(pid_t pid, uint64_t addr, void *buf, size_t len) = 0;
 	virtual Status write_memory(pid_t pid, uint64_t addr, const void *buf, size_t len) = 0;
@@ -152,7 +153,8 @@ public:
 	std::vector<unsigned> dev_gpu_minors(pid_t pid) override;
 	std::vector<Mapping> memory_map(pid_t pid) override;
 	std::vector<MemoryRange> mapped_file_pages(pid_t pid, const std::vector<Mapping> &maps, size_t max_ranges) override;
-	uint64_t read_file_pages_ahead(pid_t pid, const std::vector<MemoryRange> &ranges, uint64_t max_bytes) override;
+	uint64_t read_file_pages_ahead(pid_t pid, const std::vector<MemoryRange> &ranges, uint64_t max_bytes,
+				       const std::atomic<bool> &stop) override;
 	Status read_memory(pid_t pid, uint64_t addr, void *buf, size_t len) override;
 	Status write_memory(pid_t pid, uint64_t addr, const void *buf, size_t len) override;
 	Result<FreeSpace> free_space_at(int dir_fd) override;

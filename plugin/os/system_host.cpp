@@ -152,9 +152,10 @@ std::vector<MemoryRange> SystemHost::mapped_file_pages(pid_t pid, const std::vec
 	return pages ? std::move(*pages) : std::vector<MemoryRange>();
 }
 
-uint64_t SystemHost::read_file_pages_ahead(pid_t pid, const std::vector<MemoryRange> &ranges, uint64_t max_bytes)
+uint64_t SystemHost::read_file_pages_ahead(pid_t pid, const std::vector<MemoryRange> &ranges, uint64_t max_bytes,
+					   const std::atomic<bool> &stop)
 {
-	return cuda_criu::read_file_pages_ahead(pid, ranges, max_bytes);
+	return cuda_criu::read_file_pages_ahead(pid, ranges, max_bytes, stop);
 }
 
 std::vector<IpcFileMapping> SystemHost::cuda_ipc_files(pid_t pid) { return cuda_criu::cuda_ipc_files(memory_map(pid)); }

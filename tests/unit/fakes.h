@@ -125,7 +125,8 @@ public:
 		file_pages_max.push_back(max_ranges);
 		return file_pages.count(pid) ? file_pages[pid] : std::vector<MemoryRange>{};
 	}
-	uint64_t read_file_pages_ahead(pid_t pid, const std::vector<MemoryRange> &ranges, uint64_t max_bytes) override
+	uint64_t read_file_pages_ahead(pid_t pid, const std::vector<MemoryRange> &ranges, uint64_t max_bytes,
+				       const std::atomic<bool> &) override
 	{
 		std::lock_guard<std::mutex> g(file_pages_mu);
 		read_aheads.push_back({pid, ranges, max_bytes});

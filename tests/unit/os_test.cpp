@@ -198,11 +198,14 @@ TEST(FilePages, PagesOfAMappedFileInUseAreFoundAndReadAhead)
 	EXPECT_FALSE(covers(reinterpret_cast<uintptr_t>(anon.data())));
 
 	ASSERT_EQ(resident(middle, 32), 0);
-	EXPECT_EQ(read_file_pages_ahead(getpid(), {{middle, middle + 32 * page}}, 1 << 30), 32 * page);
+	std::atomic<bool> stop{false};
+	EXPECT_EQ(read_file_pages_ahead(getpid(), {{middle, middle + 32 * page}}, 1 << 30, stop), 32 * page);
 	for (int i = 0; i < 200 && resident(middle, 32) < 32; i++)
 		usleep(10000);
 	EXPECT_EQ(resident(middle, 32), 32);
-	EXPECT_EQ(read_file_pages_ahead(getpid(), {{middle, middle + 32 * page}}, 4 * page), 4 * page) << "at most max_bytes";
+	EXPECT_EQ(read_file_pages_ahead(getpid(), {{middle, middle + 32 * page}}, 4 * page, stop), 4 * page) << "at most max_bytes";
+	stop = true;
+	EXPECT_EQ(read_file_pages_ahead(getpid(), {{middle, middle + 32 * page}}, 1 << 30, stop), 0u) << "stopped";
 	munmap(const_cast<uint8_t *>(m), pages * page);
 	close(fd);
 }
@@ -223,7 +226,8 @@ TEST(FilePages, ADeviceMappedIsNeitherNotedNorOpened)
 	ASSERT_TRUE(found.ok());
 	for (const MemoryRange &r : *found)
 		EXPECT_FALSE(r.start < base + len && base < r.end);
-	EXPECT_EQ(read_file_pages_ahead(getpid(), {{base, base + len}}, 1 << 30), 0u);
+	std::atomic<bool> stop{false};
+	EXPECT_EQ(read_file_pages_ahead(getpid(), {{base, base + len}}, 1 << 30, stop), 0u);
 	munmap(const_cast<uint8_t *>(m), len);
 	close(fd);
 }

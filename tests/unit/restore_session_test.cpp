@@ -258,6 +258,7 @@ TEST_F(RestoreTest, MappedFilePagesAreReadAheadOnceTheGpuImageIsRead)
 			  },
 			  [](pid_t) { return true; },
 			  [](pid_t, pid_t) {}};
+	driver.delay_ms["restore"] = 300; // read ahead while it runs
 	RestoreSession s(options, host, source(), image, true, {}, load);
 	s.start_check([] {});
 	auto r = s.resume(5020);
