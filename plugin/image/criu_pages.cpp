@@ -434,15 +434,16 @@ Result<PagesCheck> check_pages_files(int dir_fd, uint64_t page_size)
 
 void read_heads_ahead(const std::vector<std::string> &names, unsigned threads)
 {
+	const LocalMounts local;
 	std::atomic<size_t> next{0};
 	auto work = [&] {
 		for (size_t i; (i = next.fetch_add(1)) < std::min(names.size(), kMaxHeadsAhead);) {
 			const std::string &name = names[i];
 			if (name.empty() || name[0] != '/')
 				continue;
-			struct stat st {};
-			if (UniqueFd fd = open_regular_file(name.c_str(), &st); fd.valid())
-				ask_to_read_ahead(fd.get(), 0, std::min<uint64_t>(st.st_size, kHeadAheadBytes));
+			uint64_t size = 0;
+			if (UniqueFd fd = open_regular_file(name.c_str(), local, &size); fd.valid())
+				ask_to_read_ahead(fd.get(), 0, std::min(size, kHeadAheadBytes));
 		}
 	};
 	std::vector<std::thread> pool;

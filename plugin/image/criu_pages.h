@@ -114,7 +114,7 @@ void read_ahead(int dir_fd, const std::vector<std::string> &names);
 // open waits for its directories, inode and first pages behind whatever else reads the disk (a PyTorch
 // process maps ~100 libraries: 3.5-5.6 s of a cold restore on the GPU machine). Opened here in parallel
 // first, CRIU finds them cached. Only a hint: a file that cannot be opened (a container's own root, which
-// CRIU joins later) is left to CRIU.
+// CRIU joins later), or that is not on a local file system (os/file_pages.h: LocalMounts), is left to CRIU.
 inline constexpr size_t kMaxHeadsAhead = 4096;
 // CRIU's build-id check maps the first MiB but reads only the ELF header, the program headers and the
 // build-id note, which linkers put at the start: one read-around window of the smallest kind holds them.

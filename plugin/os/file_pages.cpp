@@ -5,9 +5,14 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
+#include <set>
+#include <sstream>
+#include <string>
 #include <cinttypes>
 
 #include "base/format.h"
+#include "base/text.h"
 
 namespace cuda_criu {
 
@@ -23,15 +28,21 @@ std::string map_files_entry(pid_t pid, const Mapping &m)
 	return format("/proc/%d/map_files/%" PRIx64 "-%" PRIx64, pid, m.start, m.end);
 }
 
-// A mapping of a regular file: asked of map_files (the very file, whatever its path), else of its path.
-bool maps_regular_file(pid_t pid, const Mapping &m)
+// Type and mount of the file at path (or of fd where path is ""), from what the kernel has cached: no
+// request to a FUSE daemon or a network server.
+bool statx_cached(int fd, const char *path, struct statx &sx)
 {
-	if (m.inode == 0 || m.path.empty() || m.path[0] != '/')
-		return false;
-	struct stat st {};
-	if (stat(map_files_entry(pid, m).c_str(), &st) == 0)
-		return S_ISREG(st.st_mode);
-	return !m.path.starts_with("/dev/") && stat(m.path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
+	return statx(fd, path, (*path ? 0 : AT_EMPTY_PATH) | AT_STATX_DONT_SYNC, STATX_TYPE | STATX_SIZE | STATX_MNT_ID,
+		     &sx) == 0 &&
+	       (sx.stx_mask & STATX_MNT_ID);
+}
+
+// A mapping of a regular file on a local mount (map_files: the very file, whatever its path).
+bool maps_local_regular_file(pid_t pid, const Mapping &m, const LocalMounts &local)
+{
+	struct statx sx {};
+	return m.inode != 0 && statx_cached(AT_FDCWD, map_files_entry(pid, m).c_str(), sx) && S_ISREG(sx.stx_mode) &&
+	       local.has(sx.stx_mnt_id);
 }
 
 } // namespace
@@ -75,8 +86,9 @@ Result<std::vector<MemoryRange>> mapped_file_pages(pid_t pid, const std::vector<
 	const uint64_t page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
 	std::vector<uint64_t> entries(kEntriesPerRead);
 	std::vector<MemoryRange> pages;
+	LocalMounts local(pid);
 	for (const Mapping &m : maps) {
-		if (!maps_regular_file(pid, m))
+		if (!maps_local_regular_file(pid, m, local))
 			continue;
 		for (uint64_t at = m.start; at < m.end;) {
 			size_t n = std::min<uint64_t>(kEntriesPerRead, (m.end - at) / page);
@@ -103,6 +115,7 @@ uint64_t read_file_pages_ahead(pid_t pid, const std::vector<MemoryRange> &ranges
 		return 0;
 	uint64_t asked = 0;
 	size_t r = 0;
+	LocalMounts local(pid);
 	for (const Mapping &m : *maps) {
 		while (r < ranges.size() && ranges[r].end <= m.start)
 			r++;
@@ -110,7 +123,7 @@ uint64_t read_file_pages_ahead(pid_t pid, const std::vector<MemoryRange> &ranges
 			break;
 		if (ranges[r].start >= m.end || m.inode == 0)
 			continue;
-		UniqueFd fd = open_regular_file(map_files_entry(pid, m).c_str());
+		UniqueFd fd = open_regular_file(map_files_entry(pid, m).c_str(), local);
 		if (!fd.valid())
 			continue;
 		for (size_t i = r; i < ranges.size() && ranges[i].start < m.end; i++) {
@@ -124,14 +137,38 @@ uint64_t read_file_pages_ahead(pid_t pid, const std::vector<MemoryRange> &ranges
 	return asked;
 }
 
-UniqueFd open_regular_file(const char *path, struct stat *st)
+LocalMounts::LocalMounts(pid_t pid)
+{
+	static const std::set<std::string> kLocal = {"ext2", "ext3", "ext4", "xfs", "btrfs", "f2fs", "zfs", "overlay",
+						      "squashfs", "erofs"};
+	auto text = read_small_file(pid ? format("/proc/%d/mountinfo", pid) : "/proc/self/mountinfo", 16 << 20);
+	if (!text)
+		return;
+	std::istringstream in(*text);
+	std::string line;
+	while (std::getline(in, line)) {
+		// ID PARENT MAJ:MIN ROOT POINT OPTIONS [OPTIONAL...] - TYPE SOURCE SUPER-OPTIONS
+		size_t dash = line.find(" - ");
+		unsigned long long id = 0;
+		if (dash == std::string::npos || std::sscanf(line.c_str(), "%llu", &id) != 1)
+			continue;
+		std::string type = line.substr(dash + 3, line.find(' ', dash + 3) - (dash + 3));
+		if (kLocal.count(type))
+			ids_.push_back(id);
+	}
+	std::sort(ids_.begin(), ids_.end());
+}
+
+bool LocalMounts::has(uint64_t mnt_id) const { return std::binary_search(ids_.begin(), ids_.end(), mnt_id); }
+
+UniqueFd open_regular_file(const char *path, const LocalMounts &local, uint64_t *size)
 {
 	UniqueFd at(open(path, O_PATH | O_CLOEXEC));
-	struct stat s {};
-	if (!at.valid() || fstat(at.get(), &s) != 0 || !S_ISREG(s.st_mode))
+	struct statx sx {};
+	if (!at.valid() || !statx_cached(at.get(), "", sx) || !S_ISREG(sx.stx_mode) || !local.has(sx.stx_mnt_id))
 		return UniqueFd();
-	if (st)
-		*st = s;
+	if (size)
+		*size = sx.stx_size;
 	return UniqueFd(open(format("/proc/self/fd/%d", at.get()).c_str(), O_RDONLY | O_CLOEXEC));
 }
 

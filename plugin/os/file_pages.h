@@ -27,7 +27,7 @@ std::vector<MemoryRange> file_page_runs(const uint64_t *entries, size_t n, uint6
 std::vector<MemoryRange> coalesce_ranges(std::vector<MemoryRange> ranges, uint64_t gap, size_t max_ranges);
 
 // The pages of pid's mappings of regular files that are mapped in it now (its working set of them), in
-// at most max_ranges ranges of its address space, sorted.
+// at most max_ranges ranges of its address space, sorted. Only files on local mounts (LocalMounts).
 Result<std::vector<MemoryRange>> mapped_file_pages(pid_t pid, const std::vector<Mapping> &maps, size_t max_ranges);
 
 // Asks the kernel to read ahead the file pages behind these ranges of pid's address space (as its memory
@@ -36,9 +36,24 @@ Result<std::vector<MemoryRange>> mapped_file_pages(pid_t pid, const std::vector<
 uint64_t read_file_pages_ahead(pid_t pid, const std::vector<MemoryRange> &ranges, uint64_t max_bytes,
 			       const std::atomic<bool> &stop);
 
-// The regular file at path opened for reading, or an invalid fd (anything else: a device's open alone can
-// act, so the file is first opened with O_PATH, which opens nothing, and reopened through it).
-UniqueFd open_regular_file(const char *path, struct stat *st = nullptr);
+// The mounts of local file systems that a read-ahead may touch, by mount id, as /proc/PID/mountinfo
+// lists them (0: this process's): block-device file systems and overlays (ext4, xfs, btrfs, overlay, ...).
+// Not FUSE, NFS or other network file systems, whose open, attributes and reads go to a server or a
+// daemon that may be one of the very processes CRIU holds stopped; not tmpfs, already in memory.
+class LocalMounts {
+public:
+	explicit LocalMounts(pid_t pid = 0);
+	bool has(uint64_t mnt_id) const;
+
+private:
+	std::vector<uint64_t> ids_; // sorted
+};
+
+// The regular file at path, on one of `local`'s mounts, opened for reading; else an invalid fd. Nothing
+// else is opened (a device's open alone can act): the file is first opened with O_PATH, which opens
+// nothing, asked for its type and mount without a round trip to any server (AT_STATX_DONT_SYNC), and
+// reopened through it. size: its size, where given.
+UniqueFd open_regular_file(const char *path, const LocalMounts &local, uint64_t *size = nullptr);
 
 // POSIX_FADV_WILLNEED over [offset, offset + len) in pieces: one call reads at most the larger of the
 // device's read-ahead window (read_ahead_kb: 128 KiB by default) and its largest request.

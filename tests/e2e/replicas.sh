@@ -13,17 +13,25 @@ e2e_setup
 start_fake_gpu
 
 N=3
+# start_workload DIR [cuda_memcheck options...]: the workload as pid 1 of namespaces of its own, its state
+# file $STATE; sets pid, dump_opts and restore_opts (ns_criu_opts into DIR).
+start_workload() {
+	local dir=$1
+	shift
+	LD_LIBRARY_PATH=$(dirname "$FAKE_LIB") ns_exec "$MEMCHECK" --mb 16 --zero-mb 32 "$@" --state "$STATE" \
+		--interval-ms 20 </dev/null >/dev/null 2>&1 &
+	PIDS+=($!)
+	disown
+	wait_for "the workload to fill its device memory" 20 test -f "$STATE"
+	pid=$(pgrep -f -- "--state $STATE" | while read -r p; do grep -q "^NSpid:.*[[:space:]]1$" /proc/$p/status && echo $p; done)
+	[ -n "$pid" ] || fail "no workload that is pid 1 of its namespace"
+	mkdir -p "$dir"
+	ns_criu_opts "$pid" "$dir"
+	mapfile -t dump_opts <"$dir/dump.opts"
+	mapfile -t restore_opts <"$dir/restore.opts"
+}
 STATE=$T/replica.state
-LD_LIBRARY_PATH=$(dirname "$FAKE_LIB") ns_exec "$MEMCHECK" --mb 16 --zero-mb 32 --state "$STATE" \
-	--interval-ms 20 </dev/null >/dev/null 2>&1 &
-PIDS+=($!)
-disown
-wait_for "the workload to fill its device memory" 20 test -f "$STATE"
-pid=$(pgrep -f -- "--state $STATE" | while read -r p; do grep -q "^NSpid:.*[[:space:]]1$" /proc/$p/status && echo $p; done)
-[ -n "$pid" ] || fail "no workload that is pid 1 of its namespace"
-ns_criu_opts "$pid" "$T"
-mapfile -t dump_opts <"$T/dump.opts"
-mapfile -t restore_opts <"$T/restore.opts"
+start_workload "$T"
 dump "$pid" "$T/img" "${dump_opts[@]}" || fail "dump failed"
 wait_gone "$pid"
 
@@ -128,17 +136,7 @@ wait_gone "${replicas[@]}"
 # fake driver's restore is slowed so that the first still runs when the others start. Every replica runs,
 # its data verified, and the one decoded copy is given back once the last of them is done.
 STATE=$T/replica-z.state
-LD_LIBRARY_PATH=$(dirname "$FAKE_LIB") ns_exec "$MEMCHECK" --mb 16 --zero-mb 32 --pattern weights --state "$STATE" \
-	--interval-ms 20 </dev/null >/dev/null 2>&1 &
-PIDS+=($!)
-disown
-wait_for "the workload to fill its device memory" 20 test -f "$STATE"
-pid=$(pgrep -f -- "--state $STATE" | while read -r p; do grep -q "^NSpid:.*[[:space:]]1$" /proc/$p/status && echo $p; done)
-[ -n "$pid" ] || fail "no workload that is pid 1 of its namespace"
-mkdir -p "$T/z"
-ns_criu_opts "$pid" "$T/z"
-mapfile -t dump_opts <"$T/z/dump.opts"
-mapfile -t restore_opts <"$T/z/restore.opts"
+start_workload "$T/z" --pattern weights
 CUDA_CRIU_COMPRESS=zstd dump "$pid" "$T/imgz" "${dump_opts[@]}" || fail "compressed dump failed"
 wait_gone "$pid"
 restores=()

@@ -210,9 +210,14 @@ TEST(FilePages, PagesOfAMappedFileInUseAreFoundAndReadAhead)
 	close(fd);
 }
 
-// A device mapped is never opened for a read-ahead (its open alone could act).
+// A device mapped is never opened for a read-ahead (its open alone could act), nor a file of a file
+// system that is not a local disk's (/proc here; FUSE or NFS, whose server may be a process CRIU holds).
 TEST(FilePages, ADeviceMappedIsNeitherNotedNorOpened)
 {
+	const LocalMounts local;
+	EXPECT_FALSE(open_regular_file("/dev/zero", local).valid());
+	EXPECT_FALSE(open_regular_file("/proc/self/status", local).valid());
+	EXPECT_FALSE(open_regular_file("/proc/self", local).valid());
 	int fd = open("/dev/zero", O_RDONLY | O_CLOEXEC);
 	ASSERT_GE(fd, 0);
 	const size_t len = 16 * static_cast<size_t>(sysconf(_SC_PAGESIZE));
