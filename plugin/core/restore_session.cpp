@@ -337,8 +337,8 @@ void RestoreSession::restore_batch(const std::vector<pid_t> &candidates)
 // to do then; before, these reads would delay the GPU state): their first work after a restore from a
 // cold page cache then finds its libraries' code and data in memory. A hint: at most a quarter of the
 // memory available, asked for until the driver's restores are done (stop).
-std::thread RestoreSession::read_file_pages_ahead(const std::vector<ProcJob> &jobs, std::shared_future<Status> checked,
-						  std::shared_ptr<std::atomic<bool>> stop)
+std::thread RestoreSession::read_file_pages_ahead(const std::vector<ProcJob> &jobs, const std::shared_future<Status> &checked,
+						  const std::shared_ptr<std::atomic<bool>> &stop)
 {
 	std::vector<std::pair<pid_t, std::vector<MemoryRange>>> wanted;
 	uint64_t bytes = 0;

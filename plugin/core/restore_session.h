@@ -93,8 +93,8 @@ private:
 	std::vector<ProcJob> find_cuda_processes(const std::vector<pid_t> &candidates);
 	Status load_driver(pid_t pid);
 	void restore_all(std::vector<ProcJob> jobs);
-	std::thread read_file_pages_ahead(const std::vector<ProcJob> &jobs, std::shared_future<Status> checked,
-					  std::shared_ptr<std::atomic<bool>> stop);
+	std::thread read_file_pages_ahead(const std::vector<ProcJob> &jobs, const std::shared_future<Status> &checked,
+					  const std::shared_ptr<std::atomic<bool>> &stop);
 	PhaseProgress restore_progress(const std::vector<pid_t> &pids);
 	void report_missing();
 	Result<std::vector<GpuPair>> gpu_pairs();

@@ -81,6 +81,11 @@ int main(int argc, char **argv)
 	Bytes one = cuda_criu::encode_image(one_process());
 	files.emplace_back("ok-one-process", one);
 	files.emplace_back("ok-tree", cuda_criu::encode_image(tree()));
+	// The driver's copy's ranges and the pages of mapped files in use, as a dump notes them.
+	ImageRecord ranges = one_process();
+	ranges.processes[0].checkpoint_ranges = {{0x7f1000000000, 0x7f1004000000}};
+	ranges.processes[0].file_pages = {{0x400000, 0x420000}, {0x7f2000000000, 0x7f2000200000}};
+	files.emplace_back("ok-ranges", cuda_criu::encode_image(ranges));
 	// Only the required fields: an image from a writer that set nothing optional.
 	files.emplace_back("ok-required-only", with_payload({0x08, 0x01, 0x2a, 0x04, 0x08, 0x07, 0x10, 0x07}));
 
