@@ -70,12 +70,13 @@ void write_record(int dir, const std::string &name, const DecodedRecord &r)
 // A descriptor of the directory of its own: a dup would share the ledger's flock, and hold it.
 UniqueFd reopen_dir(int dir) { return UniqueFd(openat(dir, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC)); }
 
-// The publisher still runs and holds the file it published (an exited one, even unreaped, holds none).
+// The publisher still runs and holds the file it published at that descriptor (an exited one, even
+// unreaped, holds none; a descriptor closed and reused holds another file).
 bool publisher_alive(const DecodedRecord &r)
 {
-	char link[64];
+	struct stat st {};
 	return r.pid != getpid() && start_time_of(r.pid) == r.start &&
-	       readlink(format("/proc/%d/fd/%d", r.pid, r.fd).c_str(), link, sizeof(link)) > 0;
+	       stat(format("/proc/%d/fd/%d", r.pid, r.fd).c_str(), &st) == 0 && st.st_dev == r.dev && st.st_ino == r.ino;
 }
 
 // The file r publishes, opened through its publisher's descriptor, with the shared flock, whole.
@@ -174,10 +175,18 @@ void DecodedShare::write(int state) const
 	}
 }
 
+DecodedShare::~DecodedShare()
+{
+	if (!joined_ && !told_)
+		write(DecodedRecord::kFailed); // never decoded here (the restore ended first): the others go on alone
+}
+
 void DecodedShare::tell(bool decoded)
 {
-	if (!joined_)
-		write(decoded ? DecodedRecord::kDecoded : DecodedRecord::kFailed);
+	if (joined_)
+		return;
+	told_ = true;
+	write(decoded ? DecodedRecord::kDecoded : DecodedRecord::kFailed);
 }
 
 bool DecodedShare::wait(const std::atomic<bool> &cancel)

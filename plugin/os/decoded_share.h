@@ -63,6 +63,10 @@ public:
 		: dir_(std::move(dir)), name_(std::move(name)), record_(record), file_fd_(file_fd), joined_(joined)
 	{
 	}
+	// A publisher that never told: its record says failed.
+	~DecodedShare();
+	DecodedShare(const DecodedShare &) = delete;
+	DecodedShare &operator=(const DecodedShare &) = delete;
 
 private:
 	std::optional<DecodedRecord> read() const;
@@ -73,6 +77,7 @@ private:
 	DecodedRecord record_;
 	int file_fd_ = -1;  // the memory file as this restore opened it (its MemFile's), with the shared flock
 	bool joined_ = false;
+	bool told_ = false;
 	bool left_ = false;
 };
 

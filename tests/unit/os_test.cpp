@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cinttypes>
 #include <cstdlib>
 #include <cstring>
@@ -247,14 +248,14 @@ TEST(DecodedShare, RecordsRoundTripAndOddOnesAreRefused)
 }
 
 // Two restores of the same image at once: a child process publishes its memory file and decodes into it
-// (or fails, or ends without a word); this process joins it, maps the same memory, and waits for its
+// (or fails, or ends without a word, or drops it undecoded); this process joins it, maps the same memory, and waits for its
 // verdict. The last of the two to let go is the one to free the memory.
 TEST(DecodedShare, ASecondRestoreMapsTheFirstsMemoryAndWaitsForItsVerdict)
 {
 	TempDir dir;
 	GpuLedgerPlace place{dir.file("gpu-reservations"), 1000};
 	const uint64_t bytes = 4 << 20;
-	for (const char *verdict : {"decoded", "failed", "gone"}) {
+	for (const char *verdict : {"decoded", "failed", "gone", "dropped"}) {
 		std::string key = std::string("img-1-") + verdict;
 		int go[2], ready[2];
 		ASSERT_EQ(pipe(go), 0);
@@ -273,6 +274,11 @@ TEST(DecodedShare, ASecondRestoreMapsTheFirstsMemoryAndWaitsForItsVerdict)
 			(void)!read(go[0], &c, 1); // the parent has joined
 			if (std::string(verdict) == "gone")
 				_exit(0);
+			if (std::string(verdict) == "dropped") { // its restore ended before decoding; the file stays open
+				f->second.reset();
+				(void)!read(go[0], &c, 1);
+				_exit(0);
+			}
 			f->second->tell(std::string(verdict) == "decoded");
 			(void)!read(go[0], &c, 1); // the parent has let go
 			_exit(f->second->leave() ? 0 : 11);
@@ -290,8 +296,10 @@ TEST(DecodedShare, ASecondRestoreMapsTheFirstsMemoryAndWaitsForItsVerdict)
 		EXPECT_EQ(f->first->data()[bytes - 1], 0x77) << "the same memory";
 		ASSERT_EQ(write(go[1], "j", 1), 1);
 		std::atomic<bool> cancel{false};
+		auto t0 = std::chrono::steady_clock::now();
 		bool decoded = f->second->wait(cancel);
 		EXPECT_EQ(decoded, std::string(verdict) == "decoded") << verdict;
+		EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(10)) << verdict << ": told at once, not timed out";
 		bool gone = std::string(verdict) == "gone";
 		EXPECT_EQ(f->second->leave(), gone) << verdict << ": the last one to let go frees it";
 		if (!gone) {
