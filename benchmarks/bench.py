@@ -5,7 +5,7 @@ Runs on a machine with an NVIDIA GPU, from the root of the bundle that scripts/g
 
     python3 build/gpu-bundle/bench.py --cuda-checkpoint PATH [--rounds 3]
         [--scenarios NAME,...] [--variants ours,in-tree,ours-criu:1]
-        [--cold-rounds N] [--replicas N] [--time-limit S] [--plan] [--out DIR]
+        [--cold-rounds N] [--replicas N] [--registry] [--time-limit S] [--plan] [--out DIR]
 
 Each scenario is dumped and restored --rounds times with each variant, alternating the order from round to
 round; every round trip starts its workload afresh. The baseline is CRIU's in-tree plugin built from the same
@@ -45,6 +45,11 @@ once by plain CRIU, each replica in new namespaces (bench_replicas.py; docs/cont
 has answered, in its own network namespace, as the server did before its dump; what each replica holds in
 memory is reported. Against it, N cold starts at once (warm caches, serving one port with SO_REUSEPORT) until
 each has answered.
+--registry, for each scenario of one process, after its round trips: with each variant of this plugin, the workload
+in a podman container is checkpointed into a checkpoint image, pushed to a registry on the loopback, pulled by a
+second podman store (a "second host"), and restored from it there with the page cache dropped after the pull;
+the pull, the restore to the first answer and the layer's size and compression in the registry (bench_registry.py;
+podman and docker-registry from the bundle's podman-kit.tar.xz: scripts/gpu-bundle.sh --podman).
 --fragment-gib F runs everything with F GiB of memory fragmented first (bin/thp_populate --hold).
 --scale multiplies every size.
 
@@ -80,6 +85,7 @@ import bench_common as C
 from bench_common import (DESCRIPTIONS, KNOWN_VARIANTS, OTHER_SCENARIOS, SCENARIO_HELP, SCENARIOS, UTILITY,
                           VARIANT_ROUNDS, VARIANTS, footprint, log)
 from bench_report import report
+from bench_registry import through_registry
 from bench_replicas import replicas
 from bench_run import become_subreaper, cold_start, gpu_count, incremental_trip, round_trip, serve_cold_start
 
@@ -115,6 +121,13 @@ def replicas_estimate(scenario, n, cold_starts=True):
     return sum(estimate(scenario, v, False) + 10.0 * n for v in VARIANTS) + (60.0 + 20.0 * n if cold_starts else 0.0)
 
 
+def registry_estimate(scenario):
+    """--registry: per variant of this plugin a start, a checkpoint, a push (gzip, ~0.4 GB/s), a pull (~0.3 GB/s)
+    and a cold restore."""
+    gpu, image, zero = footprint(scenario)
+    return sum(estimate(scenario, v, True) + (image - gpu * zero) * 6.0 for v in VARIANTS if v.startswith("ours"))
+
+
 def plan(rounds, scenarios, cold_rounds):
     """The round trips in the order they run: (round, scenario, variant, cold too). Rounds outermost, so
     that a run cut short still has whole rounds; the order of the variants alternates from round to round;
@@ -131,7 +144,7 @@ def plan(rounds, scenarios, cold_rounds):
     return trips
 
 
-def print_plan(trips, rounds, coldstart, time_limit=0, replicas=0, cold_starts=True):
+def print_plan(trips, rounds, coldstart, time_limit=0, replicas=0, cold_starts=True, registry=()):
     total = sum(estimate(s, v, c) for _, s, v, c in trips)
     log(f"plan: {len(trips)} round trip(s) (each starts its workload, dumps it, restores it"
         f"{', and restores it again from a cold page cache in the last rounds' if any(c for *_, c in trips) else ''}):")
@@ -147,6 +160,10 @@ def print_plan(trips, rounds, coldstart, time_limit=0, replicas=0, cold_starts=T
         extra = replicas_estimate(s, replicas, cold_starts)
         against = f" against {replicas} cold starts" if cold_starts else ""
         log(f"  {s}, {replicas} replicas of one image{against}: ~{extra:.0f} s")
+        total += extra
+    for s in registry:
+        extra = registry_estimate(s)
+        log(f"  {s} through a registry: ~{extra:.0f} s")
         total += extra
     log(f"expected duration: about {total / 60:.1f} min ({total:.0f} s) on the H200 machine")
     if time_limit and total > time_limit:
@@ -298,6 +315,9 @@ def main():
     ap.add_argument("--replicas", type=int, default=0, metavar="N",
                     help="for the serving scenarios: N replicas restored at once from one image, against N cold "
                     "starts at once")
+    ap.add_argument("--registry", action="store_true",
+                    help="for each scenario of one process: its checkpoint image through a registry, pulled and "
+                    "restored by a second podman store with the page cache dropped (each variant of this plugin)")
     ap.add_argument("--no-cold-starts", action="store_true",
                     help="the serving scenarios without their starts from scratch: neither the three of the round "
                     "trips nor the N at once of --replicas (their round trips and replicas only)")
@@ -334,9 +354,13 @@ def main():
         serving = ", ".join(s for s, (kind, *_) in SCENARIOS.items() if kind == "serve")
         sys.exit(f"bench.py: --replicas needs a serving scenario ({serving}) in --scenarios")
     cold_rounds = min(max(0, args.cold_rounds), args.rounds)
+    registry = [s for s in wanted if args.registry and s in SCENARIOS and SCENARIOS[s][2] == 1]
+    if args.registry and not registry:
+        sys.exit("bench.py: --registry needs a scenario of one process in --scenarios")
     if args.plan:
         trips = plan(args.rounds, [s for s in wanted if s in SCENARIOS], cold_rounds)
-        print_plan(trips, args.rounds, "coldstart" in wanted, args.time_limit, args.replicas, not args.no_cold_starts)
+        print_plan(trips, args.rounds, "coldstart" in wanted, args.time_limit, args.replicas, not args.no_cold_starts,
+                   registry)
         return
     if os.geteuid() != 0:
         sys.exit("bench.py: run as root (CRIU needs it)")
@@ -360,7 +384,8 @@ def main():
     fragmenter = hold_fragmented(args.fragment_gib, info) if args.fragment_gib > 0 else None
     log(f"machine: {info.get('gpus')}; kernel {info['kernel']}; THP {info.get('thp', '?')}")
     trips = plan(args.rounds, [s for s in wanted if s in SCENARIOS], cold_rounds)
-    print_plan(trips, args.rounds, "coldstart" in wanted, args.time_limit, args.replicas, not args.no_cold_starts)
+    print_plan(trips, args.rounds, "coldstart" in wanted, args.time_limit, args.replicas, not args.no_cold_starts,
+               registry)
     results, cold, failures = [], [], []
     done = {}  # scenario -> [expected, measured] seconds of its round trips so far
     reserve = 20.0  # the report, the plot and the logs' archive
@@ -420,6 +445,12 @@ def main():
                 log(f"{s} cold starts at once: FAILED: {e}")
                 failures.append({"scenario": f"{s} ({args.replicas} cold starts)", "variant": "cold start",
                                  "round": 0, "error": str(e)})
+        for s in registry:
+            try:
+                through_registry(s, cold, failures)
+            except Exception as e:  # noqa: BLE001
+                log(f"{s} through a registry: FAILED: {e}")
+                failures.append({"scenario": f"{s} (registry)", "variant": "all", "round": 0, "error": str(e)})
         for s in [x for x in args.incremental.split(",") if x]:
             for rnd in range(args.rounds):
                 for v in VARIANTS:

@@ -167,6 +167,7 @@ def report(results, cold, out_dir, failures=(), meta=None):
             read = [c["read_gib"] for c in rows if "read_gib" in c]
             lines.append(f"  {what:<66} {statistics.median(c['seconds'] for c in rows):8.2f}"
                          + (f"  ({statistics.median(read):.1f} GiB read from disk)" if read else ""))
+    lines += registry_lines(cold)
     if failures:
         lines.append("")
         lines.append(f"{len(failures)} round trip(s) failed or skipped:")
@@ -323,6 +324,43 @@ def plot_first_answer(table, scenarios, variants, cold, path):
     save(fig, plt, path)
 
 
+REGISTRY = ": through a registry, "
+
+
+def registry_lines(cold):
+    """--registry: each variant's pull, restore to the first answer, and the layer in the registry."""
+    rows = [c for c in cold if REGISTRY in c["what"]]
+    if not rows:
+        return []
+    lines = ["", "through a registry (podman checkpoint image pushed to a registry, pulled by a second store, restored "
+             "there with the page cache dropped after the pull), seconds"]
+    for c in rows:
+        lines.append(f"  {c['what']:<40} pull {c['pull_s']:6.2f} + restore to the first answer {c['ready_s']:6.2f} = "
+                     f"{c['seconds']:6.2f}; layer {c['layer_gib']:.2f} GiB in the registry ({c['layer_compression']}), "
+                     f"{c['image_gib']:.2f} GiB unpacked; checkpoint {c['checkpoint_cmd_s']:.2f}, push {c['push_s']:.2f}, "
+                     f"{c['read_gib']:.1f} GiB read from disk by the restore")
+    return lines
+
+
+def registry_panel(ax, rows, variants):
+    """From the pull to the first answer on the second host, per variant: the pull, then the restore."""
+    ys = list(range(len(rows)))
+    for y, c in zip(ys, rows):
+        color = variant_color(c["variant"], variants)
+        ax.barh(y, c["pull_s"], 0.6, color=color, alpha=0.45, hatch="//")
+        ax.barh(y, c["ready_s"], 0.6, left=c["pull_s"], color=color)
+        ax.annotate(f"{c['seconds']:.2f} s ({c['layer_gib']:.1f} GiB {c['layer_compression']})", (c["seconds"], y),
+                    xytext=(4, 0), textcoords="offset points", va="center", fontsize=8)
+    ax.set_yticks(ys, [c["what"].replace(REGISTRY, ": ") for c in rows], fontsize=8)
+    ax.invert_yaxis()
+    ax.set_xlim(0, max(c["seconds"] for c in rows) * 1.45)
+    ax.set_title("through a registry: from the pull to the first answer on a second host", fontsize=10)
+    ax.set_xlabel("seconds", fontsize=9)
+    ax.bar([0], [0], color="grey", alpha=0.45, hatch="//", label="pull (the registry's layers)")  # legend keys only
+    ax.bar([0], [0], color="grey", label="restore, page cache dropped, to the first answer")
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False)
+
+
 def plot_phases(table, rate_table, scenarios, variants, cold, path):
     """The phases behind the headline: dump and restore seconds by phase, the image on disk, ratios against
     the baseline, the phases' rates against the machine's limits, and replicas restored at once against as
@@ -337,7 +375,8 @@ def plot_phases(table, rate_table, scenarios, variants, cold, path):
     replicas = [c for c in cold if " replicas restored at once" in c["what"] or " cold starts at once" in c["what"]]
     others = [v for v in variants if v != C.BASELINE]
     has_ratios = C.BASELINE in variants and bool(others)
-    npanels = 4 + has_ratios + bool(replicas)
+    registry = [c for c in cold if REGISTRY in c["what"]]
+    npanels = 4 + has_ratios + bool(replicas) + bool(registry)
     ncols = 2
     nrows = (npanels + ncols - 1) // ncols
     width = min(12.0, max(5.6, 0.9 * len(pairs) + 1.2, 0.16 * 6 * len(pairs) + 1.2))
@@ -501,6 +540,8 @@ def plot_phases(table, rate_table, scenarios, variants, cold, path):
         n = whats[0].split(": ", 1)[1].split(" ", 1)[0]
         ax.set_title(f"{n} replicas restored at once from one image, until each has answered", fontsize=10)
         ax.set_xlabel("seconds", fontsize=9)
+    if registry:
+        registry_panel(next(axes), registry, variants)
     save(fig, plt, path)
 
 

@@ -350,30 +350,35 @@ def image_root(scenario):
     raise RuntimeError(f"no room for a {need / GIB:.0f} GiB image in {C.WORK} or {TMPFS}")
 
 
+def workload_cmd(kind, size, procs, state_file, extra=(), env=None):
+    """A scenario's workload: (command line, environment, the port a server answers on or None)."""
+    if kind == "memcheck":
+        cmd = [MEMCHECK, "--mb", str(size), "--state", state_file, "--interval-ms", "50"]
+        if procs > 1:
+            cmd += ["--children", str(procs - 1)]
+    elif kind == "llm":
+        cmd = [sys.executable, FRAMEWORK, "transformers", "--config", "gpt2", "--kv-mb", str(size),
+               "--state", state_file, "--interval-ms", "50"]
+        env = offline_env(env)
+    elif kind == "serve":
+        port = free_port()
+        return serve_cmd(size, extra, port, state_file), serving_env(env), port
+    else:
+        cmd = [sys.executable, TORCH, "--gb", str(size), "--state", state_file, "--interval-ms", "50"]
+    return cmd + list(extra), env, None
+
+
 class Workload:
     def __init__(self, kind, size, procs, name, extra=(), env=None):
         self.state = os.path.join(C.WORK, f"{name}.state")
         self.files = [self.state] + [f"{self.state}.{k}" for k in range(procs - 1)]
         self.clear_state()
-        if kind == "memcheck":
-            cmd = [MEMCHECK, "--mb", str(size), "--state", self.state, "--interval-ms", "50"]
-            if procs > 1:
-                cmd += ["--children", str(procs - 1)]
-        elif kind == "llm":
-            cmd = [sys.executable, FRAMEWORK, "transformers", "--config", "gpt2", "--kv-mb", str(size),
-                   "--state", self.state, "--interval-ms", "50"]
-            env = offline_env(env)
-        elif kind == "serve":
-            self.port, self.batches = free_port(), BATCHES
-            cmd = serve_cmd(size, extra, self.port, self.state)
-            env = serving_env(env)
-            extra = ()
-        else:
-            cmd = [sys.executable, TORCH, "--gb", str(size), "--state", self.state, "--interval-ms", "50"]
+        cmd, env, self.port = workload_cmd(kind, size, procs, self.state, extra, env)
+        self.batches = BATCHES
         self.kind = kind
         self.t0 = time.monotonic()
         self.out = os.path.join(C.WORK, f"{name}.out")
-        self.proc = start(cmd + list(extra), self.out, env)
+        self.proc = start(cmd, self.out, env)
         self.pids = [self.proc.pid]
         self.ready_at = wait_for(f"{name} to be ready",
                                  lambda: all(state(f).get("status") for f in self.files) or

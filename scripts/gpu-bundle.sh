@@ -2,7 +2,7 @@
 # Builds the folder that the real-GPU tests need on a machine that has the NVIDIA driver but neither CRIU
 # nor its libraries (see docs/gpu-results.md):
 #
-#   scripts/gpu-bundle.sh            -> build/gpu-bundle/
+#   scripts/gpu-bundle.sh [--podman]  -> build/gpu-bundle/
 #
 #   gpu-bundle/
 #     run-gpu-tests.sh, lib.sh, NN-GROUP.sh, ... the scripts from tests/gpu/: the runner, its helpers, the test
@@ -17,6 +17,10 @@
 #     bin/thp_populate                            the checkpoint buffer's populate, fragmented memory or not
 #     sbin/runc                                   this machine's runc, when installed (the container test)
 #     bench.py                                    the benchmark (benchmarks/bench.py)
+#     podman-kit.tar.xz                           with --podman: podman, conmon and docker-registry as this
+#                                                 machine has them (Debian's), with the libraries they need
+#                                                 (bin/, lib/ with RUNPATHs), for bench.py --registry;
+#                                                 compressed (~16 MiB) to fit the GPU machine's transfer
 #     bundle-info.txt                             what went in, and from which sources
 #
 # Everything bundled finds its libraries in lib/ through its own RUNPATH, set on the bundled copies: criu,
@@ -29,6 +33,13 @@
 #
 # Environment: BUILD_DIR (default: build), JOBS (default: nproc), BUNDLE_DIR (default: $BUILD_DIR/gpu-bundle).
 set -euo pipefail
+
+podman_kit=""
+case "${1:-}" in
+"") ;;
+--podman) podman_kit=1 ;;
+*) echo "usage: $0 [--podman]" >&2; exit 2 ;;
+esac
 
 top=$(cd "$(dirname "$0")/.." && pwd)
 build=${BUILD_DIR:-$top/build}
@@ -141,7 +152,7 @@ install -m 755 "$build/bin/thp_populate" "$tmp/bin/thp_populate"
 # CRIU's in-tree plugin runs `cuda-checkpoint` from PATH: ours answers that command line (benchmarks).
 ln -s cuda-criu "$tmp/bin/cuda-checkpoint"
 install -m 755 "$top/benchmarks/bench.py" "$tmp/bench.py"
-install -m 644 "$top"/benchmarks/bench_{common,run,report,replicas}.py "$tmp/"
+install -m 644 "$top"/benchmarks/bench_{common,run,report,replicas,registry}.py "$tmp/"
 runc=$(command -v runc || true)
 if [ -n "$runc" ]; then
 	install -m 755 "$runc" "$tmp/sbin/runc"
@@ -182,6 +193,44 @@ for f in "$top"/tests/gpu/*; do
 	install -m "$([ -x "$f" ] && echo 755 || echo 644)" "$f" "$tmp/"
 done
 install -m 644 "$top/tests/lib/common.sh" "$tmp/common.sh"
+
+# The podman kit (bench.py --registry): the build machine's podman, conmon and docker-registry with every
+# library they need but glibc's, each finding them through its RUNPATH as the bundle's own binaries do; kept
+# in the build tree and made again only when one of them is newer.
+if [ -n "$podman_kit" ]; then
+	kit_tar=$build/podman-kit.tar.xz
+	progs=()
+	for p in podman conmon docker-registry; do
+		f=$(command -v $p || true)
+		[ -n "$f" ] || [ $p != conmon ] || f=$(ls /usr/libexec/podman/conmon 2>/dev/null || true)
+		[ -n "$f" ] || die "--podman: no $p here (test-containers/setup.sh installs podman and docker-registry)"
+		progs+=("$(readlink -f "$f")")
+	done
+	stale=""
+	for f in "${progs[@]}"; do [ "$kit_tar" -nt "$f" ] || stale=1; done
+	if [ -n "$stale" ]; then
+		log "packing podman, conmon and docker-registry with their libraries into $kit_tar"
+		kit=$build/podman-kit
+		rm -rf "$kit"
+		mkdir -p "$kit/bin" "$kit/lib"
+		for f in "${progs[@]}"; do
+			install -m 755 "$f" "$kit/bin/$(basename "$f")"
+			needed_libs "$f"
+		done | sort -u | while read -r lib; do
+			is_system_lib "$lib" || cp -L "$lib" "$kit/lib/$(basename "$lib")"
+		done
+		chmod 644 "$kit"/lib/*
+		for f in "$kit"/bin/*; do
+			if readelf -d "$f" | grep -q NEEDED; then set_runpath "$f" '$ORIGIN/../lib'; fi
+		done
+		for f in "$kit"/lib/*; do set_runpath "$f" '$ORIGIN'; done
+		env -u LD_LIBRARY_PATH "$kit/bin/podman" --version >/dev/null || die "the kit's podman does not run"
+		tar -C "$kit" -cf - bin lib | xz -T0 -6 >"$kit_tar.tmp"
+		mv "$kit_tar.tmp" "$kit_tar"
+		rm -rf "$kit"
+	fi
+	install -m 644 "$kit_tar" "$tmp/podman-kit.tar.xz"
+fi
 
 {
 	echo "built=$(date -u +%Y-%m-%dT%H:%M:%SZ) on $(. /etc/os-release && echo "$PRETTY_NAME") ($(uname -m))"
