@@ -2,9 +2,10 @@
 that has never seen it: the workload started in a podman container (runtime runc; CRIU loads this plugin from
 /etc/criu/runc.conf and takes its options from /etc/criu/cuda_plugin.conf, as on a node), checkpointed into a
 checkpoint image (podman container checkpoint --create-image), pushed with podman's default layer compression
-to a registry on the loopback (docker-registry); then on a "second host" (a podman store of its own: root,
-runroot and tmpdir, so it must pull) the image pulled, the page cache dropped, and the container restored from
-it (podman container restore IMAGE) until it answers as it did before its checkpoint. Per variant of this
+to a registry on the loopback (docker-registry), and everything of that host removed; then on a "second host"
+(an empty store at the same paths, as a node has podman's default paths: it must pull) the image pulled, the
+page cache dropped, and the container restored from it (podman container restore IMAGE) until it answers as
+it did before its checkpoint. Per variant of this
 plugin: the pull, the restore to the first answer, their sum, and the layer as the registry holds it (its size
 and compression, read from the image's manifest there).
 
@@ -59,7 +60,7 @@ def runc_binary():
     # runc re-executes itself (runc init) with an empty environment: its libseccomp must be the system's.
     if subprocess.run("ldconfig -p | grep -q 'libseccomp\\.so\\.2 '", shell=True).returncode != 0:
         lib = os.path.join(BUNDLE, "lib", "libseccomp.so.2")
-        log(f"this machine has no libseccomp.so.2: installing the bundle's copy into /usr/local/lib for runc")
+        log("this machine has no libseccomp.so.2: installing the bundle's copy into /usr/local/lib for runc")
         shutil.copy(lib, "/usr/local/lib/")
         subprocess.run(["ldconfig"], check=True)
     return runc
