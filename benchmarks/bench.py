@@ -49,7 +49,8 @@ each has answered.
 in a podman container is checkpointed into a checkpoint image, pushed to a registry on the loopback, pulled by a
 second podman store (a "second host"), and restored from it there with the page cache dropped after the pull;
 the pull, the restore to the first answer and the layer's size and compression in the registry (bench_registry.py;
-podman and docker-registry from the bundle's podman-kit.tar.xz: scripts/gpu-bundle.sh --podman).
+podman and docker-registry from the bundle's podman-kit.tar.xz: scripts/gpu-bundle.sh --podman); with
+--registry-layers gzip,zstd the image is pushed, pulled and restored once per layer compression.
 --fragment-gib F runs everything with F GiB of memory fragmented first (bin/thp_populate --hold).
 --scale multiplies every size.
 
@@ -121,11 +122,13 @@ def replicas_estimate(scenario, n, cold_starts=True):
     return sum(estimate(scenario, v, False) + 10.0 * n for v in VARIANTS) + (60.0 + 20.0 * n if cold_starts else 0.0)
 
 
-def registry_estimate(scenario):
-    """--registry: per variant of this plugin a start, a checkpoint, a push (gzip, ~0.4 GB/s), a pull (~0.3 GB/s)
-    and a cold restore."""
+def registry_estimate(scenario, layers=1):
+    """--registry: per variant of this plugin a start, a checkpoint, and per layer compression a push
+    (~0.4 GB/s), a pull (~0.3 GB/s) and a cold restore."""
     gpu, image, zero = footprint(scenario)
-    return sum(estimate(scenario, v, True) + (image - gpu * zero) * 6.0 for v in VARIANTS if v.startswith("ours"))
+    return sum(estimate(scenario, v, False) + layers * (estimate(scenario, v, True) - estimate(scenario, v, False)
+                                                        + (image - gpu * zero) * 6.0)
+               for v in VARIANTS if v.startswith("ours"))
 
 
 def plan(rounds, scenarios, cold_rounds):
@@ -144,7 +147,7 @@ def plan(rounds, scenarios, cold_rounds):
     return trips
 
 
-def print_plan(trips, rounds, coldstart, time_limit=0, replicas=0, cold_starts=True, registry=()):
+def print_plan(trips, rounds, coldstart, time_limit=0, replicas=0, cold_starts=True, registry=(), layers=1):
     total = sum(estimate(s, v, c) for _, s, v, c in trips)
     log(f"plan: {len(trips)} round trip(s) (each starts its workload, dumps it, restores it"
         f"{', and restores it again from a cold page cache in the last rounds' if any(c for *_, c in trips) else ''}):")
@@ -162,7 +165,7 @@ def print_plan(trips, rounds, coldstart, time_limit=0, replicas=0, cold_starts=T
         log(f"  {s}, {replicas} replicas of one image{against}: ~{extra:.0f} s")
         total += extra
     for s in registry:
-        extra = registry_estimate(s)
+        extra = registry_estimate(s, layers)
         log(f"  {s} through a registry: ~{extra:.0f} s")
         total += extra
     log(f"expected duration: about {total / 60:.1f} min ({total:.0f} s) on the H200 machine")
@@ -318,6 +321,9 @@ def main():
     ap.add_argument("--registry", action="store_true",
                     help="for each scenario of one process: its checkpoint image through a registry, pulled and "
                     "restored by a second podman store with the page cache dropped (each variant of this plugin)")
+    ap.add_argument("--registry-layers", default="gzip", metavar="LIST",
+                    help="with --registry: the layer compressions to push the image with, each pulled and restored "
+                    "on its own (podman push --compression-format: gzip, podman's default, and zstd)")
     ap.add_argument("--no-cold-starts", action="store_true",
                     help="the serving scenarios without their starts from scratch: neither the three of the round "
                     "trips nor the N at once of --replicas (their round trips and replicas only)")
@@ -357,10 +363,13 @@ def main():
     registry = [s for s in wanted if args.registry and s in SCENARIOS and SCENARIOS[s][2] == 1]
     if args.registry and not registry:
         sys.exit("bench.py: --registry needs a scenario of one process in --scenarios")
+    layers = [x for x in args.registry_layers.split(",") if x]
+    if not layers or any(x not in ("gzip", "zstd") for x in layers):
+        sys.exit(f"bench.py: --registry-layers {args.registry_layers}: a list of gzip and zstd")
     if args.plan:
         trips = plan(args.rounds, [s for s in wanted if s in SCENARIOS], cold_rounds)
         print_plan(trips, args.rounds, "coldstart" in wanted, args.time_limit, args.replicas, not args.no_cold_starts,
-                   registry)
+                   registry, len(layers))
         return
     if os.geteuid() != 0:
         sys.exit("bench.py: run as root (CRIU needs it)")
@@ -385,7 +394,7 @@ def main():
     log(f"machine: {info.get('gpus')}; kernel {info['kernel']}; THP {info.get('thp', '?')}")
     trips = plan(args.rounds, [s for s in wanted if s in SCENARIOS], cold_rounds)
     print_plan(trips, args.rounds, "coldstart" in wanted, args.time_limit, args.replicas, not args.no_cold_starts,
-               registry)
+               registry, len(layers))
     results, cold, failures = [], [], []
     done = {}  # scenario -> [expected, measured] seconds of its round trips so far
     reserve = 20.0  # the report, the plot and the logs' archive
@@ -447,7 +456,7 @@ def main():
                                  "round": 0, "error": str(e)})
         for s in registry:
             try:
-                through_registry(s, cold, failures)
+                through_registry(s, layers, cold, failures)
             except Exception as e:  # noqa: BLE001
                 log(f"{s} through a registry: FAILED: {e}")
                 failures.append({"scenario": f"{s} (registry)", "variant": "all", "round": 0, "error": str(e)})

@@ -300,20 +300,24 @@ class ContainerWorkload(Workload):
         self.pod.quiet("rm", "-f", "-t", "0", self.name)
 
 
-def one_variant(scenario, variant, tools_, runc, files, out):
-    """The path through the registry for one variant; returns its figures."""
+def one_variant(scenario, variant, layers, tools_, runc, files, out):
+    """The path through the registry for one variant, its image pushed once per layer compression in layers
+    (podman's --compression-format: gzip, zstd), each restored on its own; appends their figures to out."""
     kind, size, _, *extra = SCENARIOS[scenario]
     extra = extra[0] if extra else ()
     name = f"{scenario}-{variant}".replace("+", "-")
     top = os.path.join(C.WORK, "registry-" + name)
     shutil.rmtree(top, ignore_errors=True)
-    # At most two copies of the image on this disk at once: the checkpoint and the image made of it; the image
-    # and the layer in the registry; the layer and the image pulled; the image and the checkpoint podman
-    # copies out of it to restore from (the registry, another machine's disk, is gone by then).
+    # On this disk at once, at most: the image and a layer per compression in the registries (a layer taken
+    # as 3/4 of the image); then the layers not yet pulled, the image pulled and the checkpoint podman copies
+    # out of it to restore from. A registry is another machine's disk: each goes once pulled from.
     gpu, image, zero = footprint(scenario)
-    need, free = 2 * (image - gpu * zero) + 2, shutil.disk_usage(C.WORK).free / C.GIB
+    on_disk, n = image - gpu * zero, len(layers)
+    need = max(1 + 0.75 * n, 2 + 0.75 * (n - 1)) * on_disk + 1
+    free = shutil.disk_usage(C.WORK).free / C.GIB
     if free < need:
-        raise RuntimeError(f"{C.WORK} has {free:.0f} GiB free, the path through a registry needs about {need:.0f} GiB")
+        raise RuntimeError(f"{C.WORK} has {free:.0f} GiB free, the path through a registry with {', '.join(layers)} "
+                           f"layers needs about {need:.0f} GiB: ask for fewer (--registry-layers)")
     bindir = os.path.join(top, "bin")
     os.makedirs(bindir)
     wrapper = os.path.join(bindir, "runc")
@@ -329,12 +333,11 @@ def one_variant(scenario, variant, tools_, runc, files, out):
     options.update(VARIANTS[variant].get("env", {}))
     files.write("/etc/criu/cuda_plugin.conf",
                 "".join(f"{k[len('CUDA_CRIU_'):].lower().replace('_', '-')}={v}\n" for k, v in options.items()))
-    registry = Registry(tools_["docker-registry"], os.path.join(top, "registry"))
     host = Podman(os.path.join(top, "host"), tools_, wrapper)
-    base, ckpt = f"{registry.address}/{REPO}/{BASE}", f"{registry.address}/{REPO}/{name}:checkpoint"
+    registries = {"base": Registry(tools_["docker-registry"], os.path.join(top, "registry-base"))}
+    base, local = f"{registries['base'].address}/{REPO}/{BASE}", f"localhost/{REPO}/{name}:checkpoint"
     logs = os.path.join(C.WORK, "logs")
-    r = {"what": f"{scenario}: through a registry, {variant}", "round": 0, "variant": variant}
-    w = None
+    common = {"variant": variant, "round": 0}
     try:
         tar = os.path.join(top, "base.tar")
         base_image_tar(tar)
@@ -342,50 +345,66 @@ def one_variant(scenario, variant, tools_, runc, files, out):
         host("push", "--tls-verify=false", base)
         w = ContainerWorkload(host, base, kind, size, name, extra)
         t = time.monotonic()
-        host("container", "checkpoint", "--keep", "--create-image", ckpt, name)
-        r["checkpoint_cmd_s"] = time.monotonic() - t
-        before = w.iterations()  # the state file stays as the checkpoint left it: the workload holds it open
+        host("container", "checkpoint", "--keep", "--create-image", local, name)
+        common["checkpoint_cmd_s"] = time.monotonic() - t
+        before = w.iterations()
+        # The state file as the checkpoint left it (the workload holds it open, at its size), put back before
+        # each restore: its progress is judged from these values.
+        at_checkpoint = open(w.state, "rb").read()
         if host.log_of(name, "dump.log", os.path.join(logs, f"{name}-registry-dump.log")):
-            r.update(parse_dump_log(os.path.join(logs, f"{name}-registry-dump.log")))
+            common.update(parse_dump_log(os.path.join(logs, f"{name}-registry-dump.log")))
         w.kill()  # and its checkpoint folder with it: the image holds the checkpoint now
-        r["image_gib"] = int(host("image", "inspect", "-f", "{{.Size}}", ckpt)) / C.GIB
-        t = time.monotonic()
-        host("push", "--tls-verify=false", ckpt)
-        r["push_s"] = time.monotonic() - t
-        layers = registry.layers(f"{REPO}/{name}", "checkpoint")
-        r["layer_gib"] = sum(size for _, size in layers) / C.GIB
-        r["layer_compression"] = ",".join(sorted({compression_of(m) for m, _ in layers}))
+        common["image_gib"] = int(host("image", "inspect", "-f", "{{.Size}}", local)) / C.GIB
+        pushed = {}
+        for comp in layers:
+            registries[comp] = Registry(tools_["docker-registry"], os.path.join(top, "registry-" + comp))
+            ref = f"{registries[comp].address}/{REPO}/{name}:checkpoint"
+            t = time.monotonic()
+            host("push", "--tls-verify=false", "--compression-format", comp, local, ref)
+            got = registries[comp].layers(f"{REPO}/{name}", "checkpoint")
+            pushed[comp] = {"push_s": time.monotonic() - t, "layer_gib": sum(n for _, n in got) / C.GIB,
+                            "layer_compression": ",".join(sorted({compression_of(m) for m, _ in got})), "ref": ref}
         host.wipe()  # the second host: it must pull
 
-        host("pull", "--tls-verify=false", base)
-        t = time.monotonic()
-        host("pull", "--tls-verify=false", ckpt)
-        r["pull_s"] = time.monotonic() - t
-        registry.stop()
-        drop_page_cache()  # a node that pulled the image some time before its restore
-        read0 = disk_read_bytes()
-        t0 = time.monotonic()
-        host("container", "restore", "--keep", "--name", name, ckpt)
-        r["restore_cmd_s"] = time.monotonic() - t0
-        w.adopt()
-        r["ready_s"] = w.healthy_after(before) - t0
-        r["read_gib"] = (disk_read_bytes() - read0) / C.GIB
-        r["seconds"] = r["pull_s"] + r["ready_s"]
-        if host.log_of(name, "restore.log", os.path.join(logs, f"{name}-registry-restore.log")):
-            r.update(parse_restore_log(os.path.join(logs, f"{name}-registry-restore.log")))
-        log(f"{name}: through a registry ({r['layer_compression']} layers, {r['layer_gib']:.2f} GiB in the registry, "
-            f"{r['image_gib']:.2f} GiB unpacked): checkpoint {r['checkpoint_cmd_s']:.2f} s, push {r['push_s']:.2f} s; "
-            f"on the second host pull {r['pull_s']:.2f} s, then (page cache dropped) restore {r['restore_cmd_s']:.2f} s, "
-            f"first answer {r['ready_s']:.2f} s after it began ({r['read_gib']:.1f} GiB read from disk): "
-            f"{r['seconds']:.2f} s from the pull, data verified")
-        out.append(r)
+        for comp in layers:
+            r = dict(common, what=f"{scenario}: through a registry, {variant}" + (f", {comp} layers" if len(layers) > 1 else ""))
+            ref = pushed[comp].pop("ref")
+            r.update(pushed[comp])
+            host("pull", "--tls-verify=false", base)
+            t = time.monotonic()
+            host("pull", "--tls-verify=false", ref)
+            r["pull_s"] = time.monotonic() - t
+            registries.pop(comp).stop()
+            with open(w.state, "r+b") as f:
+                f.write(at_checkpoint)
+                f.truncate(len(at_checkpoint))
+            drop_page_cache()  # a node that pulled the image some time before its restore
+            read0 = disk_read_bytes()
+            t0 = time.monotonic()
+            host("container", "restore", "--keep", "--name", name, ref)
+            r["restore_cmd_s"] = time.monotonic() - t0
+            w.adopt()
+            r["ready_s"] = w.healthy_after(before) - t0
+            r["read_gib"] = (disk_read_bytes() - read0) / C.GIB
+            r["seconds"] = r["pull_s"] + r["ready_s"]
+            restore_log = os.path.join(logs, f"{name}-{comp}-registry-restore.log")
+            if host.log_of(name, "restore.log", restore_log):
+                r.update(parse_restore_log(restore_log))
+            log(f"{name}: through a registry ({r['layer_compression']} layers, {r['layer_gib']:.2f} GiB in the registry, "
+                f"{r['image_gib']:.2f} GiB unpacked): checkpoint {r['checkpoint_cmd_s']:.2f} s, push {r['push_s']:.2f} s; "
+                f"on the second host pull {r['pull_s']:.2f} s, then (page cache dropped) restore {r['restore_cmd_s']:.2f} s, "
+                f"first answer {r['ready_s']:.2f} s after it began ({r['read_gib']:.1f} GiB read from disk): "
+                f"{r['seconds']:.2f} s from the pull, data verified")
+            out.append(r)
+            host.wipe()
     finally:
         host.wipe()
-        registry.stop()
+        for registry in registries.values():
+            registry.stop()
         shutil.rmtree(top, ignore_errors=True)
 
 
-def through_registry(scenario, out, failures):
+def through_registry(scenario, layers, out, failures):
     """bench.py --registry for one scenario, every variant of this plugin (the in-tree plugin's variants are
     left out: podman would run its CRIU with the in-tree plugin and NVIDIA's utility alike, which the round
     trips compare already). Appends to out, and a variant that fails to failures."""
@@ -397,7 +416,7 @@ def through_registry(scenario, out, failures):
             files.write("/etc/containers/policy.json", json.dumps(POLICY) + "\n")
         for variant in [v for v in VARIANTS if v.startswith("ours")]:
             try:
-                one_variant(scenario, variant, tools_, runc, files, out)
+                one_variant(scenario, variant, layers, tools_, runc, files, out)
             except Exception as e:  # noqa: BLE001 (the next variant runs)
                 log(f"{scenario} {variant} through a registry: FAILED: {e}")
                 failures.append({"scenario": f"{scenario} (registry)", "variant": variant, "round": 0, "error": str(e)})
