@@ -334,9 +334,9 @@ def registry_lines(cold):
         return []
     lines = ["", "through a registry (podman checkpoint image pushed to a registry, pulled by a second store, restored "
              "there with the page cache dropped after the pull), seconds"]
-    first = {}  # layer compression -> the first variant's row: the others as ratios to it
+    first = {}  # (scenario, layer compression) -> the first variant's row: the others as ratios to it
     for c in rows:
-        ref = first.setdefault(c["layer_compression"], c)
+        ref = first.setdefault((c["what"].split(":", 1)[0], c["layer_compression"]), c)
         ratio = f" ({c['seconds'] / ref['seconds']:.2f}x {ref['variant']}'s)" if ref is not c and ref["seconds"] else ""
         lines.append(f"  {c['what']:<50} pull {c['pull_s']:6.2f} + restore to the first answer {c['ready_s']:6.2f} = "
                      f"{c['seconds']:6.2f}{ratio}; layer {c['layer_gib']:.2f} GiB in the registry ({c['layer_compression']}), "

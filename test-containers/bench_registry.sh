@@ -45,7 +45,7 @@ for what, r in rows.items():
     if what.startswith("1g"):  # the plugin dumped and restored the CUDA process
         assert r["procs"] == 1 and r["gpu_state_gib"] > 0 and r["restore_failed"] == 0, r
 ' "$T/out/results.json" || fail "results.json: $(head -c 3000 "$T/out/results.json")"
-expect_log "$T/out/results.txt" "1g: through a registry, ours-zstd, zstd layers +pull +[0-9.]+ \+ restore to the first answer +[0-9.]+ = +[0-9.]+; layer [0-9.]+ GiB in the registry \(zstd\)" \
+expect_log "$T/out/results.txt" "1g: through a registry, ours-zstd, zstd layers +pull +[0-9.]+ \+ restore to the first answer +[0-9.]+ = +[0-9.]+ \([0-9.]+x ours's\); layer [0-9.]+ GiB in the registry \(zstd\)" \
 	"the report has no line for the path through the registry"
 expect_log "$T/work/logs/1g-ours-zstd-registry-dump.log" "compressed \(zstd-1\)" \
 	"ours-zstd's dump did not compress: compress=zstd did not reach the plugin through /etc/criu/cuda_plugin.conf"
