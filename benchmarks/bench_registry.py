@@ -219,7 +219,8 @@ def mount_options(workload_paths):
     (CRIU dumps only the mounts it is told of: the driver's own file system under /usr, say), and the
     workload's folders (the bundle, the work folder read-write, the model's weights, a Python prefix outside
     /usr, the library folders of LD_LIBRARY_PATH) at their own paths."""
-    tops = ["/usr", "/etc"] + [p for p in ("/lib", "/lib64", "/bin", "/sbin") if os.path.isdir(p) and not os.path.islink(p)]
+    tops = ["/usr", "/etc"] + [p for p in ("/lib", "/lib64", "/bin", "/sbin", "/opt")
+                               if os.path.isdir(p) and not os.path.islink(p)]
     with open("/proc/self/mountinfo") as f:
         points = sorted({line.split()[4] for line in f}, key=len)
     binds = [(p, True) for p in tops]

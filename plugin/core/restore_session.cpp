@@ -62,6 +62,36 @@ void RestoreSession::start_check(std::function<void()> own_fs)
 	}
 }
 
+// Other restores' reservations less what their processes have allocated on the GPU so far: while the driver
+// restores a process, what it has allocated shows in the GPU's free memory, and would otherwise count twice
+// (free memory and reservation), refusing restores that fit (4 replicas of 24 GiB on a GPU of 140 GiB, the
+// last to come seeing 0 free). Only where the entry names a process that descends from its CRIU now (a
+// process that CRIU is restoring, not another that happens to have its number) and the driver tells its
+// memory on that GPU; to be read before the free memory, so that what is allocated in between counts
+// twice rather than not at all.
+std::vector<GpuReservation> RestoreSession::not_yet_allocated(std::vector<GpuReservation> others)
+{
+	std::map<GpuUuid, std::optional<ProcessBytes>> used;
+	for (GpuReservation &r : others) {
+		if (r.process <= 0 || !host_.descends_from(r.process, r.owner))
+			continue;
+		auto it = used.find(r.gpu);
+		if (it == used.end()) {
+			GpuUuid uuid = r.gpu;
+			auto got = ask<std::optional<ProcessBytes>>(driver_, kDriverGraceMs,
+								   format("query the GPU memory of the processes on %s", uuid.str().c_str()),
+								   [uuid](Driver &d) -> Result<std::optional<ProcessBytes>> { return d.gpu_bytes_on(uuid); });
+			it = used.emplace(uuid, got ? std::move(*got) : std::nullopt).first;
+		}
+		if (!it->second)
+			continue;
+		auto p = it->second->find(r.process);
+		if (p != it->second->end())
+			r.bytes -= std::min(r.bytes, p->second);
+	}
+	return others;
+}
+
 // Each GPU of this machine the restore may use, with its free memory read now (NVML).
 Result<std::vector<GpuInfo>> RestoreSession::gpus_with_free_memory()
 {
@@ -120,19 +150,18 @@ Result<std::vector<GpuPair>> RestoreSession::gpu_pairs()
 	// allocated: each also counts what the others have reserved, so that the one that does not fit is
 	// refused here, by name, before any driver call, and the others run on. The free memory is read under
 	// the ledger's lock: no reservation comes or goes between that read and the decision. A process's
-	// reservation ends as soon as its driver restore returns, which is when what it allocated shows in the
-	// free memory; while the driver restores it, what it has allocated so far may be counted twice (free
-	// memory and reservation), so the check errs on refusing by at most the GPU state of the processes
-	// being restored at that moment, and never admits a restore that does not fit.
+	// reservation ends as soon as its driver restore returns; while the driver restores it, what it has
+	// allocated so far is taken off its reservation (not_yet_allocated), so that it does not count twice.
 	std::optional<GpuPlan> plan;
 	std::vector<GpuInfo> machine = host_.machine_gpus();
 	auto held = host_.reserve_gpu_memory({options_.ledger, options_.ledger_timeout_ms},
 					     [&](const std::vector<GpuReservation> &others) -> Result<std::vector<GpuReservation>> {
+		std::vector<GpuReservation> pending = not_yet_allocated(others);
 		auto here = gpus_with_free_memory();
 		if (!here)
 			return std::move(here).error();
 		std::string note;
-		std::vector<GpuInfo> room = room_beside(std::move(*here), others, note);
+		std::vector<GpuInfo> room = room_beside(std::move(*here), pending, note);
 		auto p = plan_gpus(*image_, room, machine, options_.device_map);
 		if (!p) {
 			if (note.empty() || p.error().errno_value() != ENOSPC)
@@ -143,10 +172,19 @@ Result<std::vector<GpuPair>> RestoreSession::gpu_pairs()
 		}
 		if (!note.empty())
 			LOG_INFO("restores in progress on this machine have reserved %s; this one fits beside them", note.c_str());
+		// Each process's entry names it by its pid on this machine where it is known (its memory is then
+		// told apart from the reservation by restores that come later), else by its pid in the image.
+		std::map<pid_t, pid_t> here_pid;
+		for (const auto &[pid, outcome] : outcomes_)
+			here_pid[outcome.ns_pid] = pid;
 		std::vector<GpuReservation> mine;
-		for (const auto &[process, gpus] : p->need_by_process)
+		reservation_keys_.clear();
+		for (const auto &[process, gpus] : p->need_by_process) {
+			pid_t key = here_pid.count(process) ? here_pid[process] : process;
+			reservation_keys_[process] = key;
 			for (const auto &[uuid, bytes] : gpus)
-				mine.push_back({0, 0, uuid, bytes, process});
+				mine.push_back({0, 0, uuid, bytes, key});
+		}
 		plan = std::move(*p);
 		return mine;
 	});
@@ -298,7 +336,8 @@ void RestoreSession::restore_batch(const std::vector<pid_t> &candidates)
 		for (ProcJob &j : jobs) {
 			pid_t ns_pid = outcomes_[j.pid].ns_pid;
 			bool decoded = load_gpu_.decoded && load_gpu_.decoded(ns_pid);
-			j.call = [pid = j.pid, p = *pairs, checked, held = reservations_, ns_pid, decoded,
+			pid_t key = reservation_keys_.count(ns_pid) ? reservation_keys_[ns_pid] : ns_pid;
+			j.call = [pid = j.pid, p = *pairs, checked, held = reservations_, ns_pid, key, decoded,
 				  release = load_gpu_.release_decoded](Driver &d) -> Status {
 				// The driver reads memory CRIU maps from what the check decodes: only once it is whole.
 				if (decoded && checked.valid())
@@ -306,7 +345,7 @@ void RestoreSession::restore_batch(const std::vector<pid_t> &candidates)
 						return st;
 				Status st = d.restore(pid, p);
 				if (held) // what it allocated shows in the free memory now
-					held->settle(ns_pid);
+					held->settle(key);
 				if (st && decoded)
 					release(ns_pid, pid);
 				if (st && checked.valid()) // the process stays locked until its chunks have passed

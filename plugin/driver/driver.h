@@ -36,6 +36,7 @@ using ProcessGpus = std::map<pid_t, std::vector<GpuUuid>>;
 //   gpus: the GPUs this machine offers, in the driver's ordinal order.
 //   free_bytes: free memory of a GPU now, in bytes; 0 when unknown.
 //   gpu_bytes_by_process, gpus_by_process: now, over all GPUs; nullopt when the driver cannot tell.
+//   gpu_bytes_on: GPU memory each process uses on one GPU now; nullopt when the driver cannot tell.
 #define CUDA_CRIU_DRIVER_CALLS(X)                                                  \
 	X(Result<pid_t>, restore_thread_id, (pid_t pid), (pid))                    \
 	X(Result<CudaState>, state, (pid_t pid), (pid))                            \
@@ -46,6 +47,7 @@ using ProcessGpus = std::map<pid_t, std::vector<GpuUuid>>;
 	X(Result<std::vector<GpuInfo>>, gpus, (), ())                              \
 	X(uint64_t, free_bytes, (const GpuUuid &uuid), (uuid))                     \
 	X(std::optional<ProcessBytes>, gpu_bytes_by_process, (), ())               \
+	X(std::optional<ProcessBytes>, gpu_bytes_on, (const GpuUuid &uuid), (uuid)) \
 	X(std::optional<ProcessGpus>, gpus_by_process, (), ())
 
 class Driver {

@@ -125,6 +125,7 @@ public:
 
 	uint64_t free_bytes(const GpuUuid &uuid) override { return nvml_free_bytes(uuid); }
 	std::optional<std::map<pid_t, uint64_t>> gpu_bytes_by_process() override { return nvml_gpu_bytes_by_process(); }
+	std::optional<std::map<pid_t, uint64_t>> gpu_bytes_on(const GpuUuid &uuid) override { return nvml_gpu_bytes_on(uuid); }
 	std::optional<std::map<pid_t, std::vector<GpuUuid>>> gpus_by_process() override { return nvml_gpus_by_process(); }
 
 	Result<std::vector<GpuInfo>> gpus() override

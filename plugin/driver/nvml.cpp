@@ -107,30 +107,50 @@ std::optional<bool> nvml_persistence_mode(const GpuUuid &uuid)
 
 namespace {
 
+// The compute processes of one GPU; nullopt when NVML cannot tell.
+std::optional<std::vector<NvmlProcessInfo>> device_processes(const Nvml *api, NvmlDevice dev)
+{
+	if (!api || !api->processes || !dev)
+		return std::nullopt;
+	std::vector<NvmlProcessInfo> infos(64);
+	unsigned n = static_cast<unsigned>(infos.size());
+	NvmlReturn r = api->processes(dev, &n, infos.data());
+	if (r == 7) { // NVML_ERROR_INSUFFICIENT_SIZE: n says how many
+		infos.resize(n + 16);
+		n = static_cast<unsigned>(infos.size());
+		r = api->processes(dev, &n, infos.data());
+	}
+	if (r != 0)
+		return std::nullopt;
+	infos.resize(std::min<size_t>(n, infos.size()));
+	return infos;
+}
+
 // Calls each(device, its compute processes) for every GPU NVML knows; false when NVML cannot tell.
 template <typename Each>
 bool for_each_device_processes(const Nvml *api, Each each)
 {
 	unsigned devices = 0;
-	if (!api || !api->count || !api->by_index || !api->processes || api->count(&devices) != 0)
+	if (!api || !api->count || !api->by_index || api->count(&devices) != 0)
 		return false;
 	for (unsigned d = 0; d < devices; d++) {
 		NvmlDevice dev = nullptr;
 		if (api->by_index(d, &dev) != 0)
 			return false;
-		std::vector<NvmlProcessInfo> infos(64);
-		unsigned n = static_cast<unsigned>(infos.size());
-		NvmlReturn r = api->processes(dev, &n, infos.data());
-		if (r == 7) { // NVML_ERROR_INSUFFICIENT_SIZE: n says how many
-			infos.resize(n + 16);
-			n = static_cast<unsigned>(infos.size());
-			r = api->processes(dev, &n, infos.data());
-		}
-		if (r != 0)
+		auto infos = device_processes(api, dev);
+		if (!infos || !each(dev, *infos))
 			return false;
-		infos.resize(std::min<size_t>(n, infos.size()));
-		if (!each(dev, infos))
+	}
+	return true;
+}
+
+// Adds each process's memory in infos to out; false where NVML does not say (no permission).
+bool add_bytes(const std::vector<NvmlProcessInfo> &infos, std::map<pid_t, uint64_t> &out)
+{
+	for (const NvmlProcessInfo &p : infos) {
+		if (p.used_gpu_memory == ~0ULL) // NVML_VALUE_NOT_AVAILABLE
 			return false;
+		out[static_cast<pid_t>(p.pid)] += p.used_gpu_memory;
 	}
 	return true;
 }
@@ -141,14 +161,17 @@ std::optional<std::map<pid_t, uint64_t>> nvml_gpu_bytes_by_process()
 {
 	std::map<pid_t, uint64_t> out;
 	bool ok = for_each_device_processes(nvml(), [&](NvmlDevice, const std::vector<NvmlProcessInfo> &infos) {
-		for (const NvmlProcessInfo &p : infos) {
-			if (p.used_gpu_memory == ~0ULL) // NVML_VALUE_NOT_AVAILABLE (e.g. no permission)
-				return false;
-			out[static_cast<pid_t>(p.pid)] += p.used_gpu_memory;
-		}
-		return true;
+		return add_bytes(infos, out);
 	});
 	return ok ? std::optional(std::move(out)) : std::nullopt;
+}
+
+std::optional<std::map<pid_t, uint64_t>> nvml_gpu_bytes_on(const GpuUuid &uuid)
+{
+	const Nvml *api = nvml();
+	auto infos = device_processes(api, device(api, uuid));
+	std::map<pid_t, uint64_t> out;
+	return infos && add_bytes(*infos, out) ? std::optional(std::move(out)) : std::nullopt;
 }
 
 std::optional<std::map<pid_t, std::vector<GpuUuid>>> nvml_gpus_by_process()

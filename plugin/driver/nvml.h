@@ -28,6 +28,9 @@ std::optional<bool> nvml_persistence_mode(const GpuUuid &uuid);
 // nullopt when NVML cannot tell. What a checkpoint will copy into the process's memory.
 std::optional<std::map<pid_t, uint64_t>> nvml_gpu_bytes_by_process();
 
+// GPU memory each process uses now on one GPU, by pid; nullopt when NVML cannot tell.
+std::optional<std::map<pid_t, uint64_t>> nvml_gpu_bytes_on(const GpuUuid &uuid);
+
 // The GPUs on which each process has a CUDA context now, by pid; nullopt when NVML cannot tell. A
 // process may hold the device nodes of more GPUs than that (a framework that enumerates them all).
 std::optional<std::map<pid_t, std::vector<GpuUuid>>> nvml_gpus_by_process();

@@ -31,7 +31,8 @@ struct GpuReservation {
 	uint64_t owner_start = 0; // its start time (os/proc.h): an entry whose owner is gone, or unreadable, counts no more
 	GpuUuid gpu;
 	uint64_t bytes = 0;
-	pid_t process = 0; // the restored process it is for, as the image numbers it; 0 for the whole restore
+	pid_t process = 0; // the restored process it is for: its pid on this machine where the restore knows it,
+	                   // else as the image numbers it; 0 for the whole restore
 };
 
 // Where the ledger is and how long to wait for its lock (the options ledger and ledger-timeout).

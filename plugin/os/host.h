@@ -133,6 +133,9 @@ public:
 	// nothing held, the ledger could not be used).
 	virtual Result<std::shared_ptr<GpuReservations>> reserve_gpu_memory(const GpuLedgerPlace &place,
 									   const ReserveDecision &decide) = 0;
+	// Whether pid descends from ancestor now (its parent, or its parent's, ...): a process that a CRIU
+	// is restoring descends from that CRIU until the restore ends.
+	virtual bool descends_from(pid_t pid, pid_t ancestor) = 0;
 };
 
 class SystemHost final : public Host {
@@ -173,6 +176,7 @@ public:
 	std::string pid_namespace(pid_t pid) override;
 	Result<std::shared_ptr<GpuReservations>> reserve_gpu_memory(const GpuLedgerPlace &place,
 								   const ReserveDecision &decide) override;
+	bool descends_from(pid_t pid, pid_t ancestor) override;
 };
 
 } // namespace cuda_criu

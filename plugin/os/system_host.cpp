@@ -208,6 +208,14 @@ Result<std::shared_ptr<GpuReservations>> SystemHost::reserve_gpu_memory(const Gp
 	return reserve_in_ledger(place, decide);
 }
 
+bool SystemHost::descends_from(pid_t pid, pid_t ancestor)
+{
+	for (int depth = 0; pid > 1 && depth < 64; depth++) // a restored tree is shallow: give up past 64
+		if ((pid = parent_of(pid)) == ancestor)
+			return true;
+	return false;
+}
+
 std::vector<GpuInfo> SystemHost::machine_gpus() { return kernel_gpus(); }
 
 Status SystemHost::read_memory(pid_t pid, uint64_t addr, void *buf, size_t len)

@@ -54,6 +54,12 @@ public:
 	std::optional<std::map<pid_t, std::vector<GpuUuid>>> gpus_by_process() override { return contexts; }
 	std::optional<std::map<pid_t, uint64_t>> usage; // gpu_bytes_by_process() (default: unknown)
 	std::optional<std::map<pid_t, uint64_t>> gpu_bytes_by_process() override { return usage; }
+	std::map<std::string, std::map<pid_t, uint64_t>> usage_on; // gpu_bytes_on() by uuid (absent: unknown)
+	std::optional<std::map<pid_t, uint64_t>> gpu_bytes_on(const GpuUuid &uuid) override
+	{
+		auto it = usage_on.find(uuid.str());
+		return it == usage_on.end() ? std::nullopt : std::optional(it->second);
+	}
 
 private:
 	class Call;
@@ -186,6 +192,8 @@ public:
 		std::function<void()> on_lock;                     // runs once the lock is "taken", before decide
 	};
 	std::shared_ptr<Ledger> ledger = std::make_shared<Ledger>();
+	std::set<std::pair<pid_t, pid_t>> descendants; // descends_from(): (pid, ancestor) pairs that hold
+	bool descends_from(pid_t pid, pid_t ancestor) override { return descendants.count({pid, ancestor}) > 0; }
 	Result<std::shared_ptr<GpuReservations>> reserve_gpu_memory(const GpuLedgerPlace &place,
 								   const ReserveDecision &decide) override;
 	// same_open_file(): (pid, fd) -> the open file it refers to; same number, same file (default: unknown)

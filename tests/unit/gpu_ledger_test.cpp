@@ -221,6 +221,49 @@ TEST_F(RestoreReservationTest, EachProcessOfATreeReservesItsOwnStateWhichEndsWit
 	EXPECT_TRUE(host.ledger->entries.empty());
 }
 
+// Another CRIU (4001) restores pid 7000 with 4 GiB reserved, of which the driver has allocated 3 GiB so
+// far: the GPU's free memory (5 GiB) already lacks those 3 GiB, so only 1 GiB of the reservation is still to
+// come and this restore's 3 GiB fit. Counted twice (free memory and the whole reservation) they would not.
+TEST_F(RestoreReservationTest, WhatARestoreInProgressHasAllocatedCountsOnce)
+{
+	driver.free[gpu.uuid.str()] = 5ULL << 30;
+	driver.usage_on[gpu.uuid.str()] = {{7000, 3ULL << 30}, {20, 0}};
+	host.descendants = {{7000, 4001}};
+	host.ledger->entries = {{4001, 1, gpu.uuid, 4ULL << 30, 7000}};
+	RestoreSession s(options, host, source(), image, true);
+	ASSERT_TRUE(s.resume(20).ok());
+	EXPECT_EQ(driver.state_of(20), CudaState::Running);
+
+	// The same entry, but pid 7000 is not a process that CRIU restores (a pid reused, an image's own
+	// number): its reservation counts whole, and this restore is refused.
+	driver.add(21, CudaState::Checkpointed);
+	host.cuda_pids.insert(21);
+	host.stopped = {21};
+	host.descendants.clear();
+	image.processes[0] = {21, 21, CudaState::Running, {gpu.uuid}, 3ULL << 30, 0, 0};
+	RestoreSession refused(options, host, source(), image, true);
+	auto r = refused.resume(21);
+	ASSERT_FALSE(r.ok());
+	EXPECT_NE(r.error().message().find("which have reserved 4.0 GiB"), std::string::npos) << r.error().message();
+	EXPECT_EQ(driver.state_of(21), CudaState::Checkpointed);
+}
+
+// In a pid namespace of its own (a container, a replica), a process has another pid in the image than on
+// this machine: its entry names it by the pid here, whose GPU memory later restores can ask the driver for,
+// and its reservation ends by that name.
+TEST_F(RestoreReservationTest, AnEntryNamesTheProcessByItsPidOnThisMachine)
+{
+	image.processes[0] = {1, 1, CudaState::Running, {gpu.uuid}, 3ULL << 30, 0, 0};
+	host.ns_pids[20] = 1;
+	RestoreSession s(options, host, source(), image, true);
+	ASSERT_TRUE(s.resume(20).ok());
+	ASSERT_EQ(host.ledger->reserved.size(), 1u);
+	ASSERT_EQ(host.ledger->reserved[0].size(), 1u);
+	EXPECT_EQ(host.ledger->reserved[0][0].process, 20);
+	EXPECT_EQ(host.ledger->settled, std::vector<pid_t>{20});
+	EXPECT_TRUE(host.ledger->entries.empty());
+}
+
 TEST_F(RestoreReservationTest, TheFreeMemoryIsReadUnderTheLedgersLock)
 {
 	// While this restore waited for the lock, another one took 8 GiB of the GPU's 10 GiB and ended its
