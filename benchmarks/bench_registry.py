@@ -13,6 +13,7 @@ podman, conmon and docker-registry come from the bundle's podman-kit.tar.xz (scr
 Debian's builds with the libraries they need) or, without it, from this machine's PATH."""
 import json
 import os
+import resource
 import shutil
 import subprocess
 import sys
@@ -72,15 +73,19 @@ class Files:
 
     def __init__(self):
         self.saved = []
+        self.made = []  # folders made for them (/etc/criu on a machine without CRIU's configuration)
 
     def write(self, path, text):
+        folder = os.path.dirname(path)
+        if not os.path.isdir(folder):
+            os.makedirs(folder)
+            self.made.append(folder)
         if not any(p == path for p, _ in self.saved):
             old = None
             if os.path.exists(path):
                 with open(path) as f:
                     old = f.read()
             self.saved.append((path, old))
-        os.makedirs(os.path.dirname(path), exist_ok=True)
         with open(path, "w") as f:
             f.write(text)
 
@@ -91,7 +96,12 @@ class Files:
             else:
                 with open(path, "w") as f:
                     f.write(old)
-        self.saved = []
+        for folder in reversed(self.made):
+            try:
+                os.rmdir(folder)
+            except OSError:  # something else was put there meanwhile: it stays
+                pass
+        self.saved, self.made = [], []
 
 
 class Podman:
@@ -238,7 +248,6 @@ def mount_options(workload_paths):
 def ulimits():
     """Open files and processes: podman's defaults for root (the hard maxima) may be more than a machine lets a
     container set; the test containers' limits, at most this benchmark's own."""
-    import resource
     return [a for name, limit, most in (("nofile", resource.RLIMIT_NOFILE, 65536), ("nproc", resource.RLIMIT_NPROC, 32768))
             for a in ("--ulimit", "{0}={1}:{1}".format(name, min(resource.getrlimit(limit)[0], most)))]
 

@@ -99,6 +99,7 @@ private:
 	void report_missing();
 	Result<std::vector<GpuPair>> gpu_pairs();
 	Result<std::vector<GpuInfo>> gpus_with_free_memory();
+	std::vector<GpuReservation> not_yet_allocated(std::vector<GpuReservation> others);
 	void failed(const std::vector<pid_t> &pids, const Error &e, bool shared = false);
 	void kill_if_criu_ignores_failure(const std::vector<pid_t> &candidates);
 
@@ -118,7 +119,6 @@ private:
 	// This batch's GPU memory in the machine's ledger (null: none held); shared with its driver calls.
 	std::shared_ptr<GpuReservations> reservations_;
 	std::map<pid_t, pid_t> reservation_keys_; // image pid -> the process its ledger entries name
-	std::vector<GpuReservation> not_yet_allocated(std::vector<GpuReservation> others);
 	GpuImageLoad load_gpu_;
 	uint64_t load_gpu_us_ = 0; // run's time, before the driver's restore
 	// check_mapped's result, its time (written on its own thread) and its cancel flag; invalid until started.
