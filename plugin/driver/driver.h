@@ -36,7 +36,8 @@ using ProcessGpus = std::map<pid_t, std::vector<GpuUuid>>;
 //   gpus: the GPUs this machine offers, in the driver's ordinal order.
 //   free_bytes: free memory of a GPU now, in bytes; 0 when unknown.
 //   gpu_bytes_by_process, gpus_by_process: now, over all GPUs; nullopt when the driver cannot tell.
-//   gpu_bytes_on: GPU memory each process uses on one GPU now; nullopt when the driver cannot tell.
+//   gpu_bytes_on: GPU memory each process uses on one GPU now, those the driver tells of; nullopt when it
+//   cannot tell at all.
 #define CUDA_CRIU_DRIVER_CALLS(X)                                                  \
 	X(Result<pid_t>, restore_thread_id, (pid_t pid), (pid))                    \
 	X(Result<CudaState>, state, (pid_t pid), (pid))                            \

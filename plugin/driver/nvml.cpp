@@ -170,8 +170,13 @@ std::optional<std::map<pid_t, uint64_t>> nvml_gpu_bytes_on(const GpuUuid &uuid)
 {
 	const Nvml *api = nvml();
 	auto infos = device_processes(api, device(api, uuid));
+	if (!infos)
+		return std::nullopt;
 	std::map<pid_t, uint64_t> out;
-	return infos && add_bytes(*infos, out) ? std::optional(std::move(out)) : std::nullopt;
+	for (const NvmlProcessInfo &p : *infos)
+		if (p.used_gpu_memory != ~0ULL) // NVML does not say for this one: it stays out, as unknown
+			out[static_cast<pid_t>(p.pid)] += p.used_gpu_memory;
+	return out;
 }
 
 std::optional<std::map<pid_t, std::vector<GpuUuid>>> nvml_gpus_by_process()

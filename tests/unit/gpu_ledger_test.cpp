@@ -166,18 +166,24 @@ protected:
 	}
 };
 
+// Two restores in progress keep their 8 GiB reserved past this one's restore-timeout (300 ms): it waited
+// for them, asking again and again, and is refused by name once that time is up.
 TEST_F(RestoreReservationTest, AReplicaThatNoLongerFitsBesideRestoresInProgressIsRefusedByName)
 {
 	host.ledger->entries = {{4001, 1, gpu.uuid, 4ULL << 30, 5}, {4002, 1, gpu.uuid, 4ULL << 30, 5}};
+	int asked = 0;
+	host.ledger->on_lock = [&asked] { asked++; };
+	options.restore_timeout_ms = 300;
 	RestoreSession s(options, host, source(), image, true);
 	auto r = s.resume(20);
 	ASSERT_FALSE(r.ok());
 	const std::string why = r.error().message();
 	EXPECT_NE(why.find("has 2.0 GiB free now"), std::string::npos) << why;
 	EXPECT_NE(why.find("restores in progress on this machine, which have reserved 8.0 GiB of " + gpu.uuid.str() +
-			   " by CRIU pid(s) 4001, 4002"),
+			   " by CRIU pid(s) 4001, 4002); it waited 0.3 s for the restores in progress to end"),
 		  std::string::npos)
 		<< why;
+	EXPECT_GE(asked, 3) << "asked again while the others were restoring";
 	EXPECT_EQ(driver.state_of(20), CudaState::Checkpointed) << "refused before the driver was asked to restore";
 	EXPECT_EQ(host.ledger->entries.size(), 2u) << "a refused restore reserves nothing";
 }
@@ -241,6 +247,7 @@ TEST_F(RestoreReservationTest, WhatARestoreInProgressHasAllocatedCountsOnce)
 	host.stopped = {21};
 	host.descendants.clear();
 	image.processes[0] = {21, 21, CudaState::Running, {gpu.uuid}, 3ULL << 30, 0, 0};
+	options.restore_timeout_ms = 200; // how long it waits for the other restore to end
 	RestoreSession refused(options, host, source(), image, true);
 	auto r = refused.resume(21);
 	ASSERT_FALSE(r.ok());
@@ -262,6 +269,44 @@ TEST_F(RestoreReservationTest, AnEntryNamesTheProcessByItsPidOnThisMachine)
 	EXPECT_EQ(host.ledger->reserved[0][0].process, 20);
 	EXPECT_EQ(host.ledger->settled, std::vector<pid_t>{20});
 	EXPECT_TRUE(host.ledger->entries.empty());
+}
+
+// What the H200 showed: 4 replicas of 24.2 GiB fit a GPU of 139.8 GiB, but the last to decide saw 0.6 GiB
+// free while the three others' driver restores ran, more than their reservations. Here another restore
+// (4001, its process not one the driver tells) holds 8 GiB reserved and the GPU shows 2 GiB free; once its
+// restore has returned, its reservation ends and 6 GiB are free: this one waits for that and is admitted,
+// not refused.
+TEST_F(RestoreReservationTest, ARestoreThatDoesNotFitBesideRestoresInProgressWaitsForThemToEnd)
+{
+	driver.free[gpu.uuid.str()] = 2ULL << 30;
+	host.ledger->entries = {{4001, 1, gpu.uuid, 8ULL << 30, 7000}};
+	int asked = 0;
+	host.ledger->on_lock = [&] {
+		if (++asked == 3) { // the other restore returned: what it holds shows in the free memory
+			host.ledger->entries.clear();
+			driver.free[gpu.uuid.str()] = 6ULL << 30;
+		}
+	};
+	RestoreSession s(options, host, source(), image, true);
+	ASSERT_TRUE(s.resume(20).ok());
+	EXPECT_EQ(asked, 3);
+	EXPECT_EQ(driver.state_of(20), CudaState::Running);
+	ASSERT_EQ(host.ledger->reserved.size(), 1u) << "reserved once, when it fitted";
+	EXPECT_EQ(host.ledger->reserved[0][0].bytes, 3ULL << 30);
+}
+
+// Alone on the GPU, a restore that does not fit is refused at once: nothing it could wait for.
+TEST_F(RestoreReservationTest, ARestoreThatDoesNotFitWithNoOtherInProgressIsRefusedAtOnce)
+{
+	driver.free[gpu.uuid.str()] = 2ULL << 30;
+	int asked = 0;
+	host.ledger->on_lock = [&asked] { asked++; };
+	RestoreSession s(options, host, source(), image, true);
+	auto r = s.resume(20);
+	ASSERT_FALSE(r.ok());
+	EXPECT_EQ(asked, 1);
+	EXPECT_NE(r.error().message().find("has 2.0 GiB free now"), std::string::npos) << r.error().message();
+	EXPECT_EQ(r.error().message().find("waited"), std::string::npos) << r.error().message();
 }
 
 TEST_F(RestoreReservationTest, TheFreeMemoryIsReadUnderTheLedgersLock)
