@@ -353,7 +353,9 @@ def one_variant(scenario, variant, layers, tools_, runc, files, out):
         base_image_tar(tar)
         host("import", tar, base)
         host("push", "--tls-verify=false", base)
+        log(f"{name}: the workload in a container on the first host")
         w = ContainerWorkload(host, base, kind, size, name, extra)
+        log(f"{name}: ready {w.ready_at - w.t0:.1f} s after its start; checkpointing it into an image")
         t = time.monotonic()
         host("container", "checkpoint", "--keep", "--create-image", local, name)
         common["checkpoint_cmd_s"] = time.monotonic() - t
@@ -374,12 +376,15 @@ def one_variant(scenario, variant, layers, tools_, runc, files, out):
             got = registries[comp].layers(f"{REPO}/{name}", "checkpoint")
             pushed[comp] = {"push_s": time.monotonic() - t, "layer_gib": sum(n for _, n in got) / C.GIB,
                             "layer_compression": ",".join(sorted({compression_of(m) for m, _ in got})), "ref": ref}
+            log(f"{name}: checkpoint {common['checkpoint_cmd_s']:.1f} s; pushed with {comp} layers in "
+                f"{pushed[comp]['push_s']:.1f} s ({pushed[comp]['layer_gib']:.2f} GiB in the registry)")
         host.wipe()  # the second host: it must pull
 
         for comp in layers:
             r = dict(common, what=f"{scenario}: through a registry, {variant}" + (f", {comp} layers" if len(layers) > 1 else ""))
             ref = pushed[comp].pop("ref")
             r.update(pushed[comp])
+            log(f"{name}: the second host pulls the image with {comp} layers, then restores it")
             host("pull", "--tls-verify=false", base)
             t = time.monotonic()
             host("pull", "--tls-verify=false", ref)
