@@ -68,7 +68,7 @@ wait_gone "${replicas[@]}"
 restore_replica() {
 	local i=$1
 	shift
-	env "$@" "$CRIU" restore -D "$T/img" -d -L "$PLUGIN_DIR" -v4 -o "$T/restore-fit-$i.log" "${restore_opts[@]}" \
+	env "$@" "$CRIU" restore -D "${IMG:-$T/img}" -d -L "$PLUGIN_DIR" -v4 -o "$T/restore-fit-$i.log" "${restore_opts[@]}" \
 		</dev/null >/dev/null 2>&1 &
 }
 state_mib=$(grep -oE "dump: 1 CUDA process\(es\), [0-9.]+ MiB of GPU state" "$T/dump.log" | grep -oE "[0-9.]+ MiB" | cut -d' ' -f1)
@@ -101,6 +101,44 @@ expect_healthy "$STATE"
 log "replicas that no longer fit: 2 of 3 restored at once, the third waited for them and was refused before any driver call: $why"
 kill -9 "${replicas[@]}"
 wait_gone "${replicas[@]}"
+
+# A replica that comes while two others are in their driver restores, on a GPU with room for all three
+# (3.2 replicas' state), whose driver does not tell what the processes it restores hold so far (as on the
+# H200, where the fourth of 4 replicas that fit saw 0.6 GiB of room beside three restores in progress):
+# what they have allocated shows in the free memory and their reservations count whole, so it does not
+# fit now. It waits for them to end and is then restored, not refused. The fake driver's restores copy at
+# the rate of their process's own environment (FAKEGPU_COPY_MBPS, the workload's, restored with it): at 8 MB/s
+# each allocates its 32 MiB of zeros after ~4.2 s and its 16 MiB of data after ~6.3 s; the third comes at ~5 s.
+STATE=$T/late.state first_restore_opts=("${restore_opts[@]}")
+FAKEGPU_COPY_MBPS=8 start_workload "$T/late"
+dump "$pid" "$T/img-late" "${dump_opts[@]}" || fail "dump of the slowly restored workload failed"
+wait_gone "$pid"
+late=(LD_LIBRARY_PATH="$FAKE_NVML_DIR" FAKENVML_PROCESSES=none
+	FAKENVML_TOTAL=$(awk -v m="$state_mib" 'BEGIN { printf "%d", m * 3.2 * 1048576 }'))
+IMG=$T/img-late
+restores=()
+for i in 1 2; do
+	restore_replica "late-$i" "${late[@]}"
+	restores+=($!)
+done
+both_restoring() { grep -q "restoring 1 CUDA process" "$T/restore-fit-late-1.log" && grep -q "restoring 1 CUDA process" "$T/restore-fit-late-2.log"; }
+wait_for "both replicas in their driver restores" 30 both_restoring
+sleep 5
+restore_replica late-3 "${late[@]}"
+restores+=($!)
+for i in 1 2 3; do
+	wait "${restores[$((i - 1))]}" || fail "late replica $i was refused: $(grep -m1 -E "Error \(cuda_plugin\)" "$T/restore-fit-late-$i.log")"
+done
+expect_log "$T/restore-fit-late-3.log" "not enough free GPU memory now, beside restores in progress on this machine .*waiting for them to end before deciding" \
+	"the late replica did not wait for the restores in progress"
+mapfile -t replicas < <(pgrep -f -- "--state $STATE")
+PIDS+=("${replicas[@]}")
+[ ${#replicas[@]} -eq 3 ] || fail "${#replicas[@]} late replicas run, expected 3: ${replicas[*]}"
+expect_healthy "$STATE"
+log "a replica that came while two others restored, on a GPU with room for three: it waited for them, then was restored ($(grep -oE "has [0-9.]+ MiB free now[^;]*; the processes restored onto it need [0-9.]+ MiB" "$T/restore-fit-late-3.log" | head -n1), then fitted)"
+kill -9 "${replicas[@]}"
+wait_gone "${replicas[@]}"
+STATE=$T/replica.state IMG=$T/img restore_opts=("${first_restore_opts[@]}")
 
 # Staggered replicas on a GPU whose free memory is what the running ones leave (the fake NVML's total less
 # the device memory of the daemon's processes), with room for two: each restore starts once the one before

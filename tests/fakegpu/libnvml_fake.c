@@ -7,6 +7,8 @@
  *   FAKENVML_TOTAL=BYTES       instead: every GPU has this much memory, of which what the daemon's
  *                              processes use (their device memory, as below) is not free
  *   FAKENVML_PERSISTENCE=0|1   every GPU's persistence mode (unset: not supported)
+ *   FAKENVML_PROCESSES=none    no memory per process (not supported), as a driver that does not tell what
+ *                              the processes it is restoring hold so far
  *
  * It shows one device, which stands for every GPU of the daemon. Like the real NVML, nvmlInit_v2 opens
  * the device nodes ($FAKEGPU_DIR/dev/nvidiactl and nvidia0, held O_PATH when they are device nodes) and
@@ -19,6 +21,7 @@
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -160,7 +163,8 @@ EXPORT int nvmlDeviceGetComputeRunningProcesses_v3(void *device, unsigned *count
 {
 	if (!device || !count)
 		return NVML_ERROR_INVALID_ARGUMENT;
-	if (!getenv("FAKEGPU_DIR"))
+	const char *processes = getenv("FAKENVML_PROCESSES");
+	if (!getenv("FAKEGPU_DIR") || (processes && strcmp(processes, "none") == 0))
 		return NVML_ERROR_NOT_SUPPORTED;
 	struct fg_usage u[256];
 	int got = daemon_usage(u, 256);
