@@ -156,9 +156,11 @@ Result<std::vector<GpuPair>> RestoreSession::gpu_pairs()
 	// reservation ends as soon as its driver restore returns; while the driver restores it, what it has
 	// allocated so far is taken off its reservation (not_yet_allocated), so that it does not count twice.
 	// While other restores are in their driver restores, the free memory is no measure: on the H200 the
-	// fourth of 4 replicas of 24.2 GiB saw 0.6 GiB free of 139.8 GiB while the three others restored. So a
-	// restore that does not fit beside restores in progress waits for them to end (each attempt under the
-	// lock, none held in between) and decides on what is left then, at most its restore-timeout.
+	// fourth of 4 replicas of 24.2 GiB, on a GPU of 139.8 GiB, found room for 0.6 GiB beside the three others'
+	// driver restores, the driver not telling what their processes held so far. So a restore that does not
+	// fit beside restores in progress waits for them to end (each attempt under the lock, none held in
+	// between) and decides on what is left then, at most its restore-timeout. Admitted restores never wait:
+	// no two can wait for each other.
 	std::optional<GpuPlan> plan;
 	std::vector<GpuInfo> machine = host_.machine_gpus();
 	const uint64_t t0 = now_us();
