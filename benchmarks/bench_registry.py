@@ -355,7 +355,9 @@ def one_variant(scenario, variant, layers, tools_, runc, files, out):
         host("push", "--tls-verify=false", base)
         log(f"{name}: the workload in a container on the first host")
         w = ContainerWorkload(host, base, kind, size, name, extra)
-        log(f"{name}: ready {w.ready_at - w.t0:.1f} s after its start; checkpointing it into an image")
+        phases = ", ".join(f"{k[:-2]} {v} s" for k, v in state(w.state).items() if k.endswith("_s"))
+        log(f"{name}: ready {w.ready_at - w.t0:.1f} s after its start{f' (its own steps: {phases})' if phases else ''}; "
+            "checkpointing it into an image")
         t = time.monotonic()
         host("container", "checkpoint", "--keep", "--create-image", local, name)
         common["checkpoint_cmd_s"] = time.monotonic() - t
