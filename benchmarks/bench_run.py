@@ -97,9 +97,13 @@ HOOK_LINE = re.compile(r"^\((\d+\.\d+)\) plugin: `cuda_plugin' hook (\d+) ")
 STAMP = re.compile(r"^\((\d+\.\d+)\) (.*)$")
 
 
+# CRIU's line for the plugin's call criu_dump_skip_pages (criu-patches/0004), made inside the plugin's hook.
+SKIP_PAGES_LINE = "are saved by a plugin, not dumped"
+
+
 def device_seconds(logfile, hooks):
     """Seconds CRIU spent inside the CUDA plugin's hooks: from each 'hook N' line of CRIU's log to the next
-    line that is not the plugin's own."""
+    line that is neither the plugin's own nor CRIU's answer to a call the plugin makes from its hook."""
     total, start_t = 0.0, None
     with open(logfile, errors="replace") as f:
         for line in f:
@@ -110,7 +114,7 @@ def device_seconds(logfile, hooks):
                 start_t = float(m.group(1)) if int(m.group(2)) in hooks else None
                 continue
             s = STAMP.match(line)
-            if s and start_t is not None and "cuda_plugin" not in s.group(2):
+            if s and start_t is not None and "cuda_plugin" not in s.group(2) and SKIP_PAGES_LINE not in s.group(2):
                 total += float(s.group(1)) - start_t
                 start_t = None
     return total
