@@ -144,15 +144,18 @@ bool for_each_device_processes(const Nvml *api, Each each)
 	return true;
 }
 
-// Adds each process's memory in infos to out; false where NVML does not say (no permission).
+// Adds the memory of each process in infos that NVML tells of to out; false where it does not tell of one
+// (NVML_VALUE_NOT_AVAILABLE: no permission, say).
 bool add_bytes(const std::vector<NvmlProcessInfo> &infos, std::map<pid_t, uint64_t> &out)
 {
+	bool all = true;
 	for (const NvmlProcessInfo &p : infos) {
-		if (p.used_gpu_memory == ~0ULL) // NVML_VALUE_NOT_AVAILABLE
-			return false;
-		out[static_cast<pid_t>(p.pid)] += p.used_gpu_memory;
+		if (p.used_gpu_memory == ~0ULL)
+			all = false;
+		else
+			out[static_cast<pid_t>(p.pid)] += p.used_gpu_memory;
 	}
-	return true;
+	return all;
 }
 
 } // namespace
@@ -173,9 +176,7 @@ std::optional<std::map<pid_t, uint64_t>> nvml_gpu_bytes_on(const GpuUuid &uuid)
 	if (!infos)
 		return std::nullopt;
 	std::map<pid_t, uint64_t> out;
-	for (const NvmlProcessInfo &p : *infos)
-		if (p.used_gpu_memory != ~0ULL) // NVML does not say for this one: it stays out, as unknown
-			out[static_cast<pid_t>(p.pid)] += p.used_gpu_memory;
+	add_bytes(*infos, out); // a process NVML does not tell of stays out, as unknown
 	return out;
 }
 

@@ -107,10 +107,11 @@ wait_gone "${replicas[@]}"
 # H200, where the fourth of 4 replicas that fit saw 0.6 GiB of room beside three restores in progress):
 # what they have allocated shows in the free memory and their reservations count whole, so it does not
 # fit now. It waits for them to end and is then restored, not refused. The fake driver's restores copy at
-# the rate of their process's own environment (FAKEGPU_COPY_MBPS, the workload's, restored with it): at 8 MB/s
-# each allocates its 32 MiB of zeros after ~4.2 s and its 16 MiB of data after ~6.3 s; the third comes at ~5 s.
+# the rate of their process's own environment (FAKEGPU_COPY_MBPS, the workload's, restored with it): at 4 MB/s
+# each allocates its 32 MiB of zeros after ~8.4 s and its 16 MiB of data after ~12.6 s; the third comes at
+# ~10.5 s, with 2 s to spare on either side.
 STATE=$T/late.state first_restore_opts=("${restore_opts[@]}")
-FAKEGPU_COPY_MBPS=8 start_workload "$T/late"
+FAKEGPU_COPY_MBPS=4 start_workload "$T/late"
 dump "$pid" "$T/img-late" "${dump_opts[@]}" || fail "dump of the slowly restored workload failed"
 wait_gone "$pid"
 late=(LD_LIBRARY_PATH="$FAKE_NVML_DIR" FAKENVML_PROCESSES=none
@@ -123,7 +124,7 @@ for i in 1 2; do
 done
 both_restoring() { grep -q "restoring 1 CUDA process" "$T/restore-fit-late-1.log" && grep -q "restoring 1 CUDA process" "$T/restore-fit-late-2.log"; }
 wait_for "both replicas in their driver restores" 30 both_restoring
-sleep 5
+sleep 10.4
 restore_replica late-3 "${late[@]}"
 restores+=($!)
 for i in 1 2 3; do
