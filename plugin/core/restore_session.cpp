@@ -157,10 +157,10 @@ Result<std::vector<GpuPair>> RestoreSession::gpu_pairs()
 	// allocated so far is taken off its reservation (not_yet_allocated), so that it does not count twice.
 	// While other restores are in their driver restores, the free memory is no measure: on the H200 the
 	// fourth of 4 replicas of 24.2 GiB, on a GPU of 139.8 GiB, found room for 0.6 GiB beside the three others'
-	// driver restores, the driver not telling what their processes held so far. So a restore that does not
-	// fit beside restores in progress waits for them to end (each attempt under the lock, none held in
-	// between) and decides on what is left then, at most its restore-timeout. Admitted restores never wait:
-	// no two can wait for each other.
+	// driver restores, what their processes held so far not coming off their reservations. So a restore
+	// that does not fit beside restores in progress asks again (each attempt under the lock, none held in
+	// between), going on as soon as it fits, and is refused only on what is left once they have ended, at
+	// most its restore-timeout. Admitted restores never wait: no two can wait for each other.
 	std::optional<GpuPlan> plan;
 	std::vector<GpuInfo> machine = host_.machine_gpus();
 	const uint64_t t0 = now_us();
