@@ -24,7 +24,7 @@ cri() {
 	/usr/bin/python3 "$CRI_PY" --gen "$CRI_GEN" --socket "$T/$node/containerd.sock" "$@"
 }
 
-# cri_setup: containerd 2.1, the CRI's api.proto, grpc_tools, buildah and docker-registry installed (a
+# cri_setup: containerd 2.1, the CRI's api.proto, grpc_tools, h2, buildah and docker-registry installed (a
 # failure where they are not: test-containers/setup.sh installs them); the client's code generated into
 # $T; the registry started, with the base and pause images in it.
 cri_setup() {
@@ -32,8 +32,8 @@ cri_setup() {
 		fail "no containerd 2.1 in $CD2: run test-containers/setup.sh (test-containers/containerd2-setup.sh)"
 	local proto=$CD2/usr/share/gocode/src/k8s.io/cri-api/pkg/apis/runtime/v1/api.proto
 	[ -f "$proto" ] || fail "no CRI api.proto in $CD2: run test-containers/containerd2-setup.sh"
-	/usr/bin/python3 -c 'import grpc, grpc_tools' 2>/dev/null ||
-		fail "python3-grpc-tools is not installed (test-containers/setup.sh installs it)"
+	/usr/bin/python3 -c 'import grpc_tools, h2' 2>/dev/null ||
+		fail "python3-grpc-tools or python3-h2 is not installed (test-containers/setup.sh installs them)"
 	local t
 	for t in buildah docker-registry; do
 		command -v $t >/dev/null || fail "$t is not installed (test-containers/setup.sh installs it)"

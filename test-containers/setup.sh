@@ -31,9 +31,9 @@ if [ $install = 1 ]; then
 	# start a containerd of their own), crun (Debian's is built without CRIU: its test says so and
 	# skips), buildah (Kubernetes checkpoint images), docker-registry (the registry the checkpoint images
 	# go through: the tests run their own, lib.sh's registry_start), a static busybox for the root file
-	# system, iptables for CRIU's network lock, jq to read runtimes' JSON, python3-grpc-tools for the CRI
-	# tests' client (its code generated from the CRI's api.proto).
-	pkgs=(runc podman containerd crun buildah docker-registry busybox-static iptables jq python3-grpc-tools)
+	# system, iptables for CRIU's network lock, jq to read runtimes' JSON, python3-grpc-tools and
+	# python3-h2 for the CRI tests' client (its code generated from the CRI's api.proto, its calls over h2).
+	pkgs=(runc podman containerd crun buildah docker-registry busybox-static iptables jq python3-grpc-tools python3-h2)
 	missing=()
 	for p in "${pkgs[@]}"; do
 		dpkg-query -W -f='${db:Status-Status}' "$p" 2>/dev/null | grep -qx installed || missing+=("$p")

@@ -5,9 +5,11 @@ one per command, in the spirit of crictl (which Debian does not package).
     cri.py generate API_PROTO DIR            Python code for the CRI's api.proto (runtime.v1) into DIR
     cri.py --gen DIR --socket SOCK COMMAND [ARGS...]
 
-The code is generated from the api.proto of Debian's golang-k8s-cri-api-dev with grpc_tools (Debian's
-python3-grpc-tools, whose protoc predates the field option debug_redact: the copy it reads has that
-option taken out, nothing else). Commands (configurations are JSON files in the protobuf JSON mapping of
+The messages' code is generated from the api.proto of Debian's golang-k8s-cri-api-dev with grpc_tools
+(Debian's python3-grpc-tools, whose protoc predates the field option debug_redact: the copy it reads has
+that option taken out, nothing else). The calls go over gRPC's HTTP/2 mapping with Debian's h2 (pure
+Python, as is protobuf's own implementation): so the client runs on any Python 3 with those folders on its
+path, a node's Python included, where no grpcio is built for it. Commands (configurations are JSON files in the protobuf JSON mapping of
 PodSandboxConfig and ContainerConfig):
 
     version                           RuntimeName RuntimeVersion RuntimeApiVersion
@@ -29,8 +31,10 @@ import argparse
 import json
 import os
 import re
+import socket as sock
 import subprocess
 import sys
+import time
 
 
 def generate(proto, out):
@@ -40,27 +44,93 @@ def generate(proto, out):
     with open(os.path.join(out, "api.proto"), "w") as f:
         f.write(re.sub(r"\s*\[debug_redact = true\]", "", text))
     subprocess.run([sys.executable, "-m", "grpc_tools.protoc", "-I", out, "--python_out", out,
-                    "--grpc_python_out", out, os.path.join(out, "api.proto")], check=True)
+                    os.path.join(out, "api.proto")], check=True)
+
+
+# gRPC's status codes by number (grpc/doc/statuscodes.md).
+CODES = ("OK CANCELLED UNKNOWN INVALID_ARGUMENT DEADLINE_EXCEEDED NOT_FOUND ALREADY_EXISTS PERMISSION_DENIED "
+         "RESOURCE_EXHAUSTED FAILED_PRECONDITION ABORTED OUT_OF_RANGE UNIMPLEMENTED INTERNAL UNAVAILABLE DATA_LOSS "
+         "UNAUTHENTICATED").split()
+
+
+class CallFailed(Exception):
+    def __init__(self, code, details):
+        super().__init__(f"{code}: {details}")
+
+
+def unary_call(socket_path, path, request, timeout):
+    """One unary gRPC call over HTTP/2 (h2c with prior knowledge) on a unix socket: the serialised request
+    in, the serialised answer out; CallFailed with the status the server answered, or DEADLINE_EXCEEDED /
+    UNAVAILABLE when the deadline passes or the socket does not answer."""
+    import h2.config
+    import h2.connection
+    import h2.events
+    from urllib.parse import unquote
+    deadline = time.monotonic() + timeout
+    s = sock.socket(sock.AF_UNIX, sock.SOCK_STREAM)
+    try:
+        s.settimeout(timeout)
+        s.connect(socket_path)
+        conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True, header_encoding="utf-8"))
+        conn.initiate_connection()
+        sid = conn.get_next_available_stream_id()
+        conn.send_headers(sid, [(":method", "POST"), (":scheme", "http"), (":path", path),
+                                (":authority", "localhost"), ("content-type", "application/grpc"), ("te", "trailers"),
+                                ("grpc-timeout", f"{max(1, int(timeout * 1000))}m")])
+        body = b"\0" + len(request).to_bytes(4, "big") + request
+        answer, status, ended = bytearray(), {}, False
+        while not ended:
+            while body and conn.local_flow_control_window(sid) > 0:  # what the server's windows let through
+                n = min(len(body), conn.local_flow_control_window(sid), conn.max_outbound_frame_size)
+                conn.send_data(sid, body[:n], end_stream=n == len(body))
+                body = body[n:]
+            s.sendall(conn.data_to_send())
+            s.settimeout(max(0.001, deadline - time.monotonic()))
+            data = s.recv(1 << 16)
+            if not data:
+                raise CallFailed("UNAVAILABLE", "the runtime closed the connection")
+            for e in conn.receive_data(data):
+                if isinstance(e, h2.events.DataReceived) and e.stream_id == sid:
+                    answer += e.data
+                    conn.acknowledge_received_data(e.flow_controlled_length, sid)
+                elif isinstance(e, (h2.events.ResponseReceived, h2.events.TrailersReceived)):
+                    status.update(e.headers)
+                elif isinstance(e, h2.events.StreamEnded) and e.stream_id == sid:
+                    ended = True
+                elif isinstance(e, h2.events.StreamReset) and e.stream_id == sid:
+                    raise CallFailed("UNAVAILABLE", f"the runtime reset the call (HTTP/2 error {e.error_code})")
+                elif isinstance(e, h2.events.ConnectionTerminated):
+                    raise CallFailed("UNAVAILABLE", f"the runtime ended the connection (HTTP/2 error {e.error_code})")
+    except sock.timeout:
+        raise CallFailed("DEADLINE_EXCEEDED", f"no answer within {timeout:g} s") from None
+    except OSError as e:
+        raise CallFailed("UNAVAILABLE", f"{socket_path}: {e.strerror or e}") from None
+    finally:
+        s.close()
+    code = int(status.get("grpc-status", CODES.index("UNKNOWN")))
+    if code != 0:
+        name = CODES[code] if code < len(CODES) else str(code)
+        raise CallFailed(name, unquote(status.get("grpc-message", f"HTTP status {status.get(':status', '?')}")))
+    if len(answer) < 5 or answer[0] != 0 or int.from_bytes(answer[1:5], "big") != len(answer) - 5:
+        raise CallFailed("INTERNAL", f"an answer of {len(answer)} bytes that is not one uncompressed gRPC message")
+    return bytes(answer[5:])
 
 
 class Cri:
     def __init__(self, gen, socket, timeout):
         sys.path.insert(0, gen)
-        import grpc
         import api_pb2
-        import api_pb2_grpc
         from google.protobuf import json_format
-        self.grpc, self.pb, self.json_format, self.timeout = grpc, api_pb2, json_format, timeout
-        channel = grpc.insecure_channel("unix://" + socket)
-        self.runtime = api_pb2_grpc.RuntimeServiceStub(channel)
-        self.images = api_pb2_grpc.ImageServiceStub(channel)
+        self.pb, self.json_format, self.socket, self.timeout = api_pb2, json_format, socket, timeout
+        self.runtime, self.images = "runtime.v1.RuntimeService", "runtime.v1.ImageService"
 
     def call(self, service, method, **fields):
         request = getattr(self.pb, method + "Request")(**fields)
         try:
-            return getattr(service, method)(request, timeout=self.timeout)
-        except self.grpc.RpcError as e:
-            sys.exit(f"CRI {method} failed: {e.code().name}: {e.details()}")
+            answer = unary_call(self.socket, f"/{service}/{method}", request.SerializeToString(), self.timeout)
+        except CallFailed as e:
+            sys.exit(f"CRI {method} failed: {e}")
+        return getattr(self.pb, method + "Response").FromString(answer)
 
     def config(self, path, kind):
         with open(path) as f:
