@@ -5,7 +5,7 @@ Runs on a machine with an NVIDIA GPU, from the root of the bundle that scripts/g
 
     python3 build/gpu-bundle/bench.py --cuda-checkpoint PATH [--rounds 3]
         [--scenarios NAME,...] [--variants ours,in-tree,ours-criu:1]
-        [--cold-rounds N] [--replicas N] [--registry] [--time-limit S] [--plan] [--out DIR]
+        [--cold-rounds N] [--replicas N] [--registry] [--cri] [--time-limit S] [--plan] [--out DIR]
 
 Each scenario is dumped and restored --rounds times with each variant, alternating the order from round to
 round; every round trip starts its workload afresh. The baseline is CRIU's in-tree plugin built from the same
@@ -51,6 +51,12 @@ second podman store (a "second host"), and restored from it there with the page 
 the pull, the restore to the first answer and the layer's size and compression in the registry (bench_registry.py;
 podman and docker-registry from the bundle's podman-kit.tar.xz: scripts/gpu-bundle.sh --podman); with
 --registry-layers gzip,zstd the image is pushed, pulled and restored once per layer compression.
+--cri, for each scenario of one process, after its round trips: Kubernetes' own path with each variant of this
+plugin: the workload as a pod's container on a containerd 2 "node", CheckpointContainer, a checkpoint image of
+the archive pushed to a registry on the loopback, and on a second containerd (which pulls it) a new pod whose
+container is created from that image and started, which restores it, with the page cache dropped after the
+pull (bench_cri.py; containerd, its shim and the CRI client from the bundle's cri-kit.tar.xz:
+scripts/gpu-bundle.sh --cri).
 --fragment-gib F runs everything with F GiB of memory fragmented first (bin/thp_populate --hold).
 --scale multiplies every size.
 
@@ -86,6 +92,7 @@ import bench_common as C
 from bench_common import (DESCRIPTIONS, KNOWN_VARIANTS, OTHER_SCENARIOS, SCENARIO_HELP, SCENARIOS, UTILITY,
                           VARIANT_ROUNDS, VARIANTS, footprint, log)
 from bench_report import report
+from bench_cri import through_cri
 from bench_registry import through_registry
 from bench_replicas import replicas
 from bench_run import become_subreaper, cold_start, gpu_count, incremental_trip, round_trip, serve_cold_start
@@ -147,7 +154,7 @@ def plan(rounds, scenarios, cold_rounds):
     return trips
 
 
-def print_plan(trips, rounds, coldstart, time_limit=0, replicas=0, cold_starts=True, registry=(), layers=1):
+def print_plan(trips, rounds, coldstart, time_limit=0, replicas=0, cold_starts=True, registry=(), layers=1, cri=()):
     total = sum(estimate(s, v, c) for _, s, v, c in trips)
     log(f"plan: {len(trips)} round trip(s) (each starts its workload, dumps it, restores it"
         f"{', and restores it again from a cold page cache in the last rounds' if any(c for *_, c in trips) else ''}):")
@@ -167,6 +174,10 @@ def print_plan(trips, rounds, coldstart, time_limit=0, replicas=0, cold_starts=T
     for s in registry:
         extra = registry_estimate(s, layers)
         log(f"  {s} through a registry: ~{extra:.0f} s")
+        total += extra
+    for s in cri:
+        extra = registry_estimate(s)
+        log(f"  {s} through the CRI: ~{extra:.0f} s")
         total += extra
     log(f"expected duration: about {total / 60:.1f} min ({total:.0f} s) on the H200 machine")
     if time_limit and total > time_limit:
@@ -324,6 +335,10 @@ def main():
     ap.add_argument("--registry-layers", default="gzip", metavar="LIST",
                     help="with --registry: the layer compressions to push the image with, each pulled and restored "
                     "on its own (podman push --compression-format: gzip, podman's default, and zstd)")
+    ap.add_argument("--cri", action="store_true",
+                    help="for each scenario of one process: Kubernetes' path through containerd 2's CRI, checkpointed "
+                    "on one node, its checkpoint image pulled and restored in a new pod on another (each variant of "
+                    "this plugin)")
     ap.add_argument("--no-cold-starts", action="store_true",
                     help="the serving scenarios without their starts from scratch: neither the three of the round "
                     "trips nor the N at once of --replicas (their round trips and replicas only)")
@@ -363,13 +378,16 @@ def main():
     registry = [s for s in wanted if args.registry and s in SCENARIOS and SCENARIOS[s][2] == 1]
     if args.registry and not registry:
         sys.exit("bench.py: --registry needs a scenario of one process in --scenarios")
+    cri = [s for s in wanted if args.cri and s in SCENARIOS and SCENARIOS[s][2] == 1]
+    if args.cri and not cri:
+        sys.exit("bench.py: --cri needs a scenario of one process in --scenarios")
     layers = [x for x in args.registry_layers.split(",") if x]
     if not layers or any(x not in ("gzip", "zstd") for x in layers):
         sys.exit(f"bench.py: --registry-layers {args.registry_layers}: a list of gzip and zstd")
     if args.plan:
         trips = plan(args.rounds, [s for s in wanted if s in SCENARIOS], cold_rounds)
         print_plan(trips, args.rounds, "coldstart" in wanted, args.time_limit, args.replicas, not args.no_cold_starts,
-                   registry, len(layers))
+                   registry, len(layers), cri)
         return
     if os.geteuid() != 0:
         sys.exit("bench.py: run as root (CRIU needs it)")
@@ -394,7 +412,7 @@ def main():
     log(f"machine: {info.get('gpus')}; kernel {info['kernel']}; THP {info.get('thp', '?')}")
     trips = plan(args.rounds, [s for s in wanted if s in SCENARIOS], cold_rounds)
     print_plan(trips, args.rounds, "coldstart" in wanted, args.time_limit, args.replicas, not args.no_cold_starts,
-               registry, len(layers))
+               registry, len(layers), cri)
     results, cold, failures = [], [], []
     done = {}  # scenario -> [expected, measured] seconds of its round trips so far
     reserve = 20.0  # the report, the plot and the logs' archive
@@ -460,6 +478,12 @@ def main():
             except Exception as e:  # noqa: BLE001
                 log(f"{s} through a registry: FAILED: {e}")
                 failures.append({"scenario": f"{s} (registry)", "variant": "all", "round": 0, "error": str(e)})
+        for s in cri:
+            try:
+                through_cri(s, cold, failures)
+            except Exception as e:  # noqa: BLE001
+                log(f"{s} through the CRI: FAILED: {e}")
+                failures.append({"scenario": f"{s} (CRI)", "variant": "all", "round": 0, "error": str(e)})
         for s in [x for x in args.incremental.split(",") if x]:
             for rnd in range(args.rounds):
                 for v in VARIANTS:

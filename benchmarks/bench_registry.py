@@ -32,19 +32,20 @@ BASE = "base:1"  # the containers' image: mount points and the host's top-level 
 POLICY = {"default": [{"type": "insecureAcceptAnything"}]}
 
 
-def tools():
-    """{name: path} of podman, conmon and docker-registry: the bundle's kit, unpacked once into the work
-    folder, or this machine's."""
+def tools(names=("podman", "conmon", "docker-registry")):
+    """{name: path} of podman, conmon and docker-registry (or those of names): the bundle's kit, unpacked once
+    into the work folder, or this machine's."""
     kit = os.path.join(BUNDLE, "podman-kit.tar.xz")
     if os.path.exists(kit):
         dest = os.path.join(C.WORK, "podman-kit")
         if not os.path.isdir(dest):
             with tarfile.open(kit) as t:
                 t.extractall(dest)
-        return {n: os.path.join(dest, "bin", n) for n in ("podman", "conmon", "docker-registry")}
-    found = {n: shutil.which(n) for n in ("podman", "conmon", "docker-registry")}
-    found["conmon"] = found["conmon"] or next((p for p in ("/usr/libexec/podman/conmon", "/usr/bin/conmon")
-                                               if os.path.exists(p)), None)
+        return {n: os.path.join(dest, "bin", n) for n in names}
+    found = {n: shutil.which(n) for n in names}
+    if "conmon" in found:
+        found["conmon"] = found["conmon"] or next((p for p in ("/usr/libexec/podman/conmon", "/usr/bin/conmon")
+                                                   if os.path.exists(p)), None)
     missing = [n for n, p in found.items() if not p]
     if missing:
         raise RuntimeError(f"no {', '.join(missing)}: build the bundle with scripts/gpu-bundle.sh --podman "
@@ -208,19 +209,25 @@ def compression_of(media_type):
     return "none"
 
 
-def base_image_tar(path):
+def base_image_tar(path, links=()):
     """The containers' image: the mount points the binds need and the host's top-level symbolic links
-    (/bin -> usr/bin and the like), so that the host's binaries run there as they are."""
+    (/bin -> usr/bin and the like), so that the host's binaries run there as they are; and the symbolic
+    links of links ([(path, target)], with the folders above them)."""
+    dirs = ["usr", "etc", "proc", "sys", "dev", "tmp", "run", "var", "var/tmp", "root", "opt", "mnt"]
+    links = [(d, os.readlink("/" + d)) for d in ("bin", "sbin", "lib", "lib32", "lib64", "libx32")
+             if os.path.islink("/" + d)] + [(p.lstrip("/"), target) for p, target in links]
+    for p, _ in links:
+        parts = p.split("/")[:-1]
+        dirs += ["/".join(parts[:i]) for i in range(1, len(parts) + 1)]
     with tarfile.open(path, "w") as t:
-        for d in ("usr", "etc", "proc", "sys", "dev", "tmp", "run", "var", "var/tmp", "root", "opt", "mnt"):
+        for d in dict.fromkeys(dirs):
             info = tarfile.TarInfo(d)
             info.type, info.mode = tarfile.DIRTYPE, 0o1777 if d in ("tmp", "var/tmp") else 0o755
             t.addfile(info)
-        for d in ("bin", "sbin", "lib", "lib32", "lib64", "libx32"):
-            if os.path.islink("/" + d):
-                info = tarfile.TarInfo(d)
-                info.type, info.linkname = tarfile.SYMTYPE, os.readlink("/" + d)
-                t.addfile(info)
+        for p, target in links:
+            info = tarfile.TarInfo(p)
+            info.type, info.linkname = tarfile.SYMTYPE, target
+            t.addfile(info)
 
 
 def mount_options(workload_paths):
@@ -310,6 +317,45 @@ class ContainerWorkload(Workload):
         self.pod.quiet("rm", "-f", "-t", "0", self.name)
 
 
+def runc_wrapper(bindir, runc, keep=None):
+    """bindir/runc: runc with the bundle's CRIU (and a dry run's fake GPU), and bindir/criu; its path. With
+    keep, a folder: CRIU's log of a checkpoint or restore that fails is copied there (a runtime that removes
+    its work folder with the failed container keeps it nowhere else)."""
+    os.makedirs(bindir)
+    wrapper = os.path.join(bindir, "runc")
+    fake = "".join(f"export {k}='{v}'\n" for k, v in os.environ.items() if k.startswith("FAKEGPU_"))
+    with open(wrapper, "w") as f:
+        if not keep:
+            f.write(f"#!/bin/sh\n{fake}exec {runc} --criu {CRIU} \"$@\"\n")
+        else:
+            f.write(f"""#!/bin/bash
+{fake}{runc} --criu {CRIU} "$@" && exit 0
+rc=$? prev="" work="" cmd=""
+for a in "$@"; do
+	[ "$prev" = --work-path ] && work=$a
+	case "$a" in checkpoint | restore) [ -n "$cmd" ] || cmd=$a ;; esac
+	prev=$a
+done
+log=$work/dump.log
+[ "$cmd" = restore ] && log=$work/restore.log
+[ -n "$cmd" ] && [ -f "$log" ] && cp "$log" "{keep}/$cmd-failed-$(date +%s%N).log"
+exit $rc
+""")
+    os.chmod(wrapper, 0o755)
+    os.symlink(CRIU, os.path.join(bindir, "criu"))  # podman asks criu for its version before a checkpoint
+    return wrapper
+
+
+def plugin_config(files, variant):
+    """The plugin as a node has it: CRIU's libdir for runc, the variant's options (and those of this run's
+    environment, which criu_env hands the other scenarios' CRIU) in cuda_plugin.conf."""
+    files.write("/etc/criu/runc.conf", f"libdir {VARIANTS[variant]['libdir']}\n")
+    options = {k: v for k, v in os.environ.items() if k.startswith("CUDA_CRIU_") and k != "CUDA_CRIU_CONFIG"}
+    options.update(VARIANTS[variant].get("env", {}))
+    files.write("/etc/criu/cuda_plugin.conf",
+                "".join(f"{k[len('CUDA_CRIU_'):].lower().replace('_', '-')}={v}\n" for k, v in options.items()))
+
+
 def one_variant(scenario, variant, layers, tools_, runc, files, out):
     """The path through the registry for one variant, its image pushed once per layer compression in layers
     (podman's --compression-format: gzip, zstd), each restored on its own; appends their figures to out."""
@@ -328,21 +374,8 @@ def one_variant(scenario, variant, layers, tools_, runc, files, out):
     if free < need:
         raise RuntimeError(f"{C.WORK} has {free:.0f} GiB free, the path through a registry with {', '.join(layers)} "
                            f"layers needs about {need:.0f} GiB: ask for fewer (--registry-layers)")
-    bindir = os.path.join(top, "bin")
-    os.makedirs(bindir)
-    wrapper = os.path.join(bindir, "runc")
-    fake = "".join(f"export {k}='{v}'\n" for k, v in os.environ.items() if k.startswith("FAKEGPU_"))
-    with open(wrapper, "w") as f:
-        f.write(f"#!/bin/sh\n{fake}exec {runc} --criu {CRIU} \"$@\"\n")
-    os.chmod(wrapper, 0o755)
-    os.symlink(CRIU, os.path.join(bindir, "criu"))  # podman asks criu for its version before a checkpoint
-    # The plugin as a node has it: CRIU's libdir for runc, the variant's options (and those of this run's
-    # environment, which criu_env hands the other scenarios' CRIU) in cuda_plugin.conf.
-    files.write("/etc/criu/runc.conf", f"libdir {VARIANTS[variant]['libdir']}\n")
-    options = {k: v for k, v in os.environ.items() if k.startswith("CUDA_CRIU_") and k != "CUDA_CRIU_CONFIG"}
-    options.update(VARIANTS[variant].get("env", {}))
-    files.write("/etc/criu/cuda_plugin.conf",
-                "".join(f"{k[len('CUDA_CRIU_'):].lower().replace('_', '-')}={v}\n" for k, v in options.items()))
+    wrapper = runc_wrapper(os.path.join(top, "bin"), runc)
+    plugin_config(files, variant)
     host = Podman(os.path.join(top, "host"), tools_, wrapper)
     registries = {"base": Registry(tools_["docker-registry"], os.path.join(top, "registry-base"))}
     base, local = f"{registries['base'].address}/{REPO}/{BASE}", f"localhost/{REPO}/{name}:checkpoint"

@@ -168,6 +168,7 @@ def report(results, cold, out_dir, failures=(), meta=None):
             lines.append(f"  {what:<66} {statistics.median(c['seconds'] for c in rows):8.2f}"
                          + (f"  ({statistics.median(read):.1f} GiB read from disk)" if read else ""))
     lines += registry_lines(cold)
+    lines += cri_lines(cold)
     if failures:
         lines.append("")
         lines.append(f"{len(failures)} round trip(s) failed or skipped:")
@@ -341,6 +342,24 @@ def registry_lines(cold):
         lines.append(f"  {c['what']:<50} pull {c['pull_s']:6.2f} + restore to the first answer {c['ready_s']:6.2f} = "
                      f"{c['seconds']:6.2f}{ratio}; layer {c['layer_gib']:.2f} GiB in the registry ({c['layer_compression']}), "
                      f"{c['image_gib']:.2f} GiB unpacked; checkpoint {c['checkpoint_cmd_s']:.2f}, push {c['push_s']:.2f}, "
+                     f"{c['read_gib']:.1f} GiB read from disk by the restore")
+    return lines
+
+
+CRI = ": through the CRI, "
+
+
+def cri_lines(cold):
+    """--cri: each variant's steps through containerd's CRI, from the checkpoint to the first answer."""
+    rows = [c for c in cold if CRI in c["what"]]
+    if not rows:
+        return []
+    lines = ["", "through the CRI (containerd 2: CheckpointContainer on node 1, a checkpoint image pushed to a registry, "
+             "pulled by node 2 and restored in a new pod there with the page cache dropped after the pull), seconds"]
+    for c in rows:
+        lines.append(f"  {c['what']:<50} pull {c['pull_s']:6.2f} + StartContainer to the first answer {c['ready_s']:6.2f} "
+                     f"= {c['seconds']:6.2f}; CheckpointContainer {c['checkpoint_cmd_s']:.2f} ({c['archive_gib']:.2f} "
+                     f"GiB archive), image push {c['image_push_s']:.2f}, StartContainer {c['restore_cmd_s']:.2f}, "
                      f"{c['read_gib']:.1f} GiB read from disk by the restore")
     return lines
 

@@ -124,13 +124,17 @@ class Cri:
         self.pb, self.json_format, self.socket, self.timeout = api_pb2, json_format, socket, timeout
         self.runtime, self.images = "runtime.v1.RuntimeService", "runtime.v1.ImageService"
 
-    def call(self, service, method, **fields):
+    def request(self, service, method, timeout=None, **fields):
+        """The answer to METHOD of SERVICE; CallFailed when the runtime refuses it."""
         request = getattr(self.pb, method + "Request")(**fields)
+        answer = unary_call(self.socket, f"/{service}/{method}", request.SerializeToString(), timeout or self.timeout)
+        return getattr(self.pb, method + "Response").FromString(answer)
+
+    def call(self, service, method, **fields):
         try:
-            answer = unary_call(self.socket, f"/{service}/{method}", request.SerializeToString(), self.timeout)
+            return self.request(service, method, **fields)
         except CallFailed as e:
             sys.exit(f"CRI {method} failed: {e}")
-        return getattr(self.pb, method + "Response").FromString(answer)
 
     def config(self, path, kind):
         with open(path) as f:
