@@ -2,7 +2,7 @@
 # Builds the folder that the real-GPU tests need on a machine that has the NVIDIA driver but neither CRIU
 # nor its libraries (see docs/gpu-results.md):
 #
-#   scripts/gpu-bundle.sh [--podman]  -> build/gpu-bundle/
+#   scripts/gpu-bundle.sh [--podman] [--cri]  -> build/gpu-bundle/
 #
 #   gpu-bundle/
 #     run-gpu-tests.sh, lib.sh, NN-GROUP.sh, ... the scripts from tests/gpu/: the runner, its helpers, the test
@@ -21,6 +21,12 @@
 #                                                 machine has them (Debian's), with the libraries they need
 #                                                 (bin/, lib/ with RUNPATHs), for bench.py --registry;
 #                                                 compressed (~16 MiB) to fit the GPU machine's transfer
+#     cri-kit.tar.xz                              with --cri: containerd 2.1 and its runc shim (from
+#                                                 test-containers/containerd2-setup.sh), a static busybox, the
+#                                                 CRI client (cri.py, its messages' code generated from the
+#                                                 CRI's api.proto) with the pure-Python packages it needs
+#                                                 (Debian's h2, hpack, hyperframe, protobuf), for bench.py
+#                                                 --cri (~17 MiB)
 #     bundle-info.txt                             what went in, and from which sources
 #
 # Everything bundled finds its libraries in lib/ through its own RUNPATH, set on the bundled copies: criu,
@@ -34,12 +40,14 @@
 # Environment: BUILD_DIR (default: build), JOBS (default: nproc), BUNDLE_DIR (default: $BUILD_DIR/gpu-bundle).
 set -euo pipefail
 
-podman_kit=""
-case "${1:-}" in
-"") ;;
---podman) podman_kit=1 ;;
-*) echo "usage: $0 [--podman]" >&2; exit 2 ;;
-esac
+podman_kit="" cri_kit=""
+for a in "$@"; do
+	case "$a" in
+	--podman) podman_kit=1 ;;
+	--cri) cri_kit=1 ;;
+	*) echo "usage: $0 [--podman] [--cri]" >&2; exit 2 ;;
+	esac
+done
 
 top=$(cd "$(dirname "$0")/.." && pwd)
 build=${BUILD_DIR:-$top/build}
@@ -230,6 +238,35 @@ if [ -n "$podman_kit" ]; then
 		rm -rf "$kit"
 	fi
 	install -m 644 "$kit_tar" "$tmp/podman-kit.tar.xz"
+fi
+
+# The CRI kit (bench.py --cri, laid out as bench_cri.py reads it): containerd and its shim are static Go
+# binaries; the Python packages are pure Python, so any Python 3 runs the client (protobuf's compiled part,
+# built for this machine's Python, left out).
+if [ -n "$cri_kit" ]; then
+	cd2=$build/test-containers/containerd2
+	[ -x "$cd2/usr/bin/containerd" ] || CT_OUT=$build/test-containers bash "$top/test-containers/containerd2-setup.sh" ||
+		die "--cri: cannot set up containerd 2.1 (test-containers/containerd2-setup.sh)"
+	[ -x /bin/busybox ] || die "--cri: no static busybox here (busybox-static)"
+	/usr/bin/python3 -c 'import grpc_tools, h2' 2>/dev/null || die "--cri: python3-grpc-tools and python3-h2 are needed"
+	kit=$build/cri-kit
+	rm -rf "$kit"
+	mkdir -p "$kit/bin" "$kit/py"
+	install -m 755 "$cd2/usr/bin/containerd" "$cd2/usr/bin/containerd-shim-runc-v2" /bin/busybox "$kit/bin/"
+	install -m 644 "$top/test-containers/cri/cri.py" "$kit/py/"
+	/usr/bin/python3 "$top/test-containers/cri/cri.py" generate \
+		"$cd2/usr/share/gocode/src/k8s.io/cri-api/pkg/apis/runtime/v1/api.proto" "$kit/py" >/dev/null
+	rm "$kit/py/api.proto"
+	for m in h2 hpack hyperframe google/protobuf; do
+		src=$(/usr/bin/python3 -c "import importlib, os; print(os.path.dirname(importlib.import_module('${m//\//.}').__file__))")
+		mkdir -p "$kit/py/$m"
+		(cd "$src" && find . -name '*.py' -exec cp --parents {} "$kit/py/$m/" \;)
+	done
+	# Without the site packages: what it loads comes from the kit.
+	PROTOCOL_BUFFERS_PYTHON_IMPLEMENTATION=python /usr/bin/python3 -I -S -c "import sys; sys.path.insert(0, '$kit/py'); import cri, api_pb2, h2.connection" ||
+		die "--cri: the kit's CRI client does not load"
+	tar -C "$kit" -cf - bin py | xz -T0 -6 >"$tmp/cri-kit.tar.xz"
+	rm -rf "$kit"
 fi
 
 {
