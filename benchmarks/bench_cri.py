@@ -32,7 +32,7 @@ import urllib.parse
 import urllib.request
 
 import bench_common as C
-from bench_common import BUNDLE, SCENARIOS, VARIANTS, log
+from bench_common import BUNDLE, SCENARIOS, VARIANTS, footprint, log
 from bench_registry import (Files, Registry, base_image_tar, gpu_devices, plugin_config, runc_binary, runc_wrapper,
                             tools)
 from bench_run import (BATCHES, Workload, answer, disk_read_bytes, drop_page_cache, parse_dump_log, parse_restore_log,
@@ -308,7 +308,7 @@ class PodWorkload(Workload):
         self.node.rt("RemovePodSandbox", pod_sandbox_id=self.pod)
 
 
-def one_variant(scenario, variant, kit_folder, runc, registry, files, out):
+def one_variant(scenario, variant, kit_folder, runc, registry_binary, files, out):
     kind, size, _, *extra = SCENARIOS[scenario]
     extra = extra[0] if extra else ()
     name = f"{scenario}-{variant}".replace("+", "-")
@@ -316,8 +316,18 @@ def one_variant(scenario, variant, kit_folder, runc, registry, files, out):
     # the nodes' own mounts (a container's root file system would be a mount nested in that bind).
     top = os.path.join(os.path.dirname(C.WORK.rstrip("/")), "cuda-criu-cri-" + name)
     shutil.rmtree(top, ignore_errors=True)
+    # On this disk at once, at most: the registry's copy of the checkpoint, node 2's pulled layer, its
+    # unpacked snapshot and the copy containerd makes of it to restore from (the archive is removed once
+    # pushed; the registry once the container is created, containerd pulling the checkpoint's base image then).
+    gpu, image_gib, zero = footprint(scenario)
+    need = 4.2 * (image_gib - gpu * zero) + 1
+    free = shutil.disk_usage(os.path.dirname(top)).free / C.GIB
+    if free < need:
+        raise RuntimeError(f"{os.path.dirname(top)} has {free:.0f} GiB free, the path through the CRI needs about "
+                           f"{need:.0f} GiB")
+    logs = os.path.join(C.WORK, "logs")
     bindir = os.path.join(top, "bin")
-    runc_wrapper(bindir, runc, os.path.join(C.WORK, "logs"))
+    runc_wrapper(bindir, runc, logs)
     plugin_config(files, variant)
     paths = [(BUNDLE, True), (C.WORK, False), (sys.prefix, True), (sys.base_prefix, True)]
     if kind == "serve":
@@ -330,13 +340,13 @@ def one_variant(scenario, variant, kit_folder, runc, registry, files, out):
     base_image_tar(os.path.join(layers, "base.tar"), links)
     with tarfile.open(os.path.join(layers, "pause.tar"), "w") as t:
         t.add(os.path.realpath(os.path.join(kit_folder, "bin", "busybox")), "busybox")
-    base = push_image(registry, f"{REPO}/{name}-base", "1", [os.path.join(layers, "base.tar")], ["/bin/sh"])
-    pause = push_image(registry, f"{REPO}/pause", "1", [os.path.join(layers, "pause.tar")],
-                       ["/busybox", "sleep", "2147483647"])
-    logs = os.path.join(C.WORK, "logs")
     nodes = []
     r = {"variant": variant, "round": 0, "what": f"{scenario}: through the CRI, {variant}"}
+    registry = Registry(registry_binary, os.path.join(top, "registry"))
     try:
+        base = push_image(registry, f"{REPO}/base", "1", [os.path.join(layers, "base.tar")], ["/bin/sh"])
+        pause = push_image(registry, f"{REPO}/pause", "1", [os.path.join(layers, "pause.tar")],
+                           ["/busybox", "sleep", "2147483647"])
         node1 = Node(os.path.join(top, "node1"), kit_folder, bindir, pause)
         nodes.append(node1)
         node1.pull(base)
@@ -357,8 +367,7 @@ def one_variant(scenario, variant, kit_folder, runc, registry, files, out):
                 r.update(parse_dump_log(os.path.join(logs, f"{name}-cri-dump.log")))
         w.kill()  # the pod has moved
         t = time.monotonic()
-        image = push_image(registry, f"{REPO}/{name}", "checkpoint", [archive], None,
-                           {CHECKPOINT_ANNOTATION: name})
+        image = push_image(registry, f"{REPO}/{name}", "checkpoint", [archive], None, {CHECKPOINT_ANNOTATION: name})
         r["image_push_s"] = time.monotonic() - t
         r["archive_gib"] = os.path.getsize(archive) / C.GIB
         os.unlink(archive)
@@ -375,6 +384,8 @@ def one_variant(scenario, variant, kit_folder, runc, registry, files, out):
         w.node = node2
         w.pod, w.pod_config = node2.pod(name)
         w.ctr = node2.create(w.pod, w.pod_config, image, name, w.cmd, w.envs, binds)
+        registry.stop()  # and its copy of the checkpoint with it
+        shutil.rmtree(registry.folder, ignore_errors=True)
         drop_page_cache()  # a node that pulled the image some time before its restore
         read0 = disk_read_bytes()
         t0 = time.monotonic()
@@ -395,6 +406,7 @@ def one_variant(scenario, variant, kit_folder, runc, registry, files, out):
     finally:
         for n in nodes:
             n.stop()
+        registry.stop()
         shutil.rmtree(top, ignore_errors=True)
 
 
@@ -403,8 +415,8 @@ def through_cri(scenario, out, failures):
     fails to failures."""
     kit_folder = kit()
     runc = runc_binary()
+    registry = tools(("docker-registry",))["docker-registry"]
     files = Files()
-    registry = Registry(tools(("docker-registry",))["docker-registry"], os.path.join(C.WORK, "cri-registry"))
     try:
         for variant in [v for v in VARIANTS if v.startswith("ours")]:
             try:
@@ -413,6 +425,4 @@ def through_cri(scenario, out, failures):
                 log(f"{scenario} {variant} through the CRI: FAILED: {e}")
                 failures.append({"scenario": f"{scenario} (CRI)", "variant": variant, "round": 0, "error": str(e)})
     finally:
-        registry.stop()
-        shutil.rmtree(registry.folder, ignore_errors=True)
         files.restore()
