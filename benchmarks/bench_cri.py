@@ -263,10 +263,19 @@ disabled_plugins = ["io.containerd.internal.v1.opt", "io.containerd.nri.v1.nri",
             self.proc.wait(30)
         except subprocess.TimeoutExpired:
             self.proc.kill()
+        # Its mounts, and those of its store elsewhere: where a restore from a checkpoint image fails,
+        # containerd 2.1 leaves the image's snapshot mounted on a temporary folder (/tmp/checkpointN).
         with open("/proc/self/mountinfo") as f:
-            mounts = sorted((line.split()[4] for line in f if line.split()[4].startswith(self.folder + "/")), reverse=True)
+            fields = [line.split() for line in f]
+        mounts = sorted((x[4] for x in fields if x[4].startswith(self.folder + "/") or x[3].startswith(self.folder + "/")),
+                        reverse=True)
         for m in mounts:
             subprocess.run(["umount", "-l", m], capture_output=True)
+            if not m.startswith(self.folder + "/"):
+                try:
+                    os.rmdir(m)
+                except OSError:
+                    pass
         shutil.rmtree(self.folder, ignore_errors=True)
 
 
