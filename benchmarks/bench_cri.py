@@ -12,8 +12,8 @@ runc runs CRIU with this plugin from /etc/criu/runc.conf and its options from /e
 a node. containerd 2.1, its runc shim, the CRI client (test-containers/cri/cri.py, its messages generated
 from the CRI's api.proto, its calls over h2) and a static busybox for the pod sandbox's pause image come
 from the bundle's cri-kit.tar.xz (scripts/gpu-bundle.sh --cri), or from the folder BENCH_CRI_KIT names, laid
-out the same way (bin/containerd, bin/containerd-shim-runc-v2, bin/busybox, py/cri.py, py/api_pb2.py and the
-Python packages they need). docker-registry as for --registry.
+out the same way (bin/containerd, bin/containerd-shim-runc-v2, bin/busybox, containerd-node.toml: a node's
+configuration, py/cri.py, py/api_pb2.py and the Python packages they need). docker-registry as for --registry.
 
 The containers run the host's own binaries: the host's /usr and /etc (and /lib, /opt... where they are
 folders) bound at their own paths. The CRI binds recursively and CRIU dumps only the mounts the runtime
@@ -55,7 +55,8 @@ def kit():
         if not os.path.isdir(folder):
             with tarfile.open(tar) as t:
                 t.extractall(folder)
-    for f in ("bin/containerd", "bin/containerd-shim-runc-v2", "bin/busybox", "py/cri.py", "py/api_pb2.py"):
+    for f in ("bin/containerd", "bin/containerd-shim-runc-v2", "bin/busybox", "containerd-node.toml", "py/cri.py",
+              "py/api_pb2.py"):
         if not os.path.exists(os.path.join(folder, f)):
             raise RuntimeError(f"the CRI kit {folder} has no {f}")
     return folder
@@ -158,32 +159,10 @@ class Node:
         os.makedirs(os.path.join(folder, "logs"), exist_ok=True)
         self.socket = os.path.join(folder, "containerd.sock")
         conf = os.path.join(folder, "config.toml")
+        with open(os.path.join(kit_folder, "containerd-node.toml")) as f:
+            text = f.read()
         with open(conf, "w") as f:
-            f.write(f'''version = 3
-root = "{folder}/root"
-state = "{folder}/state"
-disabled_plugins = ["io.containerd.internal.v1.opt", "io.containerd.nri.v1.nri", "io.containerd.tracing.processor.v1.otlp", "io.containerd.internal.v1.tracing"]
-[grpc]
-  address = "{self.socket}"
-[ttrpc]
-  address = "{self.socket}.ttrpc"
-[debug]
-  address = "{folder}/debug.sock"
-[metrics]
-  address = ""
-[plugins.'io.containerd.cri.v1.runtime']
-  enable_cdi = false
-  restrict_oom_score_adj = true
-  [plugins.'io.containerd.cri.v1.runtime'.containerd]
-    default_runtime_name = "runc"
-    [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc]
-      runtime_type = "io.containerd.runc.v2"
-      [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc.options]
-        Root = "{folder}/runc"
-        BinaryName = "{bindir}/runc"
-[plugins.'io.containerd.cri.v1.images'.pinned_images]
-  sandbox = "{pause}"
-''')
+            f.write(text.replace("@NODE@", folder).replace("@RUNC@", f"{bindir}/runc").replace("@PAUSE@", pause))
         env = dict(os.environ, PATH=f"{bindir}:{kit_folder}/bin:{os.environ['PATH']}")
         self.proc = subprocess.Popen([os.path.join(kit_folder, "bin", "containerd"), "--config", conf], env=env,
                                      stdin=subprocess.DEVNULL, stdout=open(os.path.join(folder, "containerd.log"), "w"),

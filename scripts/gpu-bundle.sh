@@ -254,6 +254,7 @@ if [ -n "$cri_kit" ]; then
 	mkdir -p "$kit/bin" "$kit/py"
 	install -m 755 "$cd2/usr/bin/containerd" "$cd2/usr/bin/containerd-shim-runc-v2" /bin/busybox "$kit/bin/"
 	install -m 644 "$top/test-containers/cri/cri.py" "$kit/py/"
+	install -m 644 "$top/test-containers/cri/containerd-node.toml" "$kit/"
 	/usr/bin/python3 "$top/test-containers/cri/cri.py" generate \
 		"$cd2/usr/share/gocode/src/k8s.io/cri-api/pkg/apis/runtime/v1/api.proto" "$kit/py" >/dev/null
 	rm "$kit/py/api.proto"
@@ -265,7 +266,7 @@ if [ -n "$cri_kit" ]; then
 	# Without the site packages: what it loads comes from the kit.
 	PROTOCOL_BUFFERS_PYTHON_IMPLEMENTATION=python /usr/bin/python3 -I -S -c "import sys; sys.path.insert(0, '$kit/py'); import cri, api_pb2, h2.connection" ||
 		die "--cri: the kit's CRI client does not load"
-	tar -C "$kit" -cf - bin py | xz -T0 -6 >"$tmp/cri-kit.tar.xz"
+	tar -C "$kit" -cf - bin py containerd-node.toml | xz -T0 -6 >"$tmp/cri-kit.tar.xz"
 	rm -rf "$kit"
 fi
 

@@ -82,39 +82,8 @@ cri_node() {
 	local name=$1 d=$T/$1
 	shift
 	mkdir -p "$d/cni" "$d/logs"
-	cat >"$d/config.toml" <<EOF
-version = 3
-root = "$d/root"
-state = "$d/state"
-disabled_plugins = ["io.containerd.internal.v1.opt", "io.containerd.nri.v1.nri", "io.containerd.tracing.processor.v1.otlp", "io.containerd.internal.v1.tracing"]
-[plugins.'io.containerd.image-verifier.v1.bindir']
-  bin_dir = "$d/image-verifiers"
-[grpc]
-  address = "$d/containerd.sock"
-[ttrpc]
-  address = "$d/containerd.sock.ttrpc"
-[debug]
-  address = "$d/debug.sock"
-[metrics]
-  address = ""
-[plugins.'io.containerd.cri.v1.runtime']
-  enable_cdi = false
-  # The pause container asks for -998: a machine without CAP_SYS_RESOURCE (this one inside a container)
-  # cannot lower it below containerd's own.
-  restrict_oom_score_adj = true
-  [plugins.'io.containerd.cri.v1.runtime'.containerd]
-    default_runtime_name = "runc"
-    [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc]
-      runtime_type = "io.containerd.runc.v2"
-      [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc.options]
-        Root = "$d/runc"
-        BinaryName = "$T/bin/runc-keep-logs"
-  [plugins.'io.containerd.cri.v1.runtime'.cni]
-    bin_dirs = ["/usr/lib/cni"]
-    conf_dir = "$d/cni"
-[plugins.'io.containerd.cri.v1.images'.pinned_images]
-  sandbox = "$PAUSE_IMAGE"
-EOF
+	sed -e "s|@NODE@|$d|g" -e "s|@RUNC@|$T/bin/runc-keep-logs|g" -e "s|@PAUSE@|$PAUSE_IMAGE|g" \
+		"$CT_SRC/cri/containerd-node.toml" >"$d/config.toml"
 	[ -d /run/containerd ] || on_exit 'rmdir /run/containerd/s /run/containerd/fifo /run/containerd'
 	env -u CRIU_LIBS_DIR -u CUDA_CRIU_LIBCUDA PATH="$T/bin:$CD2/usr/bin:$PATH" FAKEGPU_DIR="$FAKEGPU_DIR" "$@" \
 		setsid "$CD2/usr/bin/containerd" --config "$d/config.toml" --log-level debug </dev/null >"$T/$name.log" 2>&1 &

@@ -350,6 +350,17 @@ EOC
 	REGISTRY=127.0.0.1:$port
 }
 
+# expect_bench_options LOGS PATH BENCH-LOG: a dry run of bench.py --PATH (registry, cri) with ours and
+# ours-zstd: ours-zstd's dump of 1g compressed (compress=zstd reached the plugin through
+# /etc/criu/cuda_plugin.conf), ours's did not; the run's figures of each path logged.
+expect_bench_options() {
+	local logs=$1 path=$2 bench_log=$3 line
+	expect_log "$logs/1g-ours-zstd-$path-dump.log" "compressed \(zstd-1\)" \
+		"ours-zstd's dump did not compress: compress=zstd did not reach the plugin through /etc/criu/cuda_plugin.conf"
+	if grep -q "compressed (zstd" "$logs/1g-ours-$path-dump.log"; then fail "ours's dump compressed"; fi
+	grep "s from the pull, data verified" "$bench_log" | sed 's/^\[bench [0-9:]*\] //' | while read -r line; do log "$line"; done
+}
+
 # oci_image_tar OUT NAME CMD...: an OCI archive of setup.sh's root file system as the only layer, with CMD
 # as its command, whose image is called NAME (ctr images import).
 oci_image_tar() {
