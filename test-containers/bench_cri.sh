@@ -18,14 +18,8 @@ CD2=$CT_OUT/containerd2
 [ -x /bin/busybox ] || fail "no static busybox (busybox-static; test-containers/setup.sh installs it)"
 
 B=$T/bundle K=$T/cri-kit
-mkdir -p "$B/sbin" "$B/plugin" "$B/intree" "$B/bin" "$K/bin" "$K/py"
-ln -s "$CRIU" "$B/sbin/criu"
-ln -s "$PLUGIN_DIR/cuda_plugin.so" "$B/plugin/cuda_plugin.so"
-cp "$MEMCHECK" "$B/bin/cuda_memcheck" # a copy: the containers see the bundle, not the build tree
-top=$(cd "$(dirname "$0")/.." && pwd)
-cp "$top"/benchmarks/bench*.py "$B/"
-cp "$top/tests/e2e/serving_standin.py" "$B/serving_workload.py"
-cp "$top/tests/gpu/serving_workload.py" "$B/serving_front.py"
+bench_bundle "$B"
+mkdir -p "$K/bin" "$K/py"
 ln -s "$CD2/usr/bin/containerd" "$CD2/usr/bin/containerd-shim-runc-v2" /bin/busybox "$K/bin/"
 cp "$CT_SRC/cri/cri.py" "$K/py/"
 cp "$CT_SRC/cri/containerd-node.toml" "$K/"

@@ -11,14 +11,7 @@ source "$(dirname "$0")/lib.sh"
 ct_setup runc podman docker-registry
 
 B=$T/bundle
-mkdir -p "$B/sbin" "$B/plugin" "$B/intree" "$B/bin"
-ln -s "$CRIU" "$B/sbin/criu"
-ln -s "$PLUGIN_DIR/cuda_plugin.so" "$B/plugin/cuda_plugin.so"
-cp "$MEMCHECK" "$B/bin/cuda_memcheck" # a copy: the containers see the bundle, not the build tree
-top=$(cd "$(dirname "$0")/.." && pwd)
-cp "$top"/benchmarks/bench*.py "$B/"
-cp "$top/tests/e2e/serving_standin.py" "$B/serving_workload.py"
-cp "$top/tests/gpu/serving_workload.py" "$B/serving_front.py"
+bench_bundle "$B"
 
 # What the benchmark writes into /etc for its runs, as it is before (present or not).
 etc_digest() { for f in /etc/criu/runc.conf /etc/criu/cuda_plugin.conf /etc/containers/policy.json; do echo "$f $(sha256sum 2>/dev/null <"$f" || echo absent)"; done; }

@@ -350,6 +350,21 @@ EOC
 	REGISTRY=127.0.0.1:$port
 }
 
+# bench_bundle DIR: a bundle laid out as scripts/gpu-bundle.sh lays it out, for a dry run of bench.py (fake
+# GPU): CRIU, the plugin, the CUDA workload, the benchmark's scripts, the stand-in server (serving_workload.py,
+# with the real server's HTTP front as serving_front.py: STANDIN_FRONT).
+bench_bundle() {
+	local b=$1 top
+	top=$(cd "$CT_SRC/.." && pwd)
+	mkdir -p "$b/sbin" "$b/plugin" "$b/intree" "$b/bin"
+	ln -s "$CRIU" "$b/sbin/criu"
+	ln -s "$PLUGIN_DIR/cuda_plugin.so" "$b/plugin/cuda_plugin.so"
+	cp "$MEMCHECK" "$b/bin/cuda_memcheck" # a copy: the containers see the bundle, not the build tree
+	cp "$top"/benchmarks/bench*.py "$b/"
+	cp "$top/tests/e2e/serving_standin.py" "$b/serving_workload.py"
+	cp "$top/tests/gpu/serving_workload.py" "$b/serving_front.py"
+}
+
 # expect_bench_options LOGS PATH BENCH-LOG: a dry run of bench.py --PATH (registry, cri) with ours and
 # ours-zstd: ours-zstd's dump of 1g compressed (compress=zstd reached the plugin through
 # /etc/criu/cuda_plugin.conf), ours's did not; the run's figures of each path logged.
