@@ -42,6 +42,9 @@ REPO = "cuda-criu-bench"
 NAMESPACE = "cuda-criu-bench"
 CHECKPOINT_ANNOTATION = "org.criu.checkpoint.container.name"  # containerd's CRI restores an image that has it
 LAYER = "application/vnd.oci.image.layer.v1.tar"
+# No AppArmor profile: left unsaid, containerd loads its default one where AppArmor is enabled, which needs
+# apparmor_parser (a GPU machine may have neither it nor the profile).
+UNCONFINED = {"profile_type": "Unconfined"}
 
 
 def kit():
@@ -203,7 +206,8 @@ class Node:
         config = self.message("PodSandboxConfig", {
             "metadata": {"name": name, "namespace": NAMESPACE, "uid": "uid-" + name, "attempt": 0},
             "log_directory": os.path.join(self.folder, "logs", name),
-            "linux": {"security_context": {"namespace_options": {"network": "NODE", "pid": "CONTAINER"}}}})
+            "linux": {"security_context": {"namespace_options": {"network": "NODE", "pid": "CONTAINER"},
+                                           "apparmor": UNCONFINED}}})
         os.makedirs(os.path.join(self.folder, "logs", name), exist_ok=True)
         return self.rt("RunPodSandbox", config=config).pod_sandbox_id, config
 
@@ -215,7 +219,8 @@ class Node:
             "log_path": name + ".log",
             "mounts": [{"container_path": p, "host_path": p, "readonly": ro} for p, ro in binds],
             "devices": [{"container_path": d, "host_path": d, "permissions": "rwm"} for d in gpu_devices()[1::2]],
-            "linux": {"security_context": {"namespace_options": {"network": "NODE", "pid": "CONTAINER"}}}})
+            "linux": {"security_context": {"namespace_options": {"network": "NODE", "pid": "CONTAINER"},
+                                           "apparmor": UNCONFINED}}})
         return self.rt("CreateContainer", pod_sandbox_id=pod, config=config, sandbox_config=pod_config).container_id
 
     def pid(self, ctr):
