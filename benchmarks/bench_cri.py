@@ -235,7 +235,11 @@ class Node:
         return None
 
     def stop(self):
-        """Every pod of the node stopped and removed, containerd stopped, what it left behind removed."""
+        """Every pod of the node stopped and removed, containerd stopped, what it left behind removed; its log
+        and its containers' output kept in the work folder's logs."""
+        keep = os.path.join(C.WORK, "logs", "-".join(self.folder.rstrip("/").split("/")[-2:]))
+        shutil.copytree(os.path.join(self.folder, "logs"), keep, dirs_exist_ok=True)
+        shutil.copy(os.path.join(self.folder, "containerd.log"), keep)
         try:
             for p in self.rt("ListPodSandbox").items:
                 self.rt("StopPodSandbox", pod_sandbox_id=p.id)
@@ -283,7 +287,8 @@ class PodWorkload(Workload):
         node.rt("StartContainer", container_id=self.ctr)
         self.ready_at = wait_for(f"{name} to be ready", lambda: state(self.state).get("status") or not self.running(), 600)
         if state(self.state).get("status") != "ok":
-            raise RuntimeError(f"{name}: {state(self.state) or 'no state file'}; its log: {node.folder}/logs/{name}")
+            raise RuntimeError(f"{name}: {state(self.state) or 'no state file'}; its output: the work folder's "
+                               f"logs/{os.path.basename(os.path.dirname(node.folder))}-{os.path.basename(node.folder)}/{name}")
         self.adopt()
         if kind == "serve":
             self.answers = {b: answer(self.port, b) for b in self.batches}
