@@ -33,8 +33,8 @@ import urllib.request
 
 import bench_common as C
 from bench_common import BUNDLE, SCENARIOS, VARIANTS, footprint, log
-from bench_registry import (Files, Registry, base_image_tar, gpu_devices, plugin_config, runc_binary, runc_wrapper,
-                            tools)
+from bench_registry import (Files, Registry, base_image_tar, gpu_device_nodes, plugin_config, runc_binary,
+                            runc_wrapper, tools)
 from bench_run import (BATCHES, Workload, answer, disk_read_bytes, drop_page_cache, parse_dump_log, parse_restore_log,
                        serving_weights, state, wait_for, workload_cmd)
 
@@ -42,9 +42,10 @@ REPO = "cuda-criu-bench"
 NAMESPACE = "cuda-criu-bench"
 CHECKPOINT_ANNOTATION = "org.criu.checkpoint.container.name"  # containerd's CRI restores an image that has it
 LAYER = "application/vnd.oci.image.layer.v1.tar"
-# No AppArmor profile: left unsaid, containerd loads its default one where AppArmor is enabled, which needs
+# Pods and containers on the host's network with a PID namespace each (the kubelet's default), and no
+# AppArmor profile: left unsaid, containerd loads its default one where AppArmor is enabled, which needs
 # apparmor_parser (a GPU machine may have neither it nor the profile).
-UNCONFINED = {"profile_type": "Unconfined"}
+SECURITY = {"namespace_options": {"network": "NODE", "pid": "CONTAINER"}, "apparmor": {"profile_type": "Unconfined"}}
 
 
 def kit():
@@ -159,25 +160,30 @@ class Node:
 
     def __init__(self, folder, kit_folder, bindir, pause):
         self.folder = folder
+        self.kept = os.path.join(C.WORK, "logs", "-".join(folder.rstrip("/").split("/")[-2:]))  # see stop()
         os.makedirs(os.path.join(folder, "logs"), exist_ok=True)
         self.socket = os.path.join(folder, "containerd.sock")
+        cri = cri_client(kit_folder)
+        self.client = cri.Cri(os.path.join(kit_folder, "py"), self.socket, 600)
+        self.failed = cri.CallFailed
+        self.pb = self.client.pb
         conf = os.path.join(folder, "config.toml")
         with open(os.path.join(kit_folder, "containerd-node.toml")) as f:
             text = f.read()
         with open(conf, "w") as f:
             f.write(text.replace("@NODE@", folder).replace("@RUNC@", f"{bindir}/runc").replace("@PAUSE@", pause))
         env = dict(os.environ, PATH=f"{bindir}:{kit_folder}/bin:{os.environ['PATH']}")
+        # Last: a node whose containerd runs is one the caller stops.
         self.proc = subprocess.Popen([os.path.join(kit_folder, "bin", "containerd"), "--config", conf], env=env,
                                      stdin=subprocess.DEVNULL, stdout=open(os.path.join(folder, "containerd.log"), "w"),
                                      stderr=subprocess.STDOUT, start_new_session=True)
-        cri = cri_client(kit_folder)
-        self.client = cri.Cri(os.path.join(kit_folder, "py"), self.socket, 600)
-        self.failed = cri.CallFailed
-        self.pb = self.client.pb
 
+    def wait_ready(self):
+        """Until containerd serves its CRI (stop() ends it either way)."""
         def up():
             if self.proc.poll() is not None:
-                raise RuntimeError(f"containerd exited ({self.proc.returncode}): see {folder}/containerd.log")
+                raise RuntimeError(f"containerd exited ({self.proc.returncode}): its log is the work folder's "
+                                   f"logs/{os.path.basename(self.kept)}/containerd.log")
             try:
                 self.client.request("runtime.v1.RuntimeService", "Version", timeout=5)
                 return True
@@ -206,8 +212,7 @@ class Node:
         config = self.message("PodSandboxConfig", {
             "metadata": {"name": name, "namespace": NAMESPACE, "uid": "uid-" + name, "attempt": 0},
             "log_directory": os.path.join(self.folder, "logs", name),
-            "linux": {"security_context": {"namespace_options": {"network": "NODE", "pid": "CONTAINER"},
-                                           "apparmor": UNCONFINED}}})
+            "linux": {"security_context": SECURITY}})
         os.makedirs(os.path.join(self.folder, "logs", name), exist_ok=True)
         return self.rt("RunPodSandbox", config=config).pod_sandbox_id, config
 
@@ -218,9 +223,8 @@ class Node:
             "envs": [{"key": k, "value": base64.b64encode(v.encode()).decode()} for k, v in envs.items()],
             "log_path": name + ".log",
             "mounts": [{"container_path": p, "host_path": p, "readonly": ro} for p, ro in binds],
-            "devices": [{"container_path": d, "host_path": d, "permissions": "rwm"} for d in gpu_devices()[1::2]],
-            "linux": {"security_context": {"namespace_options": {"network": "NODE", "pid": "CONTAINER"},
-                                           "apparmor": UNCONFINED}}})
+            "devices": [{"container_path": d, "host_path": d, "permissions": "rwm"} for d in gpu_device_nodes()],
+            "linux": {"security_context": SECURITY}})
         return self.rt("CreateContainer", pod_sandbox_id=pod, config=config, sandbox_config=pod_config).container_id
 
     def pid(self, ctr):
@@ -237,9 +241,8 @@ class Node:
     def stop(self):
         """Every pod of the node stopped and removed, containerd stopped, what it left behind removed; its log
         and its containers' output kept in the work folder's logs."""
-        keep = os.path.join(C.WORK, "logs", "-".join(self.folder.rstrip("/").split("/")[-2:]))
-        shutil.copytree(os.path.join(self.folder, "logs"), keep, dirs_exist_ok=True)
-        shutil.copy(os.path.join(self.folder, "containerd.log"), keep)
+        shutil.copytree(os.path.join(self.folder, "logs"), self.kept, dirs_exist_ok=True)
+        shutil.copy(os.path.join(self.folder, "containerd.log"), self.kept)
         try:
             for p in self.rt("ListPodSandbox").items:
                 self.rt("StopPodSandbox", pod_sandbox_id=p.id)
@@ -288,7 +291,7 @@ class PodWorkload(Workload):
         self.ready_at = wait_for(f"{name} to be ready", lambda: state(self.state).get("status") or not self.running(), 600)
         if state(self.state).get("status") != "ok":
             raise RuntimeError(f"{name}: {state(self.state) or 'no state file'}; its output: the work folder's "
-                               f"logs/{os.path.basename(os.path.dirname(node.folder))}-{os.path.basename(node.folder)}/{name}")
+                               f"logs/{os.path.basename(node.kept)}/{name}")
         self.adopt()
         if kind == "serve":
             self.answers = {b: answer(self.port, b) for b in self.batches}
@@ -347,6 +350,7 @@ def one_variant(scenario, variant, kit_folder, runc, registry_binary, files, out
                            ["/busybox", "sleep", "2147483647"])
         node1 = Node(os.path.join(top, "node1"), kit_folder, bindir, pause)
         nodes.append(node1)
+        node1.wait_ready()
         node1.pull(base)
         log(f"{name}: the workload as a pod's container on node 1 ({len(binds)} binds)")
         w = PodWorkload(node1, base, kind, size, name, extra, binds)
@@ -373,6 +377,7 @@ def one_variant(scenario, variant, kit_folder, runc, registry_binary, files, out
             f"checkpoint image built and pushed in {r['image_push_s']:.1f} s; node 2 pulls it and restores it")
         node2 = Node(os.path.join(top, "node2"), kit_folder, bindir, pause)
         nodes.append(node2)
+        node2.wait_ready()
         t = time.monotonic()
         node2.pull(image)
         r["pull_s"] = time.monotonic() - t

@@ -259,13 +259,13 @@ def ulimits():
             for a in ("--ulimit", "{0}={1}:{1}".format(name, min(resource.getrlimit(limit)[0], most)))]
 
 
-def gpu_devices():
-    """--device for each NVIDIA device node of the host (the fake GPU has none)."""
+def gpu_device_nodes():
+    """The host's NVIDIA device nodes (the fake GPU has none)."""
     nodes = [os.path.join("/dev", n) for n in sorted(os.listdir("/dev")) if n.startswith("nvidia")]
     caps = "/dev/nvidia-caps"
     if os.path.isdir(caps):
         nodes = [n for n in nodes if n != caps] + [os.path.join(caps, n) for n in sorted(os.listdir(caps))]
-    return [a for n in nodes for a in ("--device", n)]
+    return nodes
 
 
 class ContainerWorkload(Workload):
@@ -293,7 +293,7 @@ class ContainerWorkload(Workload):
         # installed (as the GPU machine would be) could not start the container.
         pod("run", "-d", "--name", name, "--network", "host", "--security-opt", "label=disable",
             "--security-opt", "apparmor=unconfined", "--env-host", "--env", f"HOME={C.WORK}",
-            "--shm-size", "1g", *ulimits(), *gpu_devices(), *mount_options(paths), *envs,
+            "--shm-size", "1g", *ulimits(), *[a for n in gpu_device_nodes() for a in ("--device", n)], *mount_options(paths), *envs,
             image, *cmd)
         self.ready_at = wait_for(f"{name} to be ready", lambda: state(self.state).get("status") or not self.running(), 600)
         if state(self.state).get("status") != "ok":

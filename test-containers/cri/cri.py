@@ -9,8 +9,8 @@ The messages' code is generated from the api.proto of Debian's golang-k8s-cri-ap
 (Debian's python3-grpc-tools, whose protoc predates the field option debug_redact: the copy it reads has
 that option taken out, nothing else). The calls go over gRPC's HTTP/2 mapping with Debian's h2 (pure
 Python, as is protobuf's own implementation): so the client runs on any Python 3 with those folders on its
-path, a node's Python included, where no grpcio is built for it. Commands (configurations are JSON files in the protobuf JSON mapping of
-PodSandboxConfig and ContainerConfig):
+path, a node's Python included, where no grpcio is built for it. Commands (configurations are JSON files in
+the protobuf JSON mapping of PodSandboxConfig and ContainerConfig):
 
     version                           RuntimeName RuntimeVersion RuntimeApiVersion
     pull IMAGE                        the image's reference, pulled by the runtime (ImageService.PullImage)
