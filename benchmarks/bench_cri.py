@@ -28,6 +28,7 @@ import subprocess
 import sys
 import tarfile
 import time
+import traceback
 import urllib.parse
 import urllib.request
 
@@ -73,6 +74,16 @@ def cri_client(kit_folder):
     py = os.path.join(kit_folder, "py")
     if py not in sys.path:
         sys.path.insert(0, py)
+    # The kit's protobuf alone, whatever this Python has: its own `google` may be a regular package (an
+    # __init__.py extending its path) or one that its site-packages' .pth files made at start, and the
+    # kit's protobuf would load a compiled part of another version from there (google._upb). This process
+    # needs no other google package.
+    import google
+    ours = os.path.join(py, "google")
+    if list(google.__path__) != [ours]:
+        google.__path__ = [ours]
+        for m in [m for m in sys.modules if m.startswith(("google.protobuf", "google._upb"))]:
+            del sys.modules[m]
     import cri
     return cri
 
@@ -425,7 +436,8 @@ def through_cri(scenario, out, failures):
             try:
                 one_variant(scenario, variant, kit_folder, runc, registry, files, out)
             except Exception as e:  # noqa: BLE001 (the next variant runs)
-                log(f"{scenario} {variant} through the CRI: FAILED: {e}")
+                where = "".join(traceback.format_tb(e.__traceback__)[-3:]).rstrip()
+                log(f"{scenario} {variant} through the CRI: FAILED: {type(e).__name__}: {e}\n{where}")
                 failures.append({"scenario": f"{scenario} (CRI)", "variant": variant, "round": 0, "error": str(e)})
     finally:
         files.restore()
