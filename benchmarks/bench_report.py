@@ -365,21 +365,32 @@ def cri_lines(cold):
 
 
 def registry_panel(ax, rows, variants):
-    """From the pull to the first answer on the second host, per variant: the pull, then the restore."""
+    """From the pull to the first answer on the second host, per variant: the pull, then the restore (podman's
+    --registry and containerd's --cri rows alike)."""
+    def label(c):
+        if CRI in c["what"]:
+            return c["what"].replace(CRI, ": CRI, ")
+        return c["what"].replace(REGISTRY, ": podman, ")
+
+    def layer(c):
+        if CRI in c["what"]:
+            return f"{c['archive_gib']:.1f} GiB uncompressed"
+        return f"{c['layer_gib']:.1f} GiB {c['layer_compression']}"
+
     ys = list(range(len(rows)))
     for y, c in zip(ys, rows):
         color = variant_color(c["variant"], variants)
         ax.barh(y, c["pull_s"], 0.6, color=color, alpha=0.45, hatch="//")
         ax.barh(y, c["ready_s"], 0.6, left=c["pull_s"], color=color)
-        ax.annotate(f"{c['seconds']:.2f} s ({c['layer_gib']:.1f} GiB {c['layer_compression']})", (c["seconds"], y),
-                    xytext=(4, 0), textcoords="offset points", va="center", fontsize=8)
-    ax.set_yticks(ys, [c["what"].replace(REGISTRY, ": ") for c in rows], fontsize=8)
+        ax.annotate(f"{c['seconds']:.2f} s ({layer(c)})", (c["seconds"], y), xytext=(4, 0), textcoords="offset points",
+                    va="center", fontsize=8)
+    ax.set_yticks(ys, [label(c) for c in rows], fontsize=8)
     ax.invert_yaxis()
     ax.set_xlim(0, max(c["seconds"] for c in rows) * 1.45)
     ax.set_title("through a registry: from the pull to the first answer on a second host", fontsize=10)
     ax.set_xlabel("seconds", fontsize=9)
     ax.bar([0], [0], color="grey", alpha=0.45, hatch="//", label="pull (the registry's layers)")  # legend keys only
-    ax.bar([0], [0], color="grey", label="restore, page cache dropped, to the first answer")
+    ax.bar([0], [0], color="grey", label="restore (CRI: StartContainer), page cache dropped, to the first answer")
     ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False)
 
 
@@ -397,7 +408,7 @@ def plot_phases(table, rate_table, scenarios, variants, cold, path):
     replicas = [c for c in cold if " replicas restored at once" in c["what"] or " cold starts at once" in c["what"]]
     others = [v for v in variants if v != C.BASELINE]
     has_ratios = C.BASELINE in variants and bool(others)
-    registry = [c for c in cold if REGISTRY in c["what"]]
+    registry = [c for c in cold if REGISTRY in c["what"] or CRI in c["what"]]
     npanels = 4 + has_ratios + bool(replicas) + bool(registry)
     ncols = 2
     nrows = (npanels + ncols - 1) // ncols
