@@ -35,6 +35,10 @@ struct CriuSymbols {
 				unsigned long offset) = nullptr;
 	// Set by criu-patches/0008: the same from a file the plugin holds open (a memfd); 0 or -errno.
 	int (*restore_map_fd)(int pid, unsigned long start, unsigned long end, int fd, unsigned long offset) = nullptr;
+	// Set by criu-patches/0009: CRIU calls fn(arg) once it has dumped every task, before its inventory,
+	// and fails the dump when it returns non-zero; 0 or -errno. Without it the plugin writes its GPU image
+	// in CHECKPOINT_DEVICES, before CRIU dumps the tasks.
+	int (*dump_before_inventory)(int (*fn)(void *arg), void *arg) = nullptr;
 
 	// Set by criu-patches/0007: a dump that succeeded is reported failed once the plugin sets it (its
 	// exit hook could not return a task to the state it was found in). Without it CRIU says success.

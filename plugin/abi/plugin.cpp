@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <climits>
 #include <cstring>
 #include <memory>
 #include <new>
@@ -58,6 +59,8 @@ struct State {
 	std::unique_ptr<InheritedDevicesRestore> inherited_restore;
 	bool inventory_added = false;
 	bool image_written = false;
+	std::shared_ptr<Background> gpu_write; // dump: the GPU image, written while CRIU dumps the tasks
+	Status gpu_write_status;               // its result, once gpu_write is done
 	bool maps_image = false; // restore: CRIU was asked to map GPU state from the image
 	std::shared_ptr<Background> driver_load; // restore: libcuda and NVML loaded while CRIU restores memory
 };
@@ -284,6 +287,13 @@ static void cuda_plugin_fini(int stage, int ret)
 		std::unique_ptr<State> s(std::exchange(g_state, nullptr));
 		if (!s)
 			return 0;
+		if (s->gpu_write) { // the dump failed before CRIU waited for the GPU image's write
+			s->gpu_write->wait(UINT_MAX);
+			s->gpu_write.reset();
+			log_flush_queued();
+			if (!s->gpu_write_status)
+				LOG_ERROR("%s", s->gpu_write_status.error().message().c_str());
+		}
 		if (stage == CR_PLUGIN_STAGE__DUMP && s->dump && s->dump->has_cuda_processes()) {
 			std::optional<bool> keep = s->criu.tasks_keep_running();
 			if (!keep)
@@ -311,6 +321,47 @@ static int cuda_plugin_pause_devices(int pid)
 	return claim_hook("PAUSE_DEVICES", &State::dump, [pid](DumpSession &d) { return d.pause(pid); });
 }
 
+// cuda-plugin.img, once the GPU state is stored (its ids are in it).
+static int write_plugin_image(State &s)
+{
+	if (auto st = write_image(s.criu.get_image_dir(), s.dump->image_record()); !st)
+		return fail(std::move(st).error().context("%s", "cannot write the CUDA plugin's image"));
+	return 0;
+}
+
+// CRIU, once it has dumped every task and before its inventory (criu-patches/0009): waits for the GPU
+// image's write, then writes cuda-plugin.img; a failed write fails the dump while the tasks are still
+// CRIU's to let go as they were.
+static int cuda_plugin_before_inventory(void *)
+{
+	return hook_barrier("before the inventory", [&] {
+		if (!g_state || !g_state->gpu_write)
+			return 0;
+		State &s = *g_state;
+		s.gpu_write->wait(UINT_MAX);
+		s.gpu_write.reset();
+		log_flush_queued(); // the write's lines
+		if (!s.gpu_write_status)
+			return fail(s.gpu_write_status.error());
+		return write_plugin_image(s);
+	});
+}
+
+// Writes the GPU image on a thread of ours while CRIU dumps the tasks (their memory, files, namespaces:
+// nothing of it needs the GPU image), where this CRIU waits for it before its inventory. false: it would
+// not wait; write it now.
+static bool start_gpu_write(State &s)
+{
+	if (!s.options.write_while_dumping || !s.criu.dump_before_inventory ||
+	    s.criu.dump_before_inventory(cuda_plugin_before_inventory, nullptr) != 0)
+		return false;
+	DumpSession *dump = s.dump.get();
+	Status *result = &s.gpu_write_status;
+	s.gpu_write = Background::start(use_own_fs_context, [dump, result] { *result = dump->write_gpu_image(); }, 5000);
+	LOG_INFO("%s", "GPU image: written while CRIU dumps the processes");
+	return true;
+}
+
 static int cuda_plugin_checkpoint_devices(int pid)
 {
 	return hook_barrier("CHECKPOINT_DEVICES", [&] {
@@ -328,14 +379,18 @@ static int cuda_plugin_checkpoint_devices(int pid)
 				skip = [f = s.criu.dump_skip_pages](pid_t p, uint64_t start, uint64_t end) {
 					return f(p, start, end);
 				};
-			if (auto st = s.dump->store_gpu_image(s.criu.get_image_dir(), skip); !st)
-				return fail(st.error());
-			ImageRecord record = s.dump->image_record();
-			if (!record.gpu_image_id.empty())
+			auto own = s.dump->leave_gpu_state_out(s.criu.get_image_dir(), skip);
+			if (!own)
+				return fail(own.error());
+			if (*own) {
 				if (int rc = add_gpu_image_to_inventory(s))
 					return rc;
-			if (auto st = write_image(s.criu.get_image_dir(), record); !st)
-				return fail(std::move(st).error().context("%s", "cannot write the CUDA plugin's image"));
+				if (start_gpu_write(s))
+					return 0; // cuda-plugin.img once the GPU image is written (cuda_plugin_before_inventory)
+				if (auto st = s.dump->write_gpu_image(); !st)
+					return fail(st.error());
+			}
+			return write_plugin_image(s);
 		}
 		return 0;
 	});

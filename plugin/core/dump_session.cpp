@@ -464,17 +464,32 @@ Result<bool> DumpSession::checkpoint(pid_t pid)
 	return true;
 }
 
-Status DumpSession::store_gpu_image(int dir_fd, const SkipPages &skip)
+std::vector<GpuSaveTarget> DumpSession::gpu_save_targets(uint64_t *bytes) const
 {
 	std::vector<GpuSaveTarget> targets;
-	uint64_t bytes = 0;
+	*bytes = 0;
 	for (const Proc &p : procs_)
 		if (p.checkpointed_by_us && !p.checkpoint_ranges.empty()) {
 			targets.push_back({p.pid, p.ns_pid, p.checkpoint_ranges});
-			bytes += total_bytes(p.checkpoint_ranges);
+			*bytes += total_bytes(p.checkpoint_ranges);
 		}
+	return targets;
+}
+
+Status DumpSession::store_gpu_image(int dir_fd, const SkipPages &skip)
+{
+	auto own = leave_gpu_state_out(dir_fd, skip);
+	if (!own)
+		return std::move(own).error();
+	return *own ? write_gpu_image() : Status{};
+}
+
+Result<bool> DumpSession::leave_gpu_state_out(int dir_fd, const SkipPages &skip)
+{
+	uint64_t bytes = 0;
+	std::vector<GpuSaveTarget> targets = gpu_save_targets(&bytes);
 	if (targets.empty())
-		return {};
+		return false;
 	unsigned threads = gpu_io_threads(options_.io_threads, bytes);
 	// CRIU's pages images keep the GPU state: the plugin still records a checksum of every chunk, which the
 	// restore checks over the memory CRIU restored, before the driver's restore.
@@ -493,17 +508,22 @@ Status DumpSession::store_gpu_image(int dir_fd, const SkipPages &skip)
 					 seconds(index->write_us).c_str());
 		return {};
 	};
+	auto kept_in_criu = [&](const char *why) -> Result<bool> {
+		if (Status st = keep_in_criu(why); !st)
+			return std::move(st).error();
+		return false;
+	};
 	if (options_.gpu_image == GpuImage::Criu)
-		return keep_in_criu("gpu-image=criu");
+		return kept_in_criu("gpu-image=criu");
 	if (!skip)
-		return keep_in_criu("this CRIU cannot leave pages to a plugin; criu-patches/0004 adds that");
+		return kept_in_criu("this CRIU cannot leave pages to a plugin; criu-patches/0004 adds that");
 	// The first request tells whether this dump can leave pages out at all; the rest must then succeed.
 	bool first = true;
 	for (const GpuSaveTarget &t : targets)
 		for (const MemoryRange &r : t.ranges) {
 			int rc = skip(t.pid, r.start, r.end);
 			if (rc == -EOPNOTSUPP && first)
-				return keep_in_criu("this dump cannot leave pages out (lazy pages or the image streamer; a "
+				return kept_in_criu("this dump cannot leave pages out (lazy pages or the image streamer; a "
 						    "page server with an older criu-patches/0004: CRIU's log says which)");
 			if (rc != 0)
 				return make_error(rc < 0 ? -rc : EIO,
@@ -512,6 +532,16 @@ Status DumpSession::store_gpu_image(int dir_fd, const SkipPages &skip)
 						  t.pid, r.start, r.end, std::strerror(rc < 0 ? -rc : EIO));
 			first = false;
 		}
+	write_dir_fd_ = dir_fd;
+	return true;
+}
+
+Status DumpSession::write_gpu_image()
+{
+	int dir_fd = write_dir_fd_;
+	uint64_t bytes = 0;
+	std::vector<GpuSaveTarget> targets = gpu_save_targets(&bytes);
+	unsigned threads = gpu_io_threads(options_.io_threads, bytes);
 	// A dump given a parent image (--prev-images-dir) references the parent's chunks it finds unchanged.
 	auto parent = read_parent_gpu_image(dir_fd);
 	if (!parent)

@@ -14,6 +14,7 @@
 #include "base/result.h"
 #include "core/driver_calls.h"
 #include "core/dump_preflight.h"
+#include "core/gpu_store.h"
 #include "core/guard.h"
 #include "core/options.h"
 #include "driver/driver.h"
@@ -50,6 +51,13 @@ public:
 	// processes' GPU state in the plugin's own files in dir_fd (core/gpu_store.h) and has CRIU leave those
 	// pages out of its pages images; otherwise logs why CRIU keeps them and records their checksums.
 	Status store_gpu_image(int dir_fd, const SkipPages &skip);
+	// The same in two steps, so that the write can run while CRIU dumps the tasks (criu-patches/0009):
+	// leave_gpu_state_out, on CRIU's thread in CHECKPOINT_DEVICES, has CRIU leave the GPU state out of its
+	// pages images and answers true when the plugin must then write it (write_gpu_image, on any thread
+	// while the tasks stay stopped), or does all there is to do and answers false (CRIU's pages images keep
+	// the GPU state, or there is none).
+	Result<bool> leave_gpu_state_out(int dir_fd, const SkipPages &skip);
+	Status write_gpu_image();
 
 	// Whether pid may have its NVIDIA device files replaced by inert stand-ins (core/inherited_devices.h):
 	// only when the driver said at its pause that it has no CUDA state and each NVIDIA file it holds is
@@ -63,6 +71,8 @@ public:
 	std::string summary() const;
 
 private:
+	std::vector<GpuSaveTarget> gpu_save_targets(uint64_t *bytes) const;
+
 	struct Proc {
 		pid_t pid = 0;
 		pid_t ns_pid = 0;
@@ -122,6 +132,7 @@ private:
 	std::string gpu_image_id_;  // set once the plugin stored the GPU state
 	std::string gpu_checksums_id_; // set once it recorded checksums of the GPU state CRIU stores
 	int gpu_image_dir_fd_ = -1;          // where it wrote them (CRIU's fd)
+	int write_dir_fd_ = -1;              // where write_gpu_image writes them (CRIU's fd)
 	std::vector<GpuDataFile> gpu_files_; // the data files it wrote
 	std::string gpu_image_note_; // for the summary: what was stored, or who keeps the GPU state
 };

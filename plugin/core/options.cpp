@@ -102,6 +102,7 @@ const Key kKeys[] = {
 	 }},
 	{"huge-pages", [](Options &o, const std::string &v) { return set_auto_off(o.huge_pages, v); }},
 	{"map-image", [](Options &o, const std::string &v) { return set_auto_off(o.map_image, v); }},
+	{"write-while-dumping", [](Options &o, const std::string &v) { return set_auto_off(o.write_while_dumping, v); }},
 	{"ledger",
 	 [](Options &o, const std::string &v) -> Status {
 		 if (v.size() < 2 || v[0] != '/' || v.back() == '/')

@@ -34,6 +34,9 @@ struct Options {
 	unsigned io_threads = 0;                 // io-threads: writers/readers of the GPU image, 0 = auto
 	int zstd_level = 0;                      // compress: off (0), zstd (1) or zstd:LEVEL; the GPU image's chunks
 	bool map_image = true;                   // map-image: auto (true) or off; see core/mapped_restore.h
+	// write-while-dumping: auto (true): the GPU image is written while CRIU dumps the tasks, where CRIU waits
+	// for it before its inventory (criu-patches/0009); off: in CHECKPOINT_DEVICES, before CRIU goes on.
+	bool write_while_dumping = true;
 	// huge-pages: auto (true): the driver's checkpoint buffer put on huge pages and populated by the
 	// plugin's threads (os/checkpoint_buffer.h); off: left to the driver.
 	bool huge_pages = true;

@@ -38,6 +38,12 @@ must_fail() {
 
 # 1. The plugin stores the GPU state; CRIU's pages images do not hold it; the restore checks and writes it.
 dump_gpu base
+# written on the plugin's threads while CRIU dumped the process (criu-patches/0009), before CRIU's inventory
+expect_log "$T/dump.log" "cuda_plugin: GPU image: written while CRIU dumps the processes" \
+	"the GPU image was not written while CRIU dumped the process"
+[ "$(grep -n 'GPU image: written while CRIU dumps' "$T/dump.log" | cut -d: -f1)" -lt \
+	"$(grep -n 'Writing image inventory' "$T/dump.log" | cut -d: -f1)" ] ||
+	fail "the GPU image's write did not start before CRIU's inventory"
 expect_log "$T/dump.log" "GPU image: [0-9.]+ MiB of GPU state, [0-9.]+ MiB written \(([5-9][0-9])\.[0-9]% zero pages\) into [1-9][0-9]* file" \
 	"no summary of the GPU image (or too few zero pages left out)"
 [ -f "$img/cuda-gpu.img" ] && [ -f "$img/cuda-gpu-0.img" ] || fail "no GPU image files"

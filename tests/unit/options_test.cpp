@@ -150,5 +150,19 @@ TEST(GpuUuid, ParseAndPrint)
 	EXPECT_FALSE(GpuUuid::parse("GPU-0123456789abcdef0123456789abcdeg").ok());
 }
 
+TEST(Options, WriteWhileDumpingIsAutoByDefaultOrOff)
+{
+	auto o = load_options(no_file({}));
+	ASSERT_TRUE(o.ok());
+	EXPECT_TRUE(o->write_while_dumping);
+	o = load_options(no_file({{"CUDA_CRIU_WRITE_WHILE_DUMPING", "off"}}));
+	ASSERT_TRUE(o.ok());
+	EXPECT_FALSE(o->write_while_dumping);
+	o = load_options(no_file({{"CUDA_CRIU_WRITE_WHILE_DUMPING", "later"}}));
+	ASSERT_FALSE(o.ok());
+	EXPECT_NE(o.error().message().find("write-while-dumping: 'later' is neither auto nor off"), std::string::npos)
+		<< o.error().message();
+}
+
 } // namespace
 } // namespace cuda_criu
