@@ -135,7 +135,29 @@ expect_log "$LOG" "dump failed: the GPU image's files \([0-9]+\) removed" "full-
 log "full-pages: $(grep -m1 -oE 'Error \(criu/[^)]*\): .*No space left on device' "$LOG"); left in the directory: $(plugin_files "$M") and CRIU's partial images, no inventory.img"
 must_not_restore full-pages "$M" "$pid"
 
-# 2c. The room preflight: a tmpfs of 4 MiB for 16 MiB of private memory. Refused before any lock: the
+# 2c. The GPU image's write fails while CRIU dumps the process and CRIU's own dump succeeds (a folder where
+#     the first data file goes): CRIU waits for the write before its inventory (criu-patches/0009) and
+#     fails the dump there; the process runs on, no inventory, nothing of the plugin's left.
+start_memcheck gpu-write-late 16
+pid=$LAST_PID
+M="$T/gpu-write-late"
+mkdir -p "$M/cuda-gpu-0.img"
+if cdump gpu-write-late "$pid" "$M"; then fail "gpu-write-late: the dump succeeded without its GPU image"; fi
+expect_log "$LOG" "cuda_plugin: GPU image: written while CRIU dumps the processes" \
+	"gpu-write-late: the GPU image was not written while CRIU dumped the process"
+expect_log "$LOG" "Error \(cuda_plugin\): cannot store the GPU image \(the dump fails; every process is returned to its state\): .*cuda-gpu-0\.img.*Is a directory" \
+	"gpu-write-late: the error does not name the file and EISDIR"
+expect_log "$LOG" "A plugin's work before the inventory failed" "gpu-write-late: CRIU did not fail the dump before its inventory"
+expect_log "$LOG" "all CUDA processes are back as they were found" "gpu-write-late: no rollback"
+expect_healthy "$STATE"
+[ "$(cuda_state "$pid")" = running ] || fail "gpu-write-late: the process is $(cuda_state "$pid")"
+[ ! -e "$M/inventory.img" ] || fail "gpu-write-late: CRIU wrote its inventory"
+rmdir "$M/cuda-gpu-0.img" || fail "gpu-write-late: something was written into the folder in the way"
+[ -z "$(plugin_files "$M")" ] || fail "gpu-write-late: the failed dump left $(plugin_files "$M")"
+log "gpu-write-late: $(grep -m1 -oE "A plugin's work before the inventory failed" "$LOG"); process running, no inventory"
+must_not_restore gpu-write-late "$M" "$pid"
+
+# 2d. The room preflight: a tmpfs of 4 MiB for 16 MiB of private memory. Refused before any lock: the
 #     fake driver would fail a lock (FAKEGPU_FAIL=lock in CRIU's environment), and no lock is logged.
 start_memcheck no-room 16 --zero-mb 32
 pid=$LAST_PID
