@@ -357,7 +357,18 @@ static bool start_gpu_write(State &s)
 		return false;
 	DumpSession *dump = s.dump.get();
 	Status *result = &s.gpu_write_status;
-	s.gpu_write = Background::start(use_own_fs_context, [dump, result] { *result = dump->write_gpu_image(); }, 5000);
+	s.gpu_write = Background::start(
+		use_own_fs_context,
+		[dump, result] {
+			try { // nothing may escape a thread inside CRIU
+				*result = dump->write_gpu_image();
+			} catch (const std::exception &e) {
+				*result = make_error(EIO, "cannot store the GPU image: internal error: %s", e.what());
+			} catch (...) {
+				*result = make_error(EIO, "%s", "cannot store the GPU image: internal error");
+			}
+		},
+		5000);
 	LOG_INFO("%s", "GPU image: written while CRIU dumps the processes");
 	return true;
 }
