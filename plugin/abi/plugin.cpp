@@ -21,6 +21,7 @@ extern "C" {
 }
 
 #include "abi/criu_symbols.h"
+#include "base/clock.h"
 #include "base/log.h"
 #include "core/criu_errno.h"
 #include "core/background.h"
@@ -338,11 +339,14 @@ static int cuda_plugin_before_inventory(void *)
 		if (!g_state || !g_state->gpu_write)
 			return 0;
 		State &s = *g_state;
+		uint64_t t0 = now_us();
 		s.gpu_write->wait(UINT_MAX);
 		s.gpu_write.reset();
 		log_flush_queued(); // the write's lines
 		if (!s.gpu_write_status)
 			return fail(s.gpu_write_status.error());
+		LOG_INFO("GPU image: CRIU waited %.3f s for its write once it had dumped the processes",
+			 static_cast<double>(now_us() - t0) / 1e6);
 		return write_plugin_image(s);
 	});
 }
