@@ -340,9 +340,10 @@ static int cuda_plugin_before_inventory(void *)
 			return 0;
 		State &s = *g_state;
 		uint64_t t0 = now_us();
-		s.gpu_write->wait(UINT_MAX);
+		while (!s.gpu_write->done_within(500))
+			log_flush_queued(); // the write's progress lines, as they come
 		s.gpu_write.reset();
-		log_flush_queued(); // the write's lines
+		log_flush_queued();
 		if (!s.gpu_write_status)
 			return fail(s.gpu_write_status.error());
 		LOG_INFO("GPU image: CRIU waited %.3f s for its write once it had dumped the processes",

@@ -34,4 +34,10 @@ bool Background::wait(unsigned timeout_ms)
 	return done_;
 }
 
+bool Background::done_within(unsigned timeout_ms)
+{
+	std::unique_lock<std::mutex> g(mu_);
+	return cv_.wait_for(g, std::chrono::milliseconds(timeout_ms), [this] { return done_; });
+}
+
 } // namespace cuda_criu

@@ -22,6 +22,9 @@ public:
 	// true once the work returned; false when it did not within timeout_ms. After one wait in vain, later
 	// waits do not wait again.
 	bool wait(unsigned timeout_ms);
+	// true once the work returned, after waiting at most timeout_ms; unlike wait(), every call waits (for a
+	// waiter that does other work between its waits).
+	bool done_within(unsigned timeout_ms);
 
 private:
 	std::mutex mu_;

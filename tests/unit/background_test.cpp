@@ -38,5 +38,20 @@ TEST(Background, AWedgedLoadIsGivenUpOnceAndNotWaitedForAgain)
 	EXPECT_TRUE(w->wait(0));
 }
 
+TEST(Background, DoneWithinWaitsEveryTimeUntilTheWorkReturns)
+{
+	auto release = std::make_shared<std::atomic<bool>>(false);
+	auto w = Background::start([] {}, [release] {
+		while (!*release)
+			std::this_thread::sleep_for(std::chrono::milliseconds(5));
+	}, 5000);
+	EXPECT_FALSE(w->done_within(50));
+	auto t0 = std::chrono::steady_clock::now();
+	EXPECT_FALSE(w->done_within(50)); // waits again, unlike wait() after a wait in vain
+	EXPECT_GE(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(40));
+	*release = true;
+	EXPECT_TRUE(w->done_within(5000));
+}
+
 } // namespace
 } // namespace cuda_criu
