@@ -74,16 +74,18 @@ def cri_client(kit_folder):
     py = os.path.join(kit_folder, "py")
     if py not in sys.path:
         sys.path.insert(0, py)
-    # The kit's protobuf alone, whatever this Python has: its own `google` may be a regular package (an
-    # __init__.py extending its path) or one that its site-packages' .pth files made at start, and the
-    # kit's protobuf would load a compiled part of another version from there (google._upb). This process
-    # needs no other google package.
-    import google
+    # Where the kit carries protobuf (the GPU bundle's kit), its protobuf alone, whatever this Python has:
+    # its own `google` may be a regular package (an __init__.py extending its path) or one that its
+    # site-packages' .pth files made at start, and the kit's protobuf would load a compiled part of another
+    # version from there (google._upb). This process needs no other google package. A kit without it
+    # (the tests' own) uses this Python's.
     ours = os.path.join(py, "google")
-    if list(google.__path__) != [ours]:
-        google.__path__ = [ours]
-        for m in [m for m in sys.modules if m.startswith(("google.protobuf", "google._upb"))]:
-            del sys.modules[m]
+    if os.path.isdir(ours):
+        import google
+        if list(google.__path__) != [ours]:
+            google.__path__ = [ours]
+            for m in [m for m in sys.modules if m.startswith(("google.protobuf", "google._upb"))]:
+                del sys.modules[m]
     import cri
     return cri
 
