@@ -369,6 +369,12 @@ def one_variant(scenario, variant, kit_folder, runc, registry_binary, files, out
         w = PodWorkload(node1, base, kind, size, name, extra, binds)
         log(f"{name}: ready {w.ready_at - w.t0:.1f} s after its start; CheckpointContainer")
         archive = os.path.join(top, "checkpoint.tar")
+        # The workload rewrites its state file (a temporary file, then renamed) every ~0.2 s: a checkpoint taken
+        # during a write dumps the open temporary file, which the workload, left running by the CRI, renames
+        # away before the restore (CRIU: "Can't open file ... on restore"). So the checkpoint begins right
+        # after a rewrite, in the pause before the next one.
+        last = w.iterations()
+        wait_for(f"{name} to rewrite its state file", lambda: w.iterations() != last, 10)
         t = time.monotonic()
         node1.rt("CheckpointContainer", container_id=w.ctr, location=archive, timeout=600)
         r["checkpoint_cmd_s"] = time.monotonic() - t
