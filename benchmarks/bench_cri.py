@@ -36,7 +36,7 @@ import bench_common as C
 from bench_common import BUNDLE, SCENARIOS, VARIANTS, footprint, log
 from bench_registry import (Files, Registry, base_image_tar, gpu_device_nodes, plugin_config, runc_binary,
                             runc_wrapper, tools)
-from bench_run import (BATCHES, Workload, answer, disk_read_bytes, drop_page_cache, parse_dump_log, parse_restore_log,
+from bench_run import (BATCHES, Workload, after_rewrite, answer, disk_read_bytes, drop_page_cache, parse_dump_log, parse_restore_log,
                        serving_weights, state, wait_for, workload_cmd)
 
 REPO = "cuda-criu-bench"
@@ -369,12 +369,7 @@ def one_variant(scenario, variant, kit_folder, runc, registry_binary, files, out
         w = PodWorkload(node1, base, kind, size, name, extra, binds)
         log(f"{name}: ready {w.ready_at - w.t0:.1f} s after its start; CheckpointContainer")
         archive = os.path.join(top, "checkpoint.tar")
-        # The workload rewrites its state file (a temporary file, then renamed) every ~0.2 s: a checkpoint taken
-        # during a write dumps the open temporary file, which the workload, left running by the CRI, renames
-        # away before the restore (CRIU: "Can't open file ... on restore"). So the checkpoint begins right
-        # after a rewrite, in the pause before the next one.
-        last = w.iterations()
-        wait_for(f"{name} to rewrite its state file", lambda: w.iterations() != last, 10)
+        after_rewrite(name, w.iterations)  # the CRI leaves it running: it would rename a dumped temporary file away
         t = time.monotonic()
         node1.rt("CheckpointContainer", container_id=w.ctr, location=archive, timeout=600)
         r["checkpoint_cmd_s"] = time.monotonic() - t

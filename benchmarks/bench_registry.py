@@ -23,7 +23,7 @@ import urllib.request
 
 import bench_common as C
 from bench_common import BUNDLE, CRIU, SCENARIOS, VARIANTS, footprint, log
-from bench_run import (BATCHES, Workload, answer, disk_read_bytes, drop_page_cache, free_port, parse_dump_log,
+from bench_run import (BATCHES, Workload, after_rewrite, answer, disk_read_bytes, drop_page_cache, free_port, parse_dump_log,
                        parse_restore_log, serving_weights, state, wait_for, workload_cmd)
 
 REPO = "cuda-criu-bench"
@@ -391,6 +391,7 @@ def one_variant(scenario, variant, layers, tools_, runc, files, out):
         phases = ", ".join(f"{k[:-2]} {v} s" for k, v in state(w.state).items() if k.endswith("_s"))
         log(f"{name}: ready {w.ready_at - w.t0:.1f} s after its start{f' (its own steps: {phases})' if phases else ''}; "
             "checkpointing it into an image")
+        after_rewrite(name, w.iterations)
         t = time.monotonic()
         host("container", "checkpoint", "--keep", "--create-image", local, name)
         common["checkpoint_cmd_s"] = time.monotonic() - t

@@ -15,7 +15,7 @@ import time
 
 import bench_common as C
 from bench_common import CRIU, SCENARIOS, VARIANTS, log
-from bench_run import (BATCHES, MemSampler, answer, bounded, criu_env, free_port, gone, image_root, resident, run_criu, serve_cmd,
+from bench_run import (BATCHES, MemSampler, after_rewrite, answer, bounded, criu_env, free_port, gone, image_root, resident, run_criu, serve_cmd,
                        serving_env, start, state, wait_for)
 
 SIOCSIFFLAGS = 0x8914
@@ -216,6 +216,7 @@ def replicas(scenario, n, out, failures, cold_starts=True):
                 raise RuntimeError(f"{name}: the server answers {answers[BATCHES[0]]}, an earlier one {expected}")
             expected = answers[BATCHES[0]]
             dump_opts, restore_opts = ns_criu_opts(pid)
+            after_rewrite(name, lambda: state(marker).get("iterations"))
             rc, dump_s, _ = run_criu(variant, ["dump", "-t", str(pid), "-D", img, "-L", libdir, "-v4", "-o", "dump.log"] + dump_opts)
             if rc != 0:
                 raise RuntimeError(f"{name}: criu dump failed (exit {rc}); see {name}-dump.log")

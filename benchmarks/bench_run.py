@@ -35,6 +35,16 @@ def wait_for(what, pred, timeout):
     raise RuntimeError(f"timed out after {timeout} s waiting for {what}")
 
 
+def after_rewrite(what, iterations):
+    """Returns right after the workload has rewritten its state file (iterations() changed), in the pause
+    before the next rewrite: the moment to dump it. The workloads write a temporary file and rename it over
+    the state file; a dump during the write records the open temporary file, which the process renames away
+    once it runs again, so a second restore of that image (the cold one, a replica) finds no such file
+    (CRIU: "Can't open file ... on restore")."""
+    last = iterations()
+    wait_for(f"{what} to rewrite its state file", lambda: iterations() != last, 30)
+
+
 def reap():
     """Collects every exited child (this script is a subreaper: restored trees end up its children)."""
     while True:
@@ -462,6 +472,7 @@ def dump_and_restore(variant, w, name, scenario, cold_too=False):
     libdir = VARIANTS[variant]["libdir"]
     r = {"image_fs": where}
     try:
+        after_rewrite(name, w.iterations)
         sampler = MemSampler(w.pids)
         rc, dump_s, dump_rss = run_criu(variant, ["dump", "-t", str(w.pid), "-D", img, "-L", libdir, "-v4",
                                                   "-o", "dump.log"])
@@ -610,6 +621,7 @@ def incremental_trip(variant, scenario, rnd):
             shutil.rmtree(img, ignore_errors=True)
             os.makedirs(img)
             more = ["-R", "--track-mem"] if i == 0 else ["--track-mem", "--prev-images-dir", "../" + os.path.basename(imgs[0])]
+            after_rewrite(name, w.iterations)
             rc, secs, _ = run_criu(variant, ["dump", "-t", str(w.pid), "-D", img, "-L", libdir, "-v4", "-o", "dump.log"] + more)
             shutil.copy(os.path.join(img, "dump.log"), os.path.join(C.WORK, "logs", f"{name}-dump{i + 1}.log"))
             if rc != 0:
