@@ -3,13 +3,15 @@
 #include <chrono>
 #include <thread>
 
+#include "os/fs_context.h"
+
 namespace cuda_criu {
 
 std::shared_ptr<Background> Background::start(std::function<void()> own_fs, std::function<void()> work,
 						 unsigned own_fs_wait_ms)
 {
 	auto w = std::make_shared<Background>();
-	std::thread([w, own_fs = std::move(own_fs), work = std::move(work)] {
+	own_thread([w, own_fs = std::move(own_fs), work = std::move(work)] {
 		own_fs();
 		{
 			std::lock_guard<std::mutex> g(w->mu_);

@@ -17,6 +17,7 @@
 #include "core/dump_refusals.h"
 #include "core/gpu_store.h"
 #include "image/image.h"
+#include "os/fs_context.h"
 
 #ifndef CUDA_CRIU_VERSION
 #define CUDA_CRIU_VERSION "dev"
@@ -354,7 +355,7 @@ Status DumpSession::checkpoint_all()
 	std::vector<std::vector<MemoryRange>> file_pages(targets.size());
 	std::thread note_file_pages;
 	try {
-		note_file_pages = std::thread([&] {
+		note_file_pages = own_thread([&] {
 			for (size_t i = 0; i < targets.size(); i++)
 				file_pages[i] = host_.mapped_file_pages(targets[i]->pid, maps_before[i],
 									std::max<size_t>(1, kImageMaxFilePageRanges / targets.size()));

@@ -43,7 +43,7 @@ public:
 		size_t i = next_++;
 		started_[i] = Clock::now();
 		running_++;
-		std::thread([shared = shared_, i, job = std::move(jobs_[i].run)] {
+		own_thread([shared = shared_, i, job = std::move(jobs_[i].run)] {
 			use_own_fs_context();
 			Status st = job();
 			std::lock_guard<std::mutex> g(shared->mu);

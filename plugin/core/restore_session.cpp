@@ -17,6 +17,7 @@
 #include "base/log.h"
 #include "core/background.h"
 #include "core/gpu_plan.h"
+#include "os/fs_context.h"
 
 namespace cuda_criu {
 
@@ -427,7 +428,7 @@ std::thread RestoreSession::read_file_pages_ahead(const std::vector<ProcJob> &jo
 	auto avail = host_.available_memory();
 	uint64_t budget = avail ? *avail / 4 : bytes;
 	try {
-		return std::thread([this, wanted = std::move(wanted), checked, budget, stop, bytes] {
+		return own_thread([this, wanted = std::move(wanted), checked, budget, stop, bytes] {
 			if (checked.valid())
 				while (checked.wait_for(std::chrono::milliseconds(10)) != std::future_status::ready && !*stop) {
 				}

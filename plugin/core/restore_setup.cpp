@@ -206,7 +206,7 @@ Result<GpuImageLoad> prepare_gpu_image(const Options &options, Host &host, const
 			// pages on the GPU machine's kind of VM), which the process need not wait for. Where CRIU exits
 			// first (restore -d), its exit frees the memory anyway.
 			try {
-				std::thread([m = d->second] {
+				own_thread([m = d->second] {
 					use_own_fs_context();
 					m->free_memory();
 				}).detach();

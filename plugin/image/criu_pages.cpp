@@ -16,6 +16,7 @@
 #include "image/image_file.h"
 #include "os/dir.h"
 #include "os/file_pages.h"
+#include "os/fs_context.h"
 #include "os/unique_fd.h"
 
 namespace cuda_criu {
@@ -448,7 +449,7 @@ void read_heads_ahead(const std::vector<std::string> &names, unsigned threads)
 	};
 	std::vector<std::thread> pool;
 	for (unsigned t = 1; t < std::max(1u, threads); t++)
-		pool.emplace_back(work);
+		pool.push_back(own_thread(work));
 	work();
 	for (std::thread &t : pool)
 		t.join();

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "base/format.h"
+#include "os/fs_context.h"
 #include "os/process_memory.h"
 
 namespace cuda_criu {
@@ -89,7 +90,7 @@ Status populate_process_memory(pid_t pid, uint64_t addr, uint64_t len, unsigned 
 	};
 	std::vector<std::thread> workers;
 	for (unsigned i = 1; i < threads; i++)
-		workers.emplace_back(work);
+		workers.push_back(own_thread(work));
 	work();
 	for (auto &t : workers)
 		t.join();

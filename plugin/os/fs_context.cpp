@@ -5,9 +5,17 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <thread>
 
 namespace cuda_criu {
+
+SignalsBlocked::SignalsBlocked()
+{
+	sigset_t all;
+	sigfillset(&all);
+	pthread_sigmask(SIG_SETMASK, &all, &saved_);
+}
+
+SignalsBlocked::~SignalsBlocked() { pthread_sigmask(SIG_SETMASK, &saved_, nullptr); }
 
 void use_own_fs_context()
 {
@@ -41,7 +49,7 @@ ThreadsAllowed::~ThreadsAllowed()
 
 void run_with_own_fs(const std::function<void()> &fn)
 {
-	std::thread([&] {
+	own_thread([&] {
 		use_own_fs_context();
 		fn();
 	}).join();

@@ -103,6 +103,51 @@ TEST(ThreadsAllowed, ThreadsStartWhereCriuJoinedAnotherPidNamespace)
 	}
 }
 
+// CRIU blocks SIGCHLD on its thread while it waits for a child it runs (cr_system: iptables, tar): a
+// thread of the plugin's must not take the signal (CRIU's handler would reap that child there), which
+// stays pending until CRIU's thread takes it. In a child, whose signal handling is its own.
+TEST(OwnThread, ASignalForCriusProcessWaitsForCriusThread)
+{
+	pid_t child = fork();
+	ASSERT_GE(child, 0);
+	if (child == 0) {
+		static std::atomic<pid_t> handled_on{0};
+		struct sigaction sa{};
+		sa.sa_handler = [](int) { handled_on = gettid(); };
+		sigaction(SIGCHLD, &sa, nullptr);
+		std::atomic<bool> stop{false};
+		std::thread ours = own_thread([&] {
+			while (!stop)
+				usleep(1000);
+		});
+		sigset_t chld;
+		sigemptyset(&chld);
+		sigaddset(&chld, SIGCHLD);
+		pthread_sigmask(SIG_BLOCK, &chld, nullptr);
+		pid_t c = fork();
+		if (c == 0)
+			_exit(0);
+		int code = waitpid(c, nullptr, 0) == c ? 0 : 1;
+		usleep(100 * 1000); // time for another thread to take the signal, were it open to it
+		sigset_t pending;
+		sigpending(&pending);
+		if (!code && handled_on != 0)
+			code = 2; // our thread took it
+		if (!code && !sigismember(&pending, SIGCHLD))
+			code = 3;
+		pthread_sigmask(SIG_UNBLOCK, &chld, nullptr); // delivered here, now
+		if (!code && handled_on != gettid())
+			code = 4;
+		stop = true;
+		ours.join();
+		_exit(code);
+	}
+	int status = 0;
+	ASSERT_EQ(waitpid(child, &status, 0), child);
+	ASSERT_TRUE(WIFEXITED(status));
+	EXPECT_EQ(WEXITSTATUS(status), 0) << "step " << WEXITSTATUS(status) << " failed";
+}
+
 // A file merely named like a GPU's device node is not a GPU; nor is a name too long for an int.
 // The memory compressed GPU state is decoded into: found by its line in the process's maps, on 2 MiB pages
 // where the process may mount a tmpfs of its own (root), whatever the host's shmem_enabled, and given back
