@@ -245,10 +245,14 @@ class Node:
             return int(f.read())
 
     def restore_log(self, ctr, dest):
-        src = os.path.join(self.folder, "root", "io.containerd.runtime.v2.task", "k8s.io", ctr, "restore.log")
-        if os.path.exists(src):
-            shutil.copy(src, dest)
-            return dest
+        """CRIU's log of the container's restore copied to dest: where the shim keeps it once the restore
+        succeeded, or in runc's work folder after a failed one. dest, or None where there is none."""
+        task = ("io.containerd.runtime.v2.task", "k8s.io", ctr)
+        for src in (os.path.join(self.folder, "root", *task, "restore.log"),
+                    os.path.join(self.folder, "state", *task, "work", "restore.log")):
+            if os.path.exists(src):
+                shutil.copy(src, dest)
+                return dest
         return None
 
     def stop(self):
@@ -406,7 +410,15 @@ def one_variant(scenario, variant, kit_folder, runc, registry_binary, files, out
         drop_page_cache()  # a node that pulled the image some time before its restore
         read0 = disk_read_bytes()
         t0 = time.monotonic()
-        node2.rt("StartContainer", container_id=w.ctr)
+        try:
+            node2.rt("StartContainer", container_id=w.ctr)
+        except RuntimeError:
+            kept = node2.restore_log(w.ctr, os.path.join(logs, f"{name}-cri-restore-failed.log"))
+            if kept:
+                with open(kept, errors="replace") as f:
+                    log(f"{name}: the restore failed; CRIU's errors ({kept}):\n" +
+                        "".join(line for line in f if "Error" in line or "cuda_plugin" in line)[-3000:])
+            raise
         r["restore_cmd_s"] = time.monotonic() - t0
         w.adopt()
         r["ready_s"] = w.healthy_after(before) - t0

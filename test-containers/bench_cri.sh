@@ -11,6 +11,7 @@
 # as they were before it.
 source "$(dirname "$0")/lib.sh"
 ct_setup runc docker-registry
+FAIL_LOGS+=('work/logs/*-restore-failed.log') # CRIU's log of a restore that failed (bench_cri.py keeps it)
 CD2=$CT_OUT/containerd2
 [ -x "$CD2/usr/bin/containerd" ] || fail "no containerd 2.1 in $CD2: run test-containers/setup.sh"
 /usr/bin/python3 -c 'import grpc_tools, h2' 2>/dev/null ||

@@ -64,13 +64,10 @@ def answer_loop(args, get, put):
     """The main loop: requests from get(timeout) (queue.Empty when none came), each answered with
     put(request, (code, answer)); the state file rewritten between them."""
     generate, batches = load(args), [int(b) for b in args.batches.split(",")]
-    iterations = 0
+    iterations, state = 0, real_module().StateFile(args.state)
     while True:
-        tmp = f"{args.state}.tmp.{os.stat('/proc/self/ns/pid').st_ino}-{os.getpid()}"  # replicas share the state file
-        with open(tmp, "w") as f:
-            f.write(f"iterations={iterations}\npid={os.getpid()}\nstatus=ok\nload_s=0.1\nkv_s=0.1\ncompile_s=0.1\n"
+        state.write(f"iterations={iterations}\npid={os.getpid()}\nstatus=ok\nload_s=0.1\nkv_s=0.1\ncompile_s=0.1\n"
                     f"ready_s={time.monotonic() - T0:.3f}\n")
-        os.replace(tmp, args.state)
         try:
             request, b, ids = get(0.2)
         except queue.Empty:

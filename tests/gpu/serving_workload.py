@@ -256,6 +256,21 @@ def process_key():
     return f"{os.stat('/proc/self/ns/pid').st_ino}-{os.getpid()}"
 
 
+class StateFile:
+    """The state file, rewritten in place through one descriptor held open: one write of a fixed size each
+    time, padded with newlines. A dump never holds a temporary file that the process renames away after it
+    runs again, which a second restore of the image (a replica, a cold restore) would not find; and the file
+    keeps the size CRIU checks at a restore. Replicas share the file: the last write is what it says."""
+    SIZE = 4096
+
+    def __init__(self, path):
+        self.fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        os.ftruncate(self.fd, self.SIZE)
+
+    def write(self, text):
+        os.pwrite(self.fd, text.encode()[:self.SIZE - 1].ljust(self.SIZE, b"\n"), 0)
+
+
 def http_front(port, handle):
     """The HTTP server; its threads hand each /generate to handle(batch), which returns (code, answer)."""
 
@@ -369,15 +384,12 @@ def run_engine(args, make_server, ready, get, put, ring=None):
     requests from get(timeout) (queue.Empty when none came: the batch-1 self-check instead), each answered
     with put(request, (code, answer)); with a ring, a request's token ids are read from it."""
     iterations, extra = 0, {}
+    state = StateFile(args.state) if args.state else None
 
     def write_state(status):
-        if not args.state:
-            return
-        tmp = f"{args.state}.tmp.{process_key()}"  # replicas share the state file
-        with open(tmp, "w") as f:
-            f.write(f"iterations={iterations}\npid={os.getpid()}\nstatus={status}\n"
-                    + "".join(f"{k}={v}\n" for k, v in extra.items()))
-        os.replace(tmp, args.state)
+        if state:
+            state.write(f"iterations={iterations}\npid={os.getpid()}\nstatus={status}\n"
+                        + "".join(f"{k}={v}\n" for k, v in extra.items()))
 
     try:
         server = make_server()
