@@ -35,7 +35,7 @@ protoc-c --proto_path="$top/include/cuda_criu" --c_out="$out/gen" "$top/include/
 inc=(-I"$top/plugin" -I"$out/gen" "${pbc_flags[@]}")
 "$CLANG" "${san[@]}" "${inc[@]}" -c "$out/gen/cuda_plugin.pb-c.c" -o "$out/obj/pb.o"
 objs=("$out/obj/pb.o")
-for src in plugin/image/image.cpp plugin/image/gpu_image.cpp plugin/image/chunk_codec.cpp plugin/image/criu_pages.cpp plugin/image/image_file.cpp plugin/os/dir.cpp plugin/os/file_pages.cpp plugin/os/maps.cpp plugin/base/format.cpp plugin/base/gpu.cpp plugin/base/text.cpp tests/fuzz/image_fuzzer.cpp; do
+for src in plugin/image/image.cpp plugin/image/gpu_image.cpp plugin/image/chunk_codec.cpp plugin/image/criu_pages.cpp plugin/image/image_file.cpp plugin/os/dir.cpp plugin/os/file_pages.cpp plugin/os/fs_context.cpp plugin/os/maps.cpp plugin/base/format.cpp plugin/base/gpu.cpp plugin/base/text.cpp tests/fuzz/image_fuzzer.cpp; do
 	o=$out/obj/$(basename "$src" .cpp).o
 	"$CLANGXX" -std=c++20 "${san[@]}" "${inc[@]}" -c "$top/$src" -o "$o"
 	objs+=("$o")
