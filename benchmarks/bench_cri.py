@@ -373,7 +373,7 @@ def one_variant(scenario, variant, kit_folder, runc, registry_binary, files, out
         w = PodWorkload(node1, base, kind, size, name, extra, binds)
         log(f"{name}: ready {w.ready_at - w.t0:.1f} s after its start; CheckpointContainer")
         archive = os.path.join(top, "checkpoint.tar")
-        after_rewrite(name, w.iterations)  # the CRI leaves it running: it would rename a dumped temporary file away
+        after_rewrite(name, w.iterations)
         t = time.monotonic()
         node1.rt("CheckpointContainer", container_id=w.ctr, location=archive, timeout=600)
         r["checkpoint_cmd_s"] = time.monotonic() - t

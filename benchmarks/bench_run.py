@@ -37,10 +37,11 @@ def wait_for(what, pred, timeout):
 
 def after_rewrite(what, iterations):
     """Returns right after the workload has rewritten its state file (iterations() changed), in the pause
-    before the next rewrite: the moment to dump it. The workloads write a temporary file and rename it over
-    the state file; a dump during the write records the open temporary file, which the process renames away
-    once it runs again, so a second restore of that image (the cold one, a replica) finds no such file
-    (CRIU: "Can't open file ... on restore")."""
+    before the next rewrite: the moment to dump it. torch_workload.py and framework_workload.py write a
+    temporary file and rename it over the state file; a dump during the write records the open temporary
+    file, which the process renames away once it runs again, so a second restore of that image (the cold
+    one, a replica) finds no such file (CRIU: "Can't open file ... on restore"). The others rewrite theirs
+    in place."""
     last = iterations()
     wait_for(f"{what} to rewrite its state file", lambda: iterations() != last, 30)
 

@@ -5,7 +5,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-
 namespace cuda_criu {
 
 SignalsBlocked::SignalsBlocked()

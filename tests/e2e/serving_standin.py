@@ -60,11 +60,12 @@ def load(args):
     return generate
 
 
-def answer_loop(args, get, put):
+def answer_loop(module, args, get, put):
     """The main loop: requests from get(timeout) (queue.Empty when none came), each answered with
-    put(request, (code, answer)); the state file rewritten between them."""
+    put(request, (code, answer)); the state file rewritten between them, as the real engine writes it
+    (module: serving_workload.py)."""
     generate, batches = load(args), [int(b) for b in args.batches.split(",")]
-    iterations, state = 0, real_module().StateFile(args.state)
+    iterations, state = 0, module.StateFile(args.state)
     while True:
         state.write(f"iterations={iterations}\npid={os.getpid()}\nstatus=ok\nload_s=0.1\nkv_s=0.1\ncompile_s=0.1\n"
                     f"ready_s={time.monotonic() - T0:.3f}\n")
@@ -94,7 +95,7 @@ def engine(args):
         i, batch = json.loads(msg)
         return i, batch, ring.get(i, batch)
 
-    answer_loop(args, get, lambda i, answer: sock.send(json.dumps(answer).encode()))
+    answer_loop(module, args, get, lambda i, answer: sock.send(json.dumps(answer).encode()))
 
 
 def serve(args):
@@ -110,7 +111,7 @@ def serve(args):
         b, reply = requests.get(timeout=timeout)
         return reply, b, None
 
-    answer_loop(args, get, lambda reply, answer: reply.put(answer))
+    answer_loop(module, args, get, lambda reply, answer: reply.put(answer))
 
 
 def main():
