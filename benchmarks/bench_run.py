@@ -37,11 +37,11 @@ def wait_for(what, pred, timeout):
 
 def after_rewrite(what, iterations):
     """Returns right after the workload has rewritten its state file (iterations() changed), in the pause
-    before the next rewrite: the moment to dump it. torch_workload.py and framework_workload.py write a
-    temporary file and rename it over the state file; a dump during the write records the open temporary
-    file, which the process renames away once it runs again, so a second restore of that image (the cold
-    one, a replica) finds no such file (CRIU: "Can't open file ... on restore"). The others rewrite theirs
-    in place."""
+    before the next rewrite: the moment to dump it. Every workload rewrites its state file in place, one
+    write of a fixed size; a dump that fell inside a write and rename (as they once wrote it) recorded the
+    open temporary file, which the process renamed away once it ran again, so that a second restore of the
+    image (the cold one, a replica) found no such file. Dumping right after a rewrite keeps a dump out of
+    the write whatever a workload does."""
     last = iterations()
     wait_for(f"{what} to rewrite its state file", lambda: iterations() != last, 30)
 

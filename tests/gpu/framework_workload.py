@@ -9,7 +9,7 @@ Puts about M MiB of data (or a randomly initialised GPT-2 model: no download) on
 own allocator, computes once a result from it (a reduction over the data after an element-wise pass and a
 matrix product; the model's logits for a fixed prompt, or with --config gpt2 a greedy generation for it and,
 with --kv-mb, the check of a KV-cache arena beside the model: see Transformers): the expected value. Then,
-forever: compute it again, compare it with the expected value bit for bit, and write the state file atomically:
+forever: compute it again, compare it with the expected value bit for bit, and rewrite the state file in place:
 
     iterations=N  pid=P  framework=F  status=ok        (one per line)
 
@@ -208,13 +208,17 @@ def main():
         p.error("--config and --kv-mb are for transformers")
     iterations = 0
 
+    # The state file, rewritten in place through one descriptor held open, a write of a fixed size each time
+    # (as serving_workload.py's StateFile): a dump never holds a temporary file that the process renames away
+    # once it runs again, which a second restore of the image would not find.
+    state_fd = os.open(args.state, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o644) if args.state else None
+    if state_fd is not None:
+        os.ftruncate(state_fd, 4096)
+
     def write_state(status):
-        if not args.state:
-            return
-        tmp = f"{args.state}.tmp.{os.getpid()}"
-        with open(tmp, "w") as f:
-            f.write(f"iterations={iterations}\npid={os.getpid()}\nframework={args.framework}\nstatus={status}\n")
-        os.replace(tmp, args.state)
+        if state_fd is not None:
+            text = f"iterations={iterations}\npid={os.getpid()}\nframework={args.framework}\nstatus={status}\n"
+            os.pwrite(state_fd, text.encode()[:4095].ljust(4096, b"\n"), 0)
 
     try:
         if args.framework == "transformers":
