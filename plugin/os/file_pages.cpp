@@ -9,6 +9,7 @@
 #include <set>
 #include <sstream>
 #include <string>
+#include <string_view>
 #include <cinttypes>
 
 #include "base/format.h"
@@ -107,6 +108,13 @@ Result<std::vector<MemoryRange>> mapped_file_pages(pid_t pid, const std::vector<
 	return coalesce_ranges(std::move(pages), kGap * page, max_ranges);
 }
 
+bool is_driver_library(const std::string &path)
+{
+	std::string_view name = path;
+	name.remove_prefix(name.rfind('/') == std::string_view::npos ? 0 : name.rfind('/') + 1);
+	return name.rfind("libcuda.so", 0) == 0 || name.rfind("libnvidia-", 0) == 0;
+}
+
 uint64_t read_file_pages_ahead(pid_t pid, const std::vector<MemoryRange> &ranges, uint64_t max_bytes,
 			       const std::atomic<bool> &stop)
 {
@@ -114,24 +122,28 @@ uint64_t read_file_pages_ahead(pid_t pid, const std::vector<MemoryRange> &ranges
 	if (!maps)
 		return 0;
 	uint64_t asked = 0;
-	size_t r = 0;
 	LocalMounts local(pid);
-	for (const Mapping &m : *maps) {
-		while (r < ranges.size() && ranges[r].end <= m.start)
-			r++;
-		if (r == ranges.size())
-			break;
-		if (ranges[r].start >= m.end || m.inode == 0)
-			continue;
-		UniqueFd fd = open_regular_file(map_files_entry(pid, m).c_str(), local);
-		if (!fd.valid())
-			continue;
-		for (size_t i = r; i < ranges.size() && ranges[i].start < m.end; i++) {
-			uint64_t from = std::max(ranges[i].start, m.start), to = std::min(ranges[i].end, m.end);
-			uint64_t len = std::min(to - from, max_bytes - asked);
-			asked += ask_to_read_ahead(fd.get(), m.offset + (from - m.start), len, &stop);
-			if (asked >= max_bytes || stop.load(std::memory_order_relaxed))
-				return asked;
+	// The driver's libraries first: its restore thread runs their code while this reads ahead, and each of
+	// its faults would otherwise wait behind the read-ahead of every other library.
+	for (bool driver : {true, false}) {
+		size_t r = 0;
+		for (const Mapping &m : *maps) {
+			while (r < ranges.size() && ranges[r].end <= m.start)
+				r++;
+			if (r == ranges.size())
+				break;
+			if (ranges[r].start >= m.end || m.inode == 0 || is_driver_library(m.path) != driver)
+				continue;
+			UniqueFd fd = open_regular_file(map_files_entry(pid, m).c_str(), local);
+			if (!fd.valid())
+				continue;
+			for (size_t i = r; i < ranges.size() && ranges[i].start < m.end; i++) {
+				uint64_t from = std::max(ranges[i].start, m.start), to = std::min(ranges[i].end, m.end);
+				uint64_t len = std::min(to - from, max_bytes - asked);
+				asked += ask_to_read_ahead(fd.get(), m.offset + (from - m.start), len, &stop);
+				if (asked >= max_bytes || stop.load(std::memory_order_relaxed))
+					return asked;
+			}
 		}
 	}
 	return asked;

@@ -32,7 +32,8 @@ Result<std::vector<MemoryRange>> mapped_file_pages(pid_t pid, const std::vector<
 
 // Asks the kernel to read ahead the file pages behind these ranges of pid's address space (as its memory
 // map shows them now), at most max_bytes, until stop is set; returns the bytes asked for. Only regular
-// files are opened.
+// files are opened; the NVIDIA driver's libraries (is_driver_library) are asked for first.
+bool is_driver_library(const std::string &path); // libcuda.so*, libnvidia-*: what the driver's threads run
 uint64_t read_file_pages_ahead(pid_t pid, const std::vector<MemoryRange> &ranges, uint64_t max_bytes,
 			       const std::atomic<bool> &stop);
 

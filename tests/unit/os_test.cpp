@@ -196,6 +196,17 @@ TEST(FilePages, RunsOfMappedFilePagesOnly)
 	EXPECT_TRUE(file_page_runs(e, 0, 0x10000, 0x1000).empty());
 }
 
+TEST(FilePages, TheDriversLibrariesAreKnownByName)
+{
+	EXPECT_TRUE(is_driver_library("/usr/lib/x86_64-linux-gnu/libcuda.so.580.159.04"));
+	EXPECT_TRUE(is_driver_library("libcuda.so.1"));
+	EXPECT_TRUE(is_driver_library("/usr/local/nvidia/lib64/libnvidia-ptxjitcompiler.so.1"));
+	EXPECT_FALSE(is_driver_library("/opt/venv/nvidia/cuda_runtime/lib/libcudart.so.12"));
+	EXPECT_FALSE(is_driver_library("/usr/lib/criu/cuda_plugin.so"));
+	EXPECT_FALSE(is_driver_library("/srv/libcuda.so.d/libfoo.so"));
+	EXPECT_FALSE(is_driver_library(""));
+}
+
 TEST(FilePages, CoalescesUpToTheCountAsked)
 {
 	std::vector<MemoryRange> r = {{0, 0x1000}, {0x2000, 0x3000}, {0x10000, 0x11000}, {0x40000, 0x41000}};
