@@ -321,8 +321,8 @@ def serve(args):
     # at once, its mapping (/dev/shm/sem.* (deleted)) stays, and a restore brings it back as a ghost file.
     held = multiprocessing.Lock()  # noqa: F841 (held while serving)
     requests = queue.Queue()
-    run_engine(args, lambda: Server(args), lambda: http_front(args.port, handoff(requests)), requests.get,
-               lambda reply, answer: reply.put(answer))
+    run_engine(args, lambda: Server(args), lambda: http_front(args.port, handoff(requests)),
+               lambda timeout: requests.get(timeout=timeout), lambda reply, answer: reply.put(answer))
 
 
 def front(args, engine_cmd=None):
