@@ -71,7 +71,7 @@ bench_run lies STANDIN_LIE_AFTER_RESTORE=1
 py '
 f = d["failures"]
 assert len(f) == 2 and f[0]["scenario"] == "serve" and "after the restore differs" in f[0]["error"], f
-assert f[1]["scenario"] == "serve (2 replicas)" and "answers" in f[1]["error"], f
+assert f[1]["scenario"] == "serve (2 replicas)" and "answer" in f[1]["error"], f
 assert not d["runs"], d["runs"]
 ' <"$T/lies/results.json" || fail "an answer changed across the restore was not caught: $(head -c 2000 "$T/lies/results.json")"
 log "a server whose answer changes across the restore: its round trip and its replicas fail by name"

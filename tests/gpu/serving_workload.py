@@ -314,14 +314,16 @@ def handoff(requests):
     return handle
 
 
-def serve(args):
+def serve(args, model=None):
+    """The server in this process (model: the model's class, Server by default), or with --processes 2 the
+    front that starts the engine."""
     if args.processes == 2:
         return front(args)
     # A semaphore of multiprocessing's, as PyTorch's worker pools hold them: created in /dev/shm and unlinked
     # at once, its mapping (/dev/shm/sem.* (deleted)) stays, and a restore brings it back as a ghost file.
     held = multiprocessing.Lock()  # noqa: F841 (held while serving)
     requests = queue.Queue()
-    run_engine(args, lambda: Server(args), lambda: http_front(args.port, handoff(requests)),
+    run_engine(args, lambda: (model or Server)(args), lambda: http_front(args.port, handoff(requests)),
                lambda timeout: requests.get(timeout=timeout), lambda reply, answer: reply.put(answer))
 
 
@@ -357,9 +359,9 @@ def front(args, engine_cmd=None):
     sys.exit(eng.wait())
 
 
-def engine(args):
+def engine(args, model=None):
     """The engine process of --processes 2: its requests come over the socket from the front, their token
-    ids through the ring."""
+    ids through the ring (model: the model's class, Server by default)."""
     sock = socket.socket(fileno=args.fd)
     rows = max(int(b) for b in args.batches.split(","))
     ring = Ring(args.ring, rows, create=False)
@@ -375,7 +377,7 @@ def engine(args):
         i, batch = json.loads(msg)
         return batch, i
 
-    run_engine(args, lambda: Server(args, prompt=ring.get(0, rows)), lambda: sock.send(b"ready"), get,
+    run_engine(args, lambda: (model or Server)(args, prompt=ring.get(0, rows)), lambda: sock.send(b"ready"), get,
                lambda i, answer: sock.send(json.dumps(answer).encode()), ring)
 
 
