@@ -30,10 +30,12 @@ std::vector<MemoryRange> coalesce_ranges(std::vector<MemoryRange> ranges, uint64
 // at most max_ranges ranges of its address space, sorted. Only files on local mounts (LocalMounts).
 Result<std::vector<MemoryRange>> mapped_file_pages(pid_t pid, const std::vector<Mapping> &maps, size_t max_ranges);
 
+// Whether the file at path is one of the NVIDIA driver's libraries (libcuda.so*, libnvidia-*): the code
+// its threads run, the restore thread among them.
+bool is_driver_library(const std::string &path);
 // Asks the kernel to read ahead the file pages behind these ranges of pid's address space (as its memory
 // map shows them now), at most max_bytes, until stop is set; returns the bytes asked for. Only regular
-// files are opened; the NVIDIA driver's libraries (is_driver_library) are asked for first.
-bool is_driver_library(const std::string &path); // libcuda.so*, libnvidia-*: what the driver's threads run
+// files are opened; the driver's libraries are asked for first.
 uint64_t read_file_pages_ahead(pid_t pid, const std::vector<MemoryRange> &ranges, uint64_t max_bytes,
 			       const std::atomic<bool> &stop);
 

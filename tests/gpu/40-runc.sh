@@ -19,7 +19,7 @@ runc_prepare() {
 			skipped "$name" "GPU_TESTS_RUNC_WORKLOAD=torch: $python has no PyTorch with CUDA"; return 1
 		fi
 		case "$prefix" in /usr | /usr/*) unset RUNC_BINDS ;; *) export RUNC_BINDS=$prefix; mkdir -p "$root$prefix" ;; esac
-		mkdir -p "$dir/state" && cp "$bundle/torch_workload.py" "$dir/state/" || return 1
+		mkdir -p "$dir/state" && cp "$bundle/torch_workload.py" "$bundle/serving_workload.py" "$dir/state/" || return 1
 		export RUNC_WORKLOAD="$py -u /state/torch_workload.py --gb 2 --state /state/one --interval-ms 100" ;;
 	*) failed "$name" "GPU_TESTS_RUNC_WORKLOAD=${GPU_TESTS_RUNC_WORKLOAD}: want memcheck or torch"; return 1 ;;
 	esac

@@ -22,6 +22,8 @@ import sys
 import threading
 import time
 
+from serving_workload import StateFile  # beside this file
+
 DIM = 1024
 
 
@@ -207,18 +209,11 @@ def main():
     if args.framework != "transformers" and (args.kv_mb or args.config != "scaled"):
         p.error("--config and --kv-mb are for transformers")
     iterations = 0
-
-    # The state file, rewritten in place through one descriptor held open, a write of a fixed size each time
-    # (as serving_workload.py's StateFile): a dump never holds a temporary file that the process renames away
-    # once it runs again, which a second restore of the image would not find.
-    state_fd = os.open(args.state, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o644) if args.state else None
-    if state_fd is not None:
-        os.ftruncate(state_fd, 4096)
+    state = StateFile(args.state) if args.state else None
 
     def write_state(status):
-        if state_fd is not None:
-            text = f"iterations={iterations}\npid={os.getpid()}\nframework={args.framework}\nstatus={status}\n"
-            os.pwrite(state_fd, text.encode()[:4095].ljust(4096, b"\n"), 0)
+        if state:
+            state.write(f"iterations={iterations}\npid={os.getpid()}\nframework={args.framework}\nstatus={status}\n")
 
     try:
         if args.framework == "transformers":

@@ -7,7 +7,7 @@
 Puts about G GiB of float32 weights on the GPU, generated from the seed, and computes once the checksum of a
 fixed pass over them (a matmul per weight matrix, reduced in float64): the expected value. Then, forever:
 recompute the pass and compare it with the expected checksum bit for bit, bump a counter that lives on the
-GPU and compare it with the one on the host, and rewrite the state file in place (below):
+GPU and compare it with the one on the host, and rewrite the state file in place (serving_workload.py's StateFile):
 
     iterations=N  errors=0  gb=G  pid=P  checksum=X  status=ok        (one per line)
 
@@ -29,23 +29,10 @@ os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
 
 import torch  # noqa: E402
 
+from serving_workload import StateFile  # noqa: E402 (beside this file)
+
 DIM = 4096          # weights are DIM x DIM float32 matrices (64 MiB each)
 COLS = 256          # the input of each matmul is DIM x COLS
-STATE_SIZE = 4096   # the state file's fixed size
-
-
-def open_state(path):
-    """The state file, rewritten in place through this descriptor held open, a write of a fixed size each
-    time (as serving_workload.py's StateFile): a dump never holds a temporary file that the process renames
-    away once it runs again, which a second restore of the image would not find, and the file keeps the
-    size CRIU checks at a restore. This file is copied alone into containers, so it has its own copy."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o644)
-    os.ftruncate(fd, STATE_SIZE)
-    return fd
-
-
-def write_state(fd, text):
-    os.pwrite(fd, text.encode()[:STATE_SIZE - 1].ljust(STATE_SIZE, b"\n"), 0)
 
 
 class Workload:
@@ -53,15 +40,15 @@ class Workload:
         self.args = args
         self.iterations = 0
         self.checksum = None
-        self.state_fd = None
+        self.state = None
 
     def write_state(self, status):
         if not self.args.state:
             return
-        if self.state_fd is None:
-            self.state_fd = open_state(self.args.state)
-        write_state(self.state_fd, f"iterations={self.iterations}\nerrors={0 if status == 'ok' else 1}\n"
-                    f"gb={self.args.gb}\npid={os.getpid()}\nchecksum={self.checksum!r}\nstatus={status}\n")
+        if self.state is None:
+            self.state = StateFile(self.args.state)
+        self.state.write(f"iterations={self.iterations}\nerrors={0 if status == 'ok' else 1}\n"
+                         f"gb={self.args.gb}\npid={os.getpid()}\nchecksum={self.checksum!r}\nstatus={status}\n")
 
     def fail(self, why):
         print(f"torch_workload[{os.getpid()}]: FAIL {why}", file=sys.stderr, flush=True)
