@@ -134,9 +134,9 @@ Result<GpuImageLoad> prepare_gpu_image(const Options &options, Host &host, const
 			checked_early.push_back({0, p.ns_pid, false});
 	// One thread fewer than a restore's readers: CRIU restores memory meanwhile.
 	unsigned check_threads = threads > 1 ? threads - 1 : 1;
-	// CRIU's own pages files, read ahead first: where both are cold, CRIU's reads (one piece at a time)
-	// would otherwise wait behind the GPU image's. Not where they would crowd out the memory CRIU is
-	// about to fill from them.
+	// CRIU's own pages files, read first: where both are cold, CRIU's reads (one piece at a time) would
+	// otherwise wait behind the GPU image's. Not where they would crowd out the memory CRIU is about to
+	// fill from them.
 	std::vector<std::string> ahead;
 	if (auto avail = host.available_memory(); avail && pages.bytes <= *avail / 4)
 		ahead = pages.pages;
@@ -149,8 +149,13 @@ Result<GpuImageLoad> prepare_gpu_image(const Options &options, Host &host, const
 	if (!checked_early.empty())
 		load.check_mapped = [idx, dir, h, check_threads, checked_early, mapped, ahead,
 				     heads](const std::atomic<bool> &cancel) -> Status {
-			read_heads_ahead(heads, check_threads);
-			read_ahead(dir, ahead);
+			uint64_t t0 = now_us();
+			ReadAhead h_read = read_heads_ahead(heads, check_threads, &cancel);
+			ReadAhead p_read = read_ahead(dir, ahead, check_threads, &cancel);
+			LOG_INFO("read ahead for CRIU, before the GPU image: the heads of %zu mapped file(s) (%s) and %zu "
+				 "pages file(s) (%s), in %s",
+				 h_read.files, human_bytes(h_read.bytes).c_str(), p_read.files, human_bytes(p_read.bytes).c_str(),
+				 seconds(now_us() - t0).c_str());
 			std::vector<GpuLoadTarget> t = checked_early;
 			for (GpuLoadTarget &x : t)
 				if (auto d = mapped->decoded.find(x.ns_pid); d != mapped->decoded.end()) {

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cinttypes>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string_view>
@@ -433,20 +434,11 @@ Result<PagesCheck> check_pages_files(int dir_fd, uint64_t page_size)
 	return check;
 }
 
-void read_heads_ahead(const std::vector<std::string> &names, unsigned threads)
+namespace {
+
+// Runs work on `threads` threads at once (this one among them) and waits for all.
+void on_threads(unsigned threads, const std::function<void()> &work)
 {
-	const LocalMounts local;
-	std::atomic<size_t> next{0};
-	auto work = [&] {
-		for (size_t i; (i = next.fetch_add(1)) < std::min(names.size(), kMaxHeadsAhead);) {
-			const std::string &name = names[i];
-			if (name.empty() || name[0] != '/')
-				continue;
-			uint64_t size = 0;
-			if (UniqueFd fd = open_regular_file(name.c_str(), local, &size); fd.valid())
-				ask_to_read_ahead(fd.get(), 0, std::min(size, kHeadAheadBytes));
-		}
-	};
 	std::vector<std::thread> pool;
 	for (unsigned t = 1; t < std::max(1u, threads); t++)
 		pool.push_back(own_thread(work));
@@ -455,14 +447,55 @@ void read_heads_ahead(const std::vector<std::string> &names, unsigned threads)
 		t.join();
 }
 
-void read_ahead(int dir_fd, const std::vector<std::string> &names)
+} // namespace
+
+ReadAhead read_heads_ahead(const std::vector<std::string> &names, unsigned threads, const std::atomic<bool> *stop)
 {
+	const LocalMounts local;
+	std::atomic<size_t> next{0}, files{0};
+	std::atomic<uint64_t> bytes{0};
+	on_threads(threads, [&] {
+		std::vector<uint8_t> buf(kHeadAheadBytes);
+		for (size_t i; (i = next.fetch_add(1)) < std::min(names.size(), kMaxHeadsAhead) && !(stop && *stop);) {
+			const std::string &name = names[i];
+			if (name.empty() || name[0] != '/')
+				continue;
+			uint64_t size = 0;
+			if (UniqueFd fd = open_regular_file(name.c_str(), local, &size); fd.valid()) {
+				bytes += read_into_cache(fd.get(), 0, std::min(size, kHeadAheadBytes), buf, stop);
+				files++;
+			}
+		}
+	});
+	return {files, bytes};
+}
+
+ReadAhead read_ahead(int dir_fd, const std::vector<std::string> &names, unsigned threads, const std::atomic<bool> *stop)
+{
+	constexpr uint64_t kPiece = 2 << 20;
+	struct Piece {
+		int fd;
+		uint64_t offset, len;
+	};
+	std::vector<UniqueFd> fds;
+	std::vector<Piece> pieces;
 	for (const std::string &name : names) {
 		UniqueFd fd(openat(dir_fd, name.c_str(), O_RDONLY | O_CLOEXEC)); // as CRIU opens it
 		struct stat st {};
-		if (fd.valid() && fstat(fd.get(), &st) == 0)
-			ask_to_read_ahead(fd.get(), 0, static_cast<uint64_t>(st.st_size));
+		if (!fd.valid() || fstat(fd.get(), &st) != 0 || !S_ISREG(st.st_mode))
+			continue;
+		for (uint64_t at = 0; at < static_cast<uint64_t>(st.st_size); at += kPiece)
+			pieces.push_back({fd.get(), at, std::min(kPiece, static_cast<uint64_t>(st.st_size) - at)});
+		fds.push_back(std::move(fd));
 	}
+	std::atomic<size_t> next{0};
+	std::atomic<uint64_t> bytes{0};
+	on_threads(static_cast<unsigned>(std::min<size_t>(threads, pieces.size())), [&] {
+		std::vector<uint8_t> buf(kPiece);
+		for (size_t i; (i = next.fetch_add(1)) < pieces.size() && !(stop && *stop);)
+			bytes += read_into_cache(pieces[i].fd, pieces[i].offset, pieces[i].len, buf, stop);
+	});
+	return {fds.size(), bytes};
 }
 
 } // namespace cuda_criu

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
 #include <set>
 #include <sstream>
@@ -192,6 +193,20 @@ uint64_t ask_to_read_ahead(int fd, uint64_t offset, uint64_t len, const std::ato
 		(void)posix_fadvise(fd, static_cast<off_t>(at), static_cast<off_t>(std::min(kWindow, offset + len - at)),
 				    POSIX_FADV_WILLNEED);
 	return std::min(at, offset + len) - offset;
+}
+
+uint64_t read_into_cache(int fd, uint64_t offset, uint64_t len, std::vector<uint8_t> &buf, const std::atomic<bool> *stop)
+{
+	uint64_t done = 0;
+	while (done < len && !buf.empty() && !(stop && stop->load(std::memory_order_relaxed))) {
+		ssize_t n = pread(fd, buf.data(), std::min<uint64_t>(buf.size(), len - done), static_cast<off_t>(offset + done));
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			break;
+		done += static_cast<uint64_t>(n);
+	}
+	return done;
 }
 
 } // namespace cuda_criu

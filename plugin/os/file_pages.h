@@ -63,4 +63,11 @@ UniqueFd open_regular_file(const char *path, const LocalMounts &local, uint64_t 
 // Returns the bytes asked for: fewer where stop (if given) was set meanwhile.
 uint64_t ask_to_read_ahead(int fd, uint64_t offset, uint64_t len, const std::atomic<bool> *stop = nullptr);
 
+// Reads [offset, offset + len) of fd through the page cache and waits for it (buffered reads into buf, the
+// bytes thrown away), until stop (if given) is set: unlike a WILLNEED, whose reads may still be queued on
+// the disk behind everything asked meanwhile, the pages are in memory when it returns. A file that ends
+// sooner ends the read. Returns the bytes read.
+uint64_t read_into_cache(int fd, uint64_t offset, uint64_t len, std::vector<uint8_t> &buf,
+			 const std::atomic<bool> *stop = nullptr);
+
 } // namespace cuda_criu

@@ -170,9 +170,15 @@ TEST(CriuPages, FilesOfTheImageAreReadAheadWithoutOpeningAnythingButRegularFiles
 	auto names = criu_reg_file_names(dir.fd());
 	ASSERT_TRUE(names.ok()) << names.error().message();
 	ASSERT_EQ(names->size(), 4u);
-	// Opened for reading, the FIFO would block this thread for good (no writer): the hint passes it by.
-	read_heads_ahead(*names, 4);
-	read_heads_ahead(*names, 1);
+	// Opened for reading, the FIFO would block this thread for good (no writer): the hint passes it by,
+	// and reads the one regular file there is.
+	for (unsigned threads : {4u, 1u}) {
+		ReadAhead read = read_heads_ahead(*names, threads);
+		EXPECT_EQ(read.files, 1u);
+		EXPECT_EQ(read.bytes, 4u);
+	}
+	std::atomic<bool> stop{true};
+	EXPECT_EQ(read_heads_ahead(*names, 2, &stop).bytes, 0u);
 	TempDir empty;
 	auto none = criu_reg_file_names(empty.fd());
 	ASSERT_TRUE(none.ok()) << none.error().message();
@@ -196,6 +202,23 @@ TEST(CriuPages, PagemapNames)
 	ASSERT_TRUE(names.ok()) << names.error().message();
 	EXPECT_EQ(*names, (std::vector<std::string>{"pagemap-10.img", "pagemap-2.img", "pagemap-shmem-3.img"}));
 	EXPECT_EQ(lseek(d.fd(), 0, SEEK_CUR), before); // CRIU's descriptor of the directory is left alone
+}
+
+// CRIU's pages files read whole, in 2 MiB pieces over the threads; what cannot be read is passed by.
+TEST(CriuPages, PagesFilesAreReadAheadWhole)
+{
+	TempDir d;
+	d.write("pages-1.img", Bytes((5 << 20) + 3, 0x5a)); // three pieces, the last short
+	d.write("pages-2.img", Bytes(kPage, 1));
+	ASSERT_EQ(mkdirat(d.fd(), "pages-3.img", 0700), 0);
+	for (unsigned threads : {1u, 3u, 16u}) {
+		ReadAhead read = read_ahead(d.fd(), {"pages-1.img", "pages-2.img", "pages-3.img", "pages-9.img"}, threads);
+		EXPECT_EQ(read.files, 2u) << threads << " thread(s)";
+		EXPECT_EQ(read.bytes, (5u << 20) + 3 + kPage) << threads << " thread(s)";
+	}
+	std::atomic<bool> stop{true};
+	EXPECT_EQ(read_ahead(d.fd(), {"pages-1.img"}, 2, &stop).bytes, 0u);
+	EXPECT_EQ(read_ahead(d.fd(), {}, 4).files, 0u);
 }
 
 // The restore's check: a pages file shorter than its pagemap declares, or missing, refuses the restore
