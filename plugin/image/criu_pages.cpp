@@ -456,7 +456,8 @@ ReadAhead read_heads_ahead(const std::vector<std::string> &names, unsigned threa
 	std::atomic<uint64_t> bytes{0};
 	on_threads(threads, [&] {
 		std::vector<uint8_t> buf(kHeadAheadBytes);
-		for (size_t i; (i = next.fetch_add(1)) < std::min(names.size(), kMaxHeadsAhead) && !(stop && *stop);) {
+		for (size_t i; (i = next.fetch_add(1)) < std::min(names.size(), kMaxHeadsAhead) && bytes < kHeadsAheadBudget &&
+			       !(stop && *stop);) {
 			const std::string &name = names[i];
 			if (name.empty() || name[0] != '/')
 				continue;

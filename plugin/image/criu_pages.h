@@ -119,17 +119,19 @@ ReadAhead read_ahead(int dir_fd, const std::vector<std::string> &names, unsigned
 		     const std::atomic<bool> *stop = nullptr);
 
 // The first kHeadAheadBytes of at most kMaxHeadsAhead of these files (absolute paths, as seen from the
-// plugin's root), read into the page cache with `threads` threads at once: CRIU opens each file a restored
-// task maps, one after another, mapping its first MiB for the build-id check, and on a cold page cache
-// each open waits for its directories, inode and first pages behind whatever else reads the disk (a PyTorch
-// process maps ~100 libraries: 3.5-5.6 s of a cold restore on the GPU machine). Read here in parallel
-// first, CRIU finds them cached. Only a hint: a file that cannot be opened (a container's own root, which
+// plugin's root; kHeadsAheadBudget in all), read into the page cache with `threads` threads at once: CRIU
+// opens each file a restored task maps, one after another, mapping its first MiB for the build-id check,
+// and on a cold page cache each open waits for its directories, inode and first pages behind whatever else
+// reads the disk (a PyTorch process maps ~100 libraries: 3.5-5.6 s of a cold restore on the GPU machine).
+// Read here in parallel first, CRIU finds them cached. Only a hint: a file that cannot be opened (a container's own root, which
 // CRIU joins later), or that is not on a local file system (os/file_pages.h: LocalMounts), is left to CRIU.
 inline constexpr size_t kMaxHeadsAhead = 4096;
 // What CRIU's build-id check maps (BUILD_ID_MAP_SIZE). With only the first 128 KiB asked for (a WILLNEED),
 // CRIU's opening of serve's mappings took 2.9 s of a cold restore (H100, 2026-12-06); with the whole MiB,
 // 0.16 s (H200, 2026-12-05).
 inline constexpr uint64_t kHeadAheadBytes = 1 << 20;
+// At most this much of all heads together (serve's ~295 files: 120 MiB).
+inline constexpr uint64_t kHeadsAheadBudget = 512 << 20;
 ReadAhead read_heads_ahead(const std::vector<std::string> &names, unsigned threads,
 			   const std::atomic<bool> *stop = nullptr);
 

@@ -195,7 +195,8 @@ uint64_t ask_to_read_ahead(int fd, uint64_t offset, uint64_t len, const std::ato
 	return std::min(at, offset + len) - offset;
 }
 
-uint64_t read_into_cache(int fd, uint64_t offset, uint64_t len, std::vector<uint8_t> &buf, const std::atomic<bool> *stop)
+uint64_t read_into_cache(int fd, uint64_t offset, uint64_t len, std::vector<uint8_t> &buf,
+			 const std::atomic<bool> *stop)
 {
 	uint64_t done = 0;
 	while (done < len && !buf.empty() && !(stop && stop->load(std::memory_order_relaxed))) {
