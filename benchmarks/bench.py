@@ -154,6 +154,34 @@ def plan(rounds, scenarios, cold_rounds):
     return trips
 
 
+def under_time_limit(trips, n, left, correction, colds):
+    """Whether round trip n of plan()'s trips runs, and with its cold restore, when `left` seconds are left
+    before the time limit: (runs, cold). correction(scenario): how much longer than expected its round trips
+    took so far; colds: (scenario, variant) -> the cold restores it has had. The round trips of the variants
+    that run every round come first: a cold restore or a variant NAME:N only runs when every such round trip
+    still to come is expected to fit. A variant's first cold restore comes before another one's second: a
+    second one only runs where the first ones of the other variants still to come fit too."""
+    _, s, v, cold = trips[n]
+    corr = correction(s)
+    essential = VARIANT_ROUNDS.get(v) is None
+    rest = trips[n + 1:]
+    # What is left beyond the essential round trips, this one's among them.
+    left_extra = left - sum(correction(t[1]) * estimate(t[1], t[2], False) for t in trips[n:]
+                            if VARIANT_ROUNDS.get(t[2]) is None)
+
+    def extra_cost(scenario, variant, c, whole):  # with a margin of 25 %
+        return 1.25 * correction(scenario) * (estimate(scenario, variant, c)
+                                              - (0.0 if whole else estimate(scenario, variant, False)))
+
+    firsts = {(t[1], t[2]) for t in rest if t[3] and not colds.get((t[1], t[2]))} - {(s, v)}
+    left_cold = left_extra - (sum(extra_cost(ts, tv, True, False) for ts, tv in firsts) if colds.get((s, v)) else 0.0)
+    if cold and extra_cost(s, v, True, not essential) > left_cold:
+        cold = False
+    if (not essential and extra_cost(s, v, cold, True) > left_extra) or estimate(s, v, cold) * corr > left:
+        return False, cold
+    return True, cold
+
+
 def print_plan(trips, rounds, coldstart, time_limit=0, replicas=0, cold_starts=True, registry=(), layers=1, cri=()):
     total = sum(estimate(s, v, c) for _, s, v, c in trips)
     log(f"plan: {len(trips)} round trip(s) (each starts its workload, dumps it, restores it"
@@ -319,7 +347,8 @@ def main():
                     "(warm and cold restores from one run)")
     ap.add_argument("--time-limit", type=float, default=0, metavar="SECONDS",
                     help="start no round trip that is not expected to end within this many seconds of the start "
-                    "(the cold restore is left out first); the report comes within it")
+                    "(cold restores are left out first, each variant's second before another's first); the report "
+                    "comes within it")
     ap.add_argument("--incremental", default="", metavar="SCENARIOS",
                     help="after the round trips, for each of these scenarios and variants: a full dump left "
                     "running, then a dump against it (--track-mem --prev-images-dir), its restore verified")
@@ -415,6 +444,7 @@ def main():
                registry, len(layers), cri)
     results, cold, failures = [], [], []
     done = {}  # scenario -> [expected, measured] seconds of its round trips so far
+    colds = {}  # (scenario, variant) -> its cold restores so far
     reserve = 20.0  # the report, the plot and the logs' archive
 
     def correction(scenario):
@@ -432,20 +462,12 @@ def main():
             corr = correction(s)
             elapsed = time.monotonic() - t_start
             if args.time_limit:
-                # The round trips of the variants that run every round come first: a cold restore or a
-                # variant NAME:N only runs when every such round trip still to come is expected to fit.
-                essential = VARIANT_ROUNDS.get(v) is None
                 left = args.time_limit - elapsed - reserve
-                left_extra = left - sum(correction(t[1]) * estimate(t[1], t[2], False) for t in trips[n + 1:]
-                                        if VARIANT_ROUNDS.get(t[2]) is None)
-
-                def extra_cost(cold):  # with a margin of 25 %: the essential round trips keep their time
-                    return 1.25 * corr * (estimate(s, v, cold) - (estimate(s, v, False) if essential else 0.0))
-
-                if cold_too and extra_cost(True) > left_extra:
-                    cold_too = False
+                wanted_cold = cold_too
+                runs, cold_too = under_time_limit(trips, n, left, correction, colds)
+                if wanted_cold and not cold_too and runs:
                     log(f"{s} {v} round {rnd}: no cold restore, not enough time left before the time limit")
-                if (not essential and extra_cost(cold_too) > left_extra) or estimate(s, v, cold_too) * corr > left:
+                if not runs:
                     log(f"{s} {v} round {rnd}: skipped, expected {estimate(s, v, cold_too) * corr:.0f} s, "
                         f"{max(0.0, left):.0f} s left before the time limit")
                     failures.append({"scenario": s, "variant": v, "round": rnd, "error": "skipped: time limit"})
@@ -460,6 +482,7 @@ def main():
                 failures.append({"scenario": s, "variant": v, "round": rnd, "error": str(e)})
                 continue
             results.append(r)
+            colds[(s, v)] = colds.get((s, v), 0) + bool(cold_too)
             d = done.setdefault(s, [0.0, 0.0])
             d[0] += estimate(s, v, cold_too)
             d[1] += r["trip_s"]
