@@ -142,10 +142,10 @@ Result<GpuImageLoad> prepare_gpu_image(const Options &options, Host &host, const
 		ahead = pages.pages;
 	// Before both, the heads of the files the tasks map, which CRIU opens one by one meanwhile
 	// (read_heads_ahead); an image without a readable files.img only goes without the hint.
-	auto files = criu_reg_file_names(dir);
+	auto files = criu_reg_files(dir);
 	if (!files)
 		LOG_DEBUG("no read-ahead of the restored tasks' files: %s", files.error().message().c_str());
-	std::vector<std::string> heads = files ? std::move(*files) : std::vector<std::string>();
+	std::vector<CriuRegFile> heads = files ? std::move(*files) : std::vector<CriuRegFile>();
 	if (!checked_early.empty())
 		load.check_mapped = [idx, dir, h, check_threads, checked_early, mapped, ahead,
 				     heads](const std::atomic<bool> &cancel) -> Status {

@@ -241,13 +241,13 @@ Result<CriuPagemap> decode_criu_pagemap(const uint8_t *data, size_t size, uint64
 	return parsed_value(std::move(parsed), head, "PagemapHead after the magic words", std::move(pm));
 }
 
-Result<std::vector<std::string>> decode_criu_reg_files(const uint8_t *data, size_t size)
+Result<std::vector<CriuRegFile>> decode_criu_reg_files(const uint8_t *data, size_t size)
 {
 	if (size < 8)
 		return make_error(EINVAL, "cut short: %zu bytes, fewer than CRIU's two magic words", size);
 	if (le32(data) != kCriuCommonMagic || le32(data + 4) != kCriuFilesMagic)
 		return make_error(EINVAL, "not a CRIU files image (magic %08x %08x)", le32(data), le32(data + 4));
-	std::vector<std::string> names;
+	std::vector<CriuRegFile> files;
 	Status parsed = for_each_criu_message(data, size, 8, [&](size_t, WireReader r) -> Status {
 		uint64_t type = 0;
 		std::optional<WireField> reg;
@@ -260,28 +260,37 @@ Result<std::vector<std::string>> decode_criu_reg_files(const uint8_t *data, size
 		});
 		if (!st || type != kFdTypeReg || !reg)
 			return st;
-		return for_each_field(WireReader(reg->bytes, reg->len), [&](const WireField &f) -> Status {
-			if (f.number == 6 && f.type == 2)
-				names.emplace_back(reinterpret_cast<const char *>(f.bytes), f.len);
+		CriuRegFile file;
+		bool named = false;
+		st = for_each_field(WireReader(reg->bytes, reg->len), [&](const WireField &f) -> Status {
+			if (f.number == 6 && f.type == 2) {
+				file.name.assign(reinterpret_cast<const char *>(f.bytes), f.len);
+				named = true;
+			} else if (f.number == 8 && f.type == 0) {
+				file.size = f.varint;
+			}
 			return {};
 		});
+		if (st && named)
+			files.push_back(std::move(file));
+		return st;
 	});
 	if (!parsed)
 		return std::move(parsed).error();
-	return names;
+	return files;
 }
 
-Result<std::vector<std::string>> criu_reg_file_names(int dir_fd)
+Result<std::vector<CriuRegFile>> criu_reg_files(int dir_fd)
 {
 	auto data = read_image_file(dir_fd, "files.img", kCriuImageMaxBytes);
 	if (!data)
 		return std::move(data).error();
 	if (!*data)
-		return std::vector<std::string>();
-	auto names = decode_criu_reg_files((*data)->data(), (*data)->size());
-	if (!names)
-		return std::move(names).error().context("%s", "files.img");
-	return names;
+		return std::vector<CriuRegFile>();
+	auto files = decode_criu_reg_files((*data)->data(), (*data)->size());
+	if (!files)
+		return std::move(files).error().context("%s", "files.img");
+	return files;
 }
 
 Result<CriuInventory> decode_criu_inventory(const uint8_t *data, size_t size)
@@ -449,26 +458,27 @@ void on_threads(unsigned threads, const std::function<void()> &work)
 
 } // namespace
 
-ReadAhead read_heads_ahead(const std::vector<std::string> &names, unsigned threads, const std::atomic<bool> *stop)
+ReadAhead read_heads_ahead(const std::vector<CriuRegFile> &files, unsigned threads, const std::atomic<bool> *stop)
 {
 	const LocalMounts local;
-	std::atomic<size_t> next{0}, files{0};
+	std::atomic<size_t> next{0}, read{0};
 	std::atomic<uint64_t> bytes{0};
 	on_threads(threads, [&] {
 		std::vector<uint8_t> buf(kHeadAheadBytes);
-		for (size_t i; (i = next.fetch_add(1)) < std::min(names.size(), kMaxHeadsAhead) && bytes < kHeadsAheadBudget &&
+		for (size_t i; (i = next.fetch_add(1)) < std::min(files.size(), kMaxHeadsAhead) && bytes < kHeadsAheadBudget &&
 			       !(stop && *stop);) {
-			const std::string &name = names[i];
-			if (name.empty() || name[0] != '/')
+			const CriuRegFile &f = files[i];
+			if (f.name.empty() || f.name[0] != '/')
 				continue;
 			uint64_t size = 0;
-			if (UniqueFd fd = open_regular_file(name.c_str(), local, &size); fd.valid()) {
-				bytes += read_into_cache(fd.get(), 0, std::min(size, kHeadAheadBytes), buf, stop);
-				files++;
-			}
+			UniqueFd fd = open_regular_file(f.name.c_str(), local, &size);
+			if (!fd.valid() || (f.size && *f.size != size))
+				continue;
+			bytes += read_into_cache(fd.get(), 0, std::min(size, kHeadAheadBytes), buf, stop);
+			read++;
 		}
 	});
-	return {files, bytes};
+	return {read, bytes};
 }
 
 ReadAhead read_ahead(int dir_fd, const std::vector<std::string> &names, unsigned threads, const std::atomic<bool> *stop)

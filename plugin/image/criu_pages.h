@@ -10,6 +10,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -51,12 +52,18 @@ struct CriuInventory {
 // {plugins = 12}}.
 Result<CriuInventory> decode_criu_inventory(const uint8_t *data, size_t size);
 
-// files.img: FileEntry {type = 1, reg = 3 {name = 6}} messages: the names of the regular files (REG) the
-// image's tasks have open or mapped, as CRIU stores them (from the root of their mount namespace).
-Result<std::vector<std::string>> decode_criu_reg_files(const uint8_t *data, size_t size);
+// A regular file the image's tasks have open or mapped.
+struct CriuRegFile {
+	std::string name;                // as CRIU stores it (from the root of their mount namespace)
+	std::optional<uint64_t> size;    // its size at dump, where CRIU recorded it
+	bool operator==(const CriuRegFile &) const = default;
+};
+
+// files.img: FileEntry {type = 1, reg = 3 {name = 6, size = 8}} messages: the regular files (REG).
+Result<std::vector<CriuRegFile>> decode_criu_reg_files(const uint8_t *data, size_t size);
 
 // decode_criu_reg_files of dir_fd's files.img (at most kCriuImageMaxBytes); none where there is no files.img.
-Result<std::vector<std::string>> criu_reg_file_names(int dir_fd);
+Result<std::vector<CriuRegFile>> criu_reg_files(int dir_fd);
 
 // "pagemap-N.img" and "pagemap-shmem-N.img" (CRIU's CR_FD_PAGEMAP and CR_FD_SHMEM_PAGEMAP).
 bool is_pagemap_name(const std::string &name);
@@ -124,7 +131,9 @@ ReadAhead read_ahead(int dir_fd, const std::vector<std::string> &names, unsigned
 // and on a cold page cache each open waits for its directories, inode and first pages behind whatever else
 // reads the disk (a PyTorch process maps ~100 libraries: 3.5-5.6 s of a cold restore on the GPU machine).
 // Read here in parallel first, CRIU finds them cached. Only a hint: a file that cannot be opened (a container's own root, which
-// CRIU joins later), or that is not on a local file system (os/file_pages.h: LocalMounts), is left to CRIU.
+// CRIU joins later), or that is not on a local file system (os/file_pages.h: LocalMounts), is left to CRIU,
+// and so is one whose size is not the one CRIU recorded (another file at that path: a container's files
+// seen from the host).
 inline constexpr size_t kMaxHeadsAhead = 4096;
 // What CRIU's build-id check maps (BUILD_ID_MAP_SIZE). With only the first 128 KiB asked for (a WILLNEED),
 // CRIU's opening of serve's mappings took 2.9 s of a cold restore (H100, 2026-12-06); with the whole MiB,
@@ -132,7 +141,7 @@ inline constexpr size_t kMaxHeadsAhead = 4096;
 inline constexpr uint64_t kHeadAheadBytes = 1 << 20;
 // At most this much of all heads together (serve's ~295 files: 120 MiB).
 inline constexpr uint64_t kHeadsAheadBudget = 512 << 20;
-ReadAhead read_heads_ahead(const std::vector<std::string> &names, unsigned threads,
+ReadAhead read_heads_ahead(const std::vector<CriuRegFile> &files, unsigned threads,
 			   const std::atomic<bool> *stop = nullptr);
 
 } // namespace cuda_criu

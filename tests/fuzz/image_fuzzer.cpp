@@ -102,8 +102,8 @@ void check_criu_files(const uint8_t *data, size_t size)
 	if (!r && r.error().message().empty())
 		std::abort();
 	size_t bytes = 0;
-	for (const std::string &name : r ? *r : std::vector<std::string>())
-		bytes += name.size();
+	for (const cuda_criu::CriuRegFile &f : r ? *r : std::vector<cuda_criu::CriuRegFile>())
+		bytes += f.name.size();
 	if (bytes > size)
 		std::abort();
 }

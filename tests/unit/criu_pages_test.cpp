@@ -127,15 +127,20 @@ std::string framed(const std::string &message)
 	return std::string{static_cast<char>(message.size()), 0, 0, 0} + message;
 }
 
-// files.img: IMG_COMMON_MAGIC, FILES_MAGIC, then FileEntry messages; a REG entry's name is kept, the other
-// types are passed over.
-Bytes files_image(const std::vector<std::pair<uint8_t, std::string>> &entries)
+// files.img: IMG_COMMON_MAGIC, FILES_MAGIC, then FileEntry messages; a REG entry's name and size are kept,
+// the other types are passed over. A size of 0xff: none recorded.
+struct FileEntrySpec {
+	uint8_t type;
+	std::string name;
+	uint8_t size = 0xff;
+};
+Bytes files_image(const std::vector<FileEntrySpec> &entries)
 {
 	std::string img("\x19\x43\x56\x54\x38\x31\x30\x56", 8);
 	uint8_t id = 1;
-	for (const auto &[type, name] : entries) {
+	for (const auto &[type, name, size] : entries) {
 		std::string reg = field_varint(1, id) + field_varint(2, 0) + field_varint(3, 0) + field_bytes(5, "") +
-				  field_bytes(6, name);
+				  field_bytes(6, name) + (size != 0xff ? field_varint(8, size) : "");
 		img += framed(field_varint(1, type) + field_varint(2, id++) + (type == 1 ? field_bytes(3, reg) : ""));
 	}
 	return bytes(img);
@@ -143,10 +148,10 @@ Bytes files_image(const std::vector<std::pair<uint8_t, std::string>> &entries)
 
 TEST(CriuPages, FilesImageNamesTheRegularFiles)
 {
-	Bytes img = files_image({{1, "/usr/lib/libfoo.so.1"}, {2, ""}, {1, "/opt/model/weights.bin"}});
+	Bytes img = files_image({{1, "/usr/lib/libfoo.so.1", 100}, {2, ""}, {1, "/opt/model/weights.bin"}});
 	auto r = decode_criu_reg_files(img.data(), img.size());
 	ASSERT_TRUE(r.ok()) << r.error().message();
-	EXPECT_EQ(*r, (std::vector<std::string>{"/usr/lib/libfoo.so.1", "/opt/model/weights.bin"}));
+	EXPECT_EQ(*r, (std::vector<CriuRegFile>{{"/usr/lib/libfoo.so.1", 100}, {"/opt/model/weights.bin", std::nullopt}}));
 	std::vector<size_t> ends{8}; // where each message ends: a cut there is a shorter image
 	for (size_t at = 8; at < img.size(); at += 4 + img[at])
 		ends.push_back(at + 4 + img[at]);
@@ -166,21 +171,27 @@ TEST(CriuPages, FilesOfTheImageAreReadAheadWithoutOpeningAnythingButRegularFiles
 	std::string file = dir.file("lib.so"), fifo = dir.file("fifo");
 	ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
 	dir.write("lib.so", bytes("\x7f" "ELF"));
-	dir.write("files.img", files_image({{1, fifo}, {1, file}, {1, "relative/name"}, {1, dir.file("missing")}}));
-	auto names = criu_reg_file_names(dir.fd());
-	ASSERT_TRUE(names.ok()) << names.error().message();
-	ASSERT_EQ(names->size(), 4u);
+	dir.write("other.so", Bytes(100, 1));
+	// other.so's recorded size is not its size: another file than the one dumped (a container's, seen from
+	// the host), passed by.
+	dir.write("files.img", files_image({{1, fifo}, {1, file, 4}, {1, "relative/name"}, {1, dir.file("missing")},
+					    {1, dir.file("other.so"), 99}}));
+	auto files = criu_reg_files(dir.fd());
+	ASSERT_TRUE(files.ok()) << files.error().message();
+	ASSERT_EQ(files->size(), 5u);
 	// Opened for reading, the FIFO would block this thread for good (no writer): the hint passes it by,
 	// and reads the one regular file there is.
 	for (unsigned threads : {4u, 1u}) {
-		ReadAhead read = read_heads_ahead(*names, threads);
+		ReadAhead read = read_heads_ahead(*files, threads);
 		EXPECT_EQ(read.files, 1u);
 		EXPECT_EQ(read.bytes, 4u);
 	}
+	(*files)[4].size = std::nullopt; // no size recorded: read
+	EXPECT_EQ(read_heads_ahead(*files, 2).bytes, 104u);
 	std::atomic<bool> stop{true};
-	EXPECT_EQ(read_heads_ahead(*names, 2, &stop).bytes, 0u);
+	EXPECT_EQ(read_heads_ahead(*files, 2, &stop).bytes, 0u);
 	TempDir empty;
-	auto none = criu_reg_file_names(empty.fd());
+	auto none = criu_reg_files(empty.fd());
 	ASSERT_TRUE(none.ok()) << none.error().message();
 	EXPECT_TRUE(none->empty());
 }
