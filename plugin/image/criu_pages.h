@@ -130,10 +130,10 @@ ReadAhead read_ahead(int dir_fd, const std::vector<std::string> &names, unsigned
 // opens each file a restored task maps, one after another, mapping its first MiB for the build-id check,
 // and on a cold page cache each open waits for its directories, inode and first pages behind whatever else
 // reads the disk (a PyTorch process maps ~100 libraries: 3.5-5.6 s of a cold restore on the GPU machine).
-// Read here in parallel first, CRIU finds them cached. Only a hint: a file that cannot be opened (a container's own root, which
-// CRIU joins later), or that is not on a local file system (os/file_pages.h: LocalMounts), is left to CRIU,
-// and so is one whose size is not the one CRIU recorded (another file at that path: a container's files
-// seen from the host).
+// Read here in parallel first, CRIU finds them cached. Only a hint: a file that cannot be opened (a
+// container's own root, which CRIU joins later), or that is not on a local file system (os/file_pages.h:
+// LocalMounts), is left to CRIU, and so is one whose size is not the one CRIU recorded (another file at
+// that path: a container's files seen from the host).
 inline constexpr size_t kMaxHeadsAhead = 4096;
 // What CRIU's build-id check maps (BUILD_ID_MAP_SIZE). With only the first 128 KiB asked for (a WILLNEED),
 // CRIU's opening of serve's mappings took 2.9 s of a cold restore (H100, 2026-12-06); with the whole MiB,
