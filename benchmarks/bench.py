@@ -89,7 +89,7 @@ import textwrap
 import time
 
 import bench_common as C
-from bench_common import (DESCRIPTIONS, KNOWN_VARIANTS, OTHER_SCENARIOS, SCENARIO_HELP, SCENARIOS, UTILITY,
+from bench_common import (DESCRIPTIONS, GIB, KNOWN_VARIANTS, OTHER_SCENARIOS, SCENARIO_HELP, SCENARIOS, UTILITY,
                           VARIANT_ROUNDS, VARIANTS, footprint, log)
 from bench_report import report
 from bench_cri import through_cri
@@ -272,7 +272,36 @@ def machine_info(args):
             pass
     info["cpus"] = os.cpu_count()
     info["scale"] = args.scale
+    info["memory_limits"] = memory_limits()
     return info
+
+
+def memory_limits():
+    """The memory limits of this process's cgroup and of those above it, where set (cgroup v2 memory.max and
+    memory.high, v1 memory.limit_in_bytes): a limit makes the kernel take back page cache long before the
+    machine's memory is full."""
+    try:
+        with open("/proc/self/cgroup") as f:
+            lines = [line.strip().split(":", 2) for line in f]
+    except OSError:
+        return {}
+    where = [("/sys/fs/cgroup", p, ("memory.max", "memory.high")) for n, c, p in lines if n == "0" and not c]
+    where += [("/sys/fs/cgroup/memory", p, ("memory.limit_in_bytes",)) for _, c, p in lines if c == "memory"]
+    limits = {}
+    for root, path, names in where:
+        while True:
+            for name in names:
+                try:
+                    with open(f"{root}{path}/{name}") as f:
+                        value = f.read().strip()
+                except OSError:
+                    continue
+                if value.isdigit() and int(value) < 1 << 60:  # v1 writes "no limit" as a huge number
+                    limits[f"{path} {name}"] = int(value)
+            if path in ("", "/"):
+                break
+            path = os.path.dirname(path.rstrip("/")) or "/"
+    return limits
 
 
 def hold_fragmented(gib, info):
@@ -438,7 +467,8 @@ def main():
         wanted.remove(s)
     info = machine_info(args)
     fragmenter = hold_fragmented(args.fragment_gib, info) if args.fragment_gib > 0 else None
-    log(f"machine: {info.get('gpus')}; kernel {info['kernel']}; THP {info.get('thp', '?')}")
+    log(f"machine: {info.get('gpus')}; kernel {info['kernel']}; THP {info.get('thp', '?')}"
+        + "".join(f"; {k} {v / GIB:.1f} GiB" for k, v in info["memory_limits"].items()))
     trips = plan(args.rounds, [s for s in wanted if s in SCENARIOS], cold_rounds)
     print_plan(trips, args.rounds, "coldstart" in wanted, args.time_limit, args.replicas, not args.no_cold_starts,
                registry, len(layers), cri)

@@ -353,6 +353,24 @@ def disk_read_bytes():
     return total
 
 
+RECLAIM_KEYS = ("pgsteal_kswapd", "pgsteal_direct", "workingset_refault_file", "allocstall_normal",
+                "compact_stall")
+
+
+def reclaim_counters():
+    """The kernel's counters of page reclaim so far (/proc/vmstat): pages taken back from the page cache or
+    anonymous memory (pgsteal), file pages read again after that (workingset_refault_file), allocations
+    that waited for reclaim or compaction. What a cold restore read early and the kernel took back, it
+    reads again: these tell."""
+    values = {}
+    with open("/proc/vmstat") as f:
+        for line in f:
+            key, value = line.split()
+            if key in RECLAIM_KEYS:
+                values[key] = int(value)
+    return values
+
+
 def image_root(scenario):
     """Where a scenario's image goes: the work folder's file system when the image fits there with room to
     spare, else a tmpfs (the report says which)."""
@@ -505,9 +523,15 @@ def dump_and_restore(variant, w, name, scenario, cold_too=False):
                         out.write(data)
                         out.truncate(len(data))
                 r["sync_s"] = drop_page_cache()
-                read0 = disk_read_bytes()
+                read0, reclaim0 = disk_read_bytes(), reclaim_counters()
                 restore_s, device_s, restore_rss, ready = restore(variant, w, img, "restore-cold.log", before)
                 r["cold_read_gib"] = (disk_read_bytes() - read0) / GIB  # to the first answer (ready)
+                r["cold_reclaim"] = {k: v - reclaim0.get(k, 0) for k, v in reclaim_counters().items()}
+                taken = sum(r["cold_reclaim"].get(k, 0) for k in ("pgsteal_kswapd", "pgsteal_direct"))
+                if taken or r["cold_reclaim"].get("workingset_refault_file"):
+                    log(f"{name}: during the cold restore the kernel took back {taken * 4096 / GIB:.2f} GiB of "
+                        f"memory and {r['cold_reclaim'].get('workingset_refault_file', 0) * 4096 / GIB:.2f} GiB "
+                        f"of file pages were read again: {r['cold_reclaim']}")
                 r.update(restore_cold_s=restore_s, device_restore_cold_s=device_s,
                          criu_restore_cold_s=max(0.0, restore_s - device_s), restore_cold_to_ready_s=ready)
                 r.update(parse_restore_log(os.path.join(img, "restore-cold.log"), "_cold"))
