@@ -121,7 +121,7 @@ struct ReadAhead {
 // order, and returns once they are there (or stop is set): CRIU's restorer reads a pages file with one
 // read after another, and on a cold page cache each waits behind every other reader of the disk (the GPU
 // image's 15 at the same time: 0.3 GB/s where the disk gives 1.3). Read first, they come at the disk's
-// pace and CRIU copies them from memory. Only a hint: a file that cannot be opened is left to CRIU.
+// pace, before the GPU image. Only a hint: a file that cannot be opened is left to CRIU.
 ReadAhead read_ahead(int dir_fd, const std::vector<std::string> &names, unsigned threads,
 		     const std::atomic<bool> *stop = nullptr);
 
