@@ -200,7 +200,8 @@ uint64_t read_into_cache(int fd, uint64_t offset, uint64_t len, std::vector<uint
 {
 	uint64_t done = 0;
 	while (done < len && !buf.empty() && !(stop && stop->load(std::memory_order_relaxed))) {
-		ssize_t n = pread(fd, buf.data(), std::min<uint64_t>(buf.size(), len - done), static_cast<off_t>(offset + done));
+		size_t want = std::min<uint64_t>(buf.size(), len - done);
+		ssize_t n = pread(fd, buf.data(), want, static_cast<off_t>(offset + done));
 		if (n < 0 && errno == EINTR)
 			continue;
 		if (n <= 0)
