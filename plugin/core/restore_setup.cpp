@@ -151,11 +151,12 @@ Result<GpuImageLoad> prepare_gpu_image(const Options &options, Host &host, const
 				     heads](const std::atomic<bool> &cancel) -> Status {
 			uint64_t t0 = now_us();
 			ReadAhead h_read = read_heads_ahead(heads, check_threads, &cancel);
+			uint64_t t1 = now_us();
 			ReadAhead p_read = read_ahead(dir, ahead, check_threads, &cancel);
-			LOG_INFO("read ahead for CRIU, before the GPU image: the heads of %zu mapped file(s) (%s) and %zu "
-				 "pages file(s) (%s), in %s",
-				 h_read.files, human_bytes(h_read.bytes).c_str(), p_read.files, human_bytes(p_read.bytes).c_str(),
-				 seconds(now_us() - t0).c_str());
+			LOG_INFO("read ahead for CRIU, before the GPU image: the heads of %zu mapped file(s) (%s in %s) and "
+				 "%zu pages file(s) (%s in %s)",
+				 h_read.files, human_bytes(h_read.bytes).c_str(), seconds(t1 - t0).c_str(), p_read.files,
+				 human_bytes(p_read.bytes).c_str(), seconds(now_us() - t1).c_str());
 			std::vector<GpuLoadTarget> t = checked_early;
 			for (GpuLoadTarget &x : t)
 				if (auto d = mapped->decoded.find(x.ns_pid); d != mapped->decoded.end()) {
