@@ -31,7 +31,8 @@ and an 8 GiB KV-cache arena made with torch.zeros, answering with a greedy gener
 llm24 with a 24 GiB arena),
 1gpu..8gpu (one 4 GiB process per GPU), coldstart (torch.compile start-up against restore-to-ready),
 serve and serve16 (an inference server started as vLLM and SGLang start one: a Llama model of ~6 or ~16 GB
-of bf16 weights read from safetensors files written once into /var/tmp, a 16 GiB KV-cache arena of zeros,
+of bf16 weights read from safetensors files written once into /var/tmp, a 16 GiB KV-cache arena of zeros
+(serve-kv4: 4 GiB, so that 4 replicas fit one 80 GB GPU),
 torch.compile and a CUDA graph per decode batch size 1, 2, 4, 8, answering HTTP: serving_workload.py; its
 restore-to-ready is the first answer, which must equal the one before the dump, as must every batch size's;
 before its round trips, three starts from scratch to the first answer: empty compile caches, then warm

@@ -61,6 +61,9 @@ add_scenario("serve", "an inference server as vLLM and SGLang start one: ~6 GB o
              "a 16 GiB KV-cache arena, torch.compile, CUDA graphs, HTTP (serving_workload.py)",
              "serve", 16384, 1, ("6",))
 add_scenario("serve16", "serve with ~16 GB of weights", "serve", 16384, 1, ("16",))
+# serve's image with a 4 GiB arena (zeros, never stored): 4 replicas of it fit one 80 GB GPU.
+add_scenario("serve-kv4", "serve with a 4 GiB KV-cache arena: the same image, 4 replicas fit one 80 GB GPU",
+             "serve", 4096, 1, ("6",))
 # The same server in two processes, as vLLM V1 and SGLang run it: an HTTP front without CUDA and the
 # engine, talking over a Unix socket, the token ids in a ring in /dev/shm (--processes 2).
 add_scenario("serve2", "serve in two processes: an HTTP front without CUDA and the engine, a Unix socket "
