@@ -161,6 +161,7 @@ install -m 755 "$build/bin/thp_populate" "$tmp/bin/thp_populate"
 ln -s cuda-criu "$tmp/bin/cuda-checkpoint"
 install -m 755 "$top/benchmarks/bench.py" "$tmp/bench.py"
 install -m 644 "$top"/benchmarks/bench_*.py "$tmp/"
+install -m 644 "$top/benchmarks/driver_restore_uffd.py" "$tmp/"
 runc=$(command -v runc || true)
 if [ -n "$runc" ]; then
 	install -m 755 "$runc" "$tmp/sbin/runc"
