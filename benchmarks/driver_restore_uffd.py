@@ -13,6 +13,10 @@ Prints, per cycle: the driver's restore and unlock seconds; for the lazy cycle t
 the time of the first and of the last one after the restore call began, and the bytes served by each
 tenth of the restore; and whether the data came back equal. Usage (root, a GPU, torch):
     python3 driver_restore_uffd.py [--gib 4] [--out results.json]
+--self-test (no GPU; CI runs it) checks the mechanisms on this kernel with a reader thread standing in for
+the driver: the probe's own (fresh anonymous memory, each block copied in on its fault), and the one a
+restore would use (a MAP_PRIVATE mapping of a memory file: the block written into the file, then the reader
+woken, which maps the file's page). Exit 77 where userfaultfd is not allowed here.
 """
 import argparse
 import ctypes
@@ -40,6 +44,7 @@ UFFDIO_API = 0xC018AA3F
 UFFDIO_REGISTER = 0xC020AA00
 UFFDIO_UNREGISTER = 0x8010AA01
 UFFDIO_COPY = 0xC028AA03
+UFFDIO_WAKE = 0x8010AA02
 UFFDIO_REGISTER_MODE_MISSING = 1
 UFFD_EVENT_PAGEFAULT = 0x12
 PROT_RW, MAP_PRIVATE_ANON_FIXED = 0x3, 0x02 | 0x20 | 0x10
@@ -223,13 +228,66 @@ def expect(p, word):
             return line[len(word):].strip() or "null"
 
 
+def reader_sees(addr, want):
+    """What a thread outside the GIL (as the driver's is) reads at addr equals want."""
+    out = ctypes.create_string_buffer(len(want))
+    libc.memcpy(ctypes.addressof(out), addr, len(want))  # ctypes lets go of the GIL: the handler can run
+    return out.raw == want
+
+
+def self_test():
+    size = 16 * BLOCK
+    data = os.urandom(size)
+    # The probe's way: fresh anonymous memory, each block copied in on its fault.
+    buf = mmap.mmap(-1, size)
+    addr = ctypes.addressof(ctypes.c_char.from_buffer(buf))
+    buf[:] = data
+    lazy = Lazy()
+    try:
+        lazy.arm([(addr, addr + size)])
+    except OSError as e:
+        print(f"SKIP: userfaultfd is not allowed here: {e}")
+        return 77
+    ok = reader_sees(addr, data) and len(lazy.served) == 16
+    print(f"{'ok' if ok else 'FAIL'}: anonymous memory, {len(lazy.served)} of 16 blocks copied in on their faults")
+    # A restore's way: a MAP_PRIVATE mapping of a memory file, its pages missing until written into the file.
+    fd = os.memfd_create("decoded")
+    os.ftruncate(fd, size)
+    at = libc.mmap(None, size, 0x1, 0x02, fd, 0)
+    uffd = libc.syscall(SYS_USERFAULTFD, os.O_CLOEXEC | os.O_NONBLOCK)
+    ioctl(uffd, UFFDIO_API, (ctypes.c_uint64 * 3)(UFFD_API, 0, 0))
+    ioctl(uffd, UFFDIO_REGISTER, (ctypes.c_uint64 * 4)(at, size, UFFDIO_REGISTER_MODE_MISSING, 0))
+    written = []
+
+    def decode_on_fault():
+        msg = bytearray(32)
+        while len(written) < 16:
+            select.select([uffd], [], [], 1.0)
+            try:
+                os.readv(uffd, [msg])
+            except BlockingIOError:
+                continue
+            block = (struct.unpack_from("<Q", msg, 16)[0] - at) // BLOCK * BLOCK
+            os.pwrite(fd, data[block:block + BLOCK], block)
+            ioctl(uffd, UFFDIO_WAKE, (ctypes.c_uint64 * 2)(at + block, BLOCK))
+            written.append(block)
+    threading.Thread(target=decode_on_fault, daemon=True).start()
+    ok2 = reader_sees(at, data) and sorted(written) == list(range(0, size, BLOCK))
+    print(f"{'ok' if ok2 else 'FAIL'}: a private mapping of a memory file, {len(written)} of 16 blocks written "
+          "into the file on their faults, the reader woken")
+    return 0 if ok and ok2 else 1
+
+
 def main():
     global cuda
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--gib", type=int, default=4)
     ap.add_argument("--out")
+    ap.add_argument("--self-test", action="store_true", help="check the mechanisms on this kernel (no GPU)")
     ap.add_argument("--target", action="store_true", help=argparse.SUPPRESS)
     a = ap.parse_args()
+    if a.self_test:
+        return self_test()
     if a.target:
         return target(a.gib)
     cuda = ctypes.CDLL("libcuda.so.1")
@@ -255,4 +313,4 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())
