@@ -11,7 +11,8 @@ memory against the seed. A first cycle without userfaultfd is the baseline.
 
 Prints, per cycle: the driver's restore and unlock seconds; for the lazy cycle the faults (blocks served),
 the time of the first and of the last one after the restore call began, and the bytes served by each
-tenth of the restore; and whether the data came back equal. Usage (root, a GPU, torch):
+tenth of the restore, the share of faults in ascending order of address; and whether the data came back
+equal. Usage (root, a GPU, torch):
     python3 driver_restore_uffd.py [--gib 4] [--out results.json]
 --self-test (no GPU; CI runs it) checks the mechanisms on this kernel with a reader thread standing in for
 the driver: the probe's own (fresh anonymous memory, each block copied in on its fault), and the one a
@@ -212,6 +213,9 @@ def cycle(p, lazy):
                 tenths[min(9, max(0, int((when - t0) / (t1 - t0) * 10)))] += max(n, 0)
             out["served_gib_by_tenth"] = [round(x / (1 << 30), 3) for x in tenths]
             out["errors"] = [e for _, _, e in log if e < 0][:5]
+            blocks = [b for _, b, n in log if n > 0]
+            # The driver's order: the share of faults on a block above the one before (1.0: ascending).
+            out["ascending"] = round(sum(b > a for a, b in zip(blocks, blocks[1:])) / max(1, len(blocks) - 1), 3)
     if "error" not in out:
         p.stdin.write("verify\n")
         p.stdin.flush()
