@@ -43,7 +43,6 @@ SYS_USERFAULTFD = 323  # x86_64
 UFFD_API = 0xAA
 UFFDIO_API = 0xC018AA3F
 UFFDIO_REGISTER = 0xC020AA00
-UFFDIO_UNREGISTER = 0x8010AA01
 UFFDIO_COPY = 0xC028AA03
 UFFDIO_WAKE = 0x8010AA02
 UFFDIO_REGISTER_MODE_MISSING = 1
@@ -55,6 +54,32 @@ def ioctl(fd, req, buf):
     if libc.ioctl(fd, req, ctypes.addressof(buf)) != 0:
         e = ctypes.get_errno()
         raise OSError(e, f"ioctl {req:#x}: {os.strerror(e)}")
+
+
+def new_uffd():
+    """A userfaultfd of this process, its API agreed."""
+    uffd = libc.syscall(SYS_USERFAULTFD, os.O_CLOEXEC | os.O_NONBLOCK)
+    if uffd < 0:
+        raise OSError(ctypes.get_errno(), "userfaultfd")
+    ioctl(uffd, UFFDIO_API, (ctypes.c_uint64 * 3)(UFFD_API, 0, 0))
+    return uffd
+
+
+def register(uffd, start, size):
+    ioctl(uffd, UFFDIO_REGISTER, (ctypes.c_uint64 * 4)(start, size, UFFDIO_REGISTER_MODE_MISSING, 0))
+
+
+def faults(uffd):
+    """The page addresses of uffd's page faults, as they come (for ever)."""
+    msg = bytearray(32)
+    while True:
+        select.select([uffd], [], [], 1.0)
+        try:
+            n = os.readv(uffd, [msg])
+        except BlockingIOError:  # another thread took it
+            continue
+        if n == 32 and msg[0] == UFFD_EVENT_PAGEFAULT:
+            yield struct.unpack_from("<Q", msg, 16)[0] & ~0xFFF
 
 
 # ---- the target process ----
@@ -70,7 +95,7 @@ def target(gib):
     for line in sys.stdin:
         cmd, _, arg = line.strip().partition(" ")
         if cmd == "arm":
-            print("armed " + json.dumps(arm(json.loads(arg))), flush=True)
+            print("armed " + json.dumps(LAZY.arm(json.loads(arg))), flush=True)
         elif cmd == "report":
             print("report " + json.dumps(LAZY.report()), flush=True)
         elif cmd == "verify":
@@ -87,14 +112,10 @@ class Lazy:
     """The driver's copy replaced by missing pages, served a 2 MiB block at a time on a fault."""
 
     def __init__(self):
-        self.blocks, self.saved, self.served, self.log, self.uffd = {}, [], set(), [], -1
+        self.saved, self.served, self.log, self.uffd = [], set(), [], -1
 
     def arm(self, ranges):
-        self.uffd = libc.syscall(SYS_USERFAULTFD, os.O_CLOEXEC | os.O_NONBLOCK)
-        if self.uffd < 0:
-            raise OSError(ctypes.get_errno(), "userfaultfd")
-        api = (ctypes.c_uint64 * 3)(UFFD_API, 0, 0)
-        ioctl(self.uffd, UFFDIO_API, api)
+        self.uffd = new_uffd()
         total = 0
         for start, end in ranges:
             size = end - start
@@ -105,8 +126,7 @@ class Lazy:
             # Fresh memory at the same place, as a restored process has: nothing of the old pages.
             if libc.mmap(start, size, PROT_RW, MAP_PRIVATE_ANON_FIXED, -1, 0) != start:
                 raise OSError(ctypes.get_errno(), "mmap")
-            reg = (ctypes.c_uint64 * 4)(start, size, UFFDIO_REGISTER_MODE_MISSING, 0)
-            ioctl(self.uffd, UFFDIO_REGISTER, reg)
+            register(self.uffd, start, size)
             total += size
         for _ in range(8):  # the copies run outside the GIL: 8 at once
             threading.Thread(target=self.serve, daemon=True).start()
@@ -115,21 +135,12 @@ class Lazy:
     def source(self, addr):
         for start, end, _, keep_addr in self.saved:
             if start <= addr < end:
-                block = max(start, addr - (addr - start) % BLOCK)
+                block = addr - (addr - start) % BLOCK
                 return block, min(BLOCK, end - block), keep_addr + (block - start)
         return None
 
     def serve(self):
-        msg = bytearray(32)
-        while True:
-            select.select([self.uffd], [], [], 1.0)
-            try:
-                n = os.readv(self.uffd, [msg])
-            except BlockingIOError:
-                continue
-            if n != 32 or msg[0] != UFFD_EVENT_PAGEFAULT:
-                continue
-            addr = struct.unpack_from("<Q", msg, 16)[0] & ~0xFFF
+        for addr in faults(self.uffd):
             src = self.source(addr)
             if src is None:
                 continue
@@ -149,10 +160,6 @@ class Lazy:
 
 
 LAZY = Lazy()
-
-
-def arm(ranges):
-    return LAZY.arm(ranges)
 
 
 # ---- the controller ----
@@ -232,10 +239,17 @@ def expect(p, word):
             return line[len(word):].strip() or "null"
 
 
-def reader_sees(addr, want):
-    """What a thread outside the GIL (as the driver's is) reads at addr equals want."""
+def reader_sees(addr, want, what):
+    """What a thread outside the GIL (as the driver's is) reads at addr equals want. A reader still held
+    after 20 s (a fault nobody supplied) fails the test there and then."""
     out = ctypes.create_string_buffer(len(want))
-    libc.memcpy(ctypes.addressof(out), addr, len(want))  # ctypes lets go of the GIL: the handler can run
+    # ctypes lets go of the GIL in memcpy: the handler threads can run meanwhile.
+    reader = threading.Thread(target=libc.memcpy, args=(ctypes.addressof(out), addr, len(want)), daemon=True)
+    reader.start()
+    reader.join(20)
+    if reader.is_alive():
+        print(f"FAIL: {what}: the reader is still held by a fault after 20 s", flush=True)
+        os._exit(1)
     return out.raw == want
 
 
@@ -252,31 +266,24 @@ def self_test():
     except OSError as e:
         print(f"SKIP: userfaultfd is not allowed here: {e}")
         return 77
-    ok = reader_sees(addr, data) and len(lazy.served) == 16
+    ok = reader_sees(addr, data, "anonymous memory") and len(lazy.served) == 16
     print(f"{'ok' if ok else 'FAIL'}: anonymous memory, {len(lazy.served)} of 16 blocks copied in on their faults")
     # A restore's way: a MAP_PRIVATE mapping of a memory file, its pages missing until written into the file.
     fd = os.memfd_create("decoded")
     os.ftruncate(fd, size)
     at = libc.mmap(None, size, 0x1, 0x02, fd, 0)
-    uffd = libc.syscall(SYS_USERFAULTFD, os.O_CLOEXEC | os.O_NONBLOCK)
-    ioctl(uffd, UFFDIO_API, (ctypes.c_uint64 * 3)(UFFD_API, 0, 0))
-    ioctl(uffd, UFFDIO_REGISTER, (ctypes.c_uint64 * 4)(at, size, UFFDIO_REGISTER_MODE_MISSING, 0))
+    uffd = new_uffd()
+    register(uffd, at, size)
     written = []
 
     def decode_on_fault():
-        msg = bytearray(32)
-        while len(written) < 16:
-            select.select([uffd], [], [], 1.0)
-            try:
-                os.readv(uffd, [msg])
-            except BlockingIOError:
-                continue
-            block = (struct.unpack_from("<Q", msg, 16)[0] - at) // BLOCK * BLOCK
+        for fault in faults(uffd):
+            block = (fault - at) // BLOCK * BLOCK
             os.pwrite(fd, data[block:block + BLOCK], block)
             ioctl(uffd, UFFDIO_WAKE, (ctypes.c_uint64 * 2)(at + block, BLOCK))
             written.append(block)
     threading.Thread(target=decode_on_fault, daemon=True).start()
-    ok2 = reader_sees(at, data) and sorted(written) == list(range(0, size, BLOCK))
+    ok2 = reader_sees(at, data, "a memory file") and sorted(written) == list(range(0, size, BLOCK))
     print(f"{'ok' if ok2 else 'FAIL'}: a private mapping of a memory file, {len(written)} of 16 blocks written "
           "into the file on their faults, the reader woken")
     return 0 if ok and ok2 else 1
