@@ -23,6 +23,8 @@ CriuSymbols CriuSymbols::lookup()
 	find(h.dump_skip_pages, "criu_dump_skip_pages");
 	find(h.restore_map_file, "criu_restore_map_file");
 	find(h.restore_map_fd, "criu_restore_map_fd");
+	find(h.restore_map_fd_userfault, "criu_restore_map_fd_userfault");
+	find(h.restore_userfaultfd, "criu_restore_userfaultfd");
 	find(h.dump_before_inventory, "criu_dump_before_inventory");
 	find(h.dump_failed_late, "criu_dump_plugin_failed_late");
 	h.resume_late_errors_fatal = dlsym(RTLD_DEFAULT, "criu_resume_devices_late_errors_fatal") != nullptr;

@@ -35,6 +35,10 @@ struct CriuSymbols {
 				unsigned long offset) = nullptr;
 	// Set by criu-patches/0008: the same from a file the plugin holds open (a memfd); 0 or -errno.
 	int (*restore_map_fd)(int pid, unsigned long start, unsigned long end, int fd, unsigned long offset) = nullptr;
+	// Set by criu-patches/0010: pid's runs from the plugin's fds come in on demand, through a userfaultfd
+	// the plugin takes once the tasks' memory is restored (a new fd the plugin closes, or -errno).
+	int (*restore_map_fd_userfault)(int pid) = nullptr;
+	int (*restore_userfaultfd)(int pid) = nullptr;
 	// Set by criu-patches/0009: CRIU calls fn(arg) once it has dumped every task, before its inventory,
 	// and fails the dump when it returns non-zero; 0 or -errno. Without it the plugin writes its GPU image
 	// in CHECKPOINT_DEVICES, before CRIU dumps the tasks.

@@ -205,6 +205,11 @@ CriuRestoreCalls restore_calls(const CriuSymbols &criu)
 		calls.map_fd = [f = criu.restore_map_fd](int pid, uint64_t start, uint64_t end, int fd, uint64_t off) {
 			return f(pid, start, end, fd, off);
 		};
+	// Both or neither: a userfaultfd the plugin could not take would leave pages nobody maps.
+	if (criu.restore_map_fd_userfault && criu.restore_userfaultfd) {
+		calls.map_fd_userfault = criu.restore_map_fd_userfault;
+		calls.userfaultfd = criu.restore_userfaultfd;
+	}
 	return calls;
 }
 

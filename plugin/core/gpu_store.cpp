@@ -10,6 +10,7 @@
 #include <atomic>
 #include <cinttypes>
 #include <cstring>
+#include <map>
 #include <memory>
 #include <optional>
 #include <tuple>
@@ -451,7 +452,7 @@ Status check_gpu_files(int dir_fd, const GpuImageIndex &index)
 }
 
 Status load_gpu_state(Host &host, int dir_fd, const GpuImageIndex &index, const std::vector<GpuLoadTarget> &targets,
-		      unsigned threads, const std::atomic<bool> *cancel)
+		      unsigned threads, const std::atomic<bool> *cancel, LazyDecoded *lazy)
 {
 	auto opened = GpuDataReader::open_all(dir_fd, index);
 	if (!opened)
@@ -475,6 +476,18 @@ Status load_gpu_state(Host &host, int dir_fd, const GpuImageIndex &index, const 
 	}
 	if (pieces.empty())
 		return {};
+	// Each piece is taken once: from a batch, or first where a process waits for it (lazy).
+	std::vector<std::atomic<bool>> taken(pieces.size());
+	std::map<std::pair<pid_t, uint64_t>, size_t> lazy_pieces;
+	for (size_t i = 0; lazy && i < pieces.size(); i++)
+		if (pieces[i].decoded && lazy->has(targets[pieces[i].target].ns_pid))
+			lazy_pieces.emplace(std::make_pair(targets[pieces[i].target].ns_pid, pieces[i].addr), i);
+	auto next_wanted = [&]() -> std::optional<size_t> {
+		while (auto w = lazy ? lazy->wanted() : std::nullopt)
+			if (auto it = lazy_pieces.find(*w); it != lazy_pieces.end() && !taken[it->second].exchange(true))
+				return it->second;
+		return std::nullopt;
+	};
 	unsigned workers = static_cast<unsigned>(std::min<size_t>(std::max(1u, threads), pieces.size()));
 	Batches batches(pieces.size(), workers);
 	std::atomic<uint64_t> done{0};
@@ -490,11 +503,15 @@ Status load_gpu_state(Host &host, int dir_fd, const GpuImageIndex &index, const 
 					ChunkCodec codec;
 					StepClock clock(steps[w]);
 					for (auto [first, last] = batches.next(); first < last; std::tie(first, last) = batches.next()) {
-						for (size_t i = first; i < last && !stop.load(std::memory_order_relaxed); i++) {
+						for (size_t k = first; k < last && !stop.load(std::memory_order_relaxed);) {
 							if (cancel && cancel->load(std::memory_order_relaxed)) {
 								stop = true;
 								return make_error(ECANCELED, "%s", "the check of the GPU image was cancelled");
 							}
+							std::optional<size_t> urgent = next_wanted();
+							size_t i = urgent ? *urgent : k++;
+							if (!urgent && taken[i].exchange(true))
+								continue;
 							const Piece &p = pieces[i];
 							const GpuLoadTarget &t = targets[p.target];
 							Status st = load_chunk(host, index, readers, t, p, buf, stored, codec, clock);
@@ -507,6 +524,8 @@ Status load_gpu_state(Host &host, int dir_fd, const GpuImageIndex &index, const 
 								return std::move(st).error().context("restore pid %d (pid %d in the image)", t.pid,
 												     t.ns_pid);
 							}
+							if (lazy && p.decoded)
+								lazy->decoded(t.ns_pid, p.addr);
 							done.fetch_add(p.len, std::memory_order_relaxed);
 						}
 					}

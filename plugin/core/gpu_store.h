@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "base/result.h"
+#include "core/lazy_decoded.h"
 #include "image/gpu_image.h"
 #include "image/record.h"
 #include "os/host.h"
@@ -65,8 +66,9 @@ Status check_gpu_files(int dir_fd, const GpuImageIndex &index);
 // target without a pid (0) is a process of the image not restored yet (or no restore at all: cuda-criu
 // inspect --verify): its chunks are only read from the files and checked, never written, and errors name it
 // by its pid in the image. Chunks CRIU cannot map (in a parent's file, or compressed) are written into a
-// restored process even where write is false.
+// restored process even where write is false. lazy: told of each chunk decoded into memory a process maps
+// (GpuLoadTarget::decoded), and asked before each chunk which one a process waits for: that one next.
 Status load_gpu_state(Host &host, int dir_fd, const GpuImageIndex &index, const std::vector<GpuLoadTarget> &targets,
-		      unsigned threads, const std::atomic<bool> *cancel = nullptr);
+		      unsigned threads, const std::atomic<bool> *cancel = nullptr, LazyDecoded *lazy = nullptr);
 
 } // namespace cuda_criu

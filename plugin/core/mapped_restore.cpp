@@ -88,7 +88,8 @@ std::string decoded_key(const GpuImageIndex &index, const GpuProcessChunks &p)
 }
 
 MappedGpuImage request_mapped_gpu_image(const GpuImageIndex &index, bool enabled, const MapFile &map,
-					const MapFd &map_fd, const GpuLedgerPlace *share_place)
+					const MapFd &map_fd, const GpuLedgerPlace *share_place,
+					const MapFdUserfault &userfault)
 {
 	// Each run splits a vma in the restored process: stay far below vm.max_map_count.
 	constexpr size_t kMaxRuns = 4096;
@@ -157,6 +158,20 @@ MappedGpuImage request_mapped_gpu_image(const GpuImageIndex &index, bool enabled
 			mapped.decoded.emplace(p.ns_pid, decoded);
 		if (share)
 			mapped.shares.emplace(p.ns_pid, share);
+		// Decoded here: the driver may read it before it is whole, each first touch waiting for its chunk.
+		if (decoded && !(share && share->joined()) && userfault) {
+			if (int rc = userfault(p.ns_pid); rc < 0) {
+				LOG_INFO("pid %d: its decoded GPU state is read once whole (CRIU cannot have it come in on demand: "
+					 "%s)",
+					 p.ns_pid, std::strerror(-rc));
+			} else {
+				std::vector<MemoryRange> chunks;
+				for (const GpuChunk &c : p.chunks)
+					if (c.compressed() && !index.files[c.file].parent_depth)
+						chunks.push_back({c.addr, c.addr + c.len});
+				mapped.lazy->add(p.ns_pid, std::move(chunks));
+			}
+		}
 		if (share && share->joined())
 			LOG_INFO("pid %d: its compressed GPU state is being decoded by another restore of the same image (CRIU "
 				 "pid %d): this restore maps the same memory and waits for it instead of decoding",

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "core/lazy_decoded.h"
 #include "image/gpu_image.h"
 #include "image/record.h"
 #include "os/maps.h"
@@ -38,6 +39,9 @@ using MapFile = std::function<int(int pid, uint64_t start, uint64_t end, const c
 // CRIU without it.
 using MapFd = std::function<int(int pid, uint64_t start, uint64_t end, int fd, uint64_t offset)>;
 
+// CRIU's criu_restore_map_fd_userfault(pid) (criu-patches/0010): 0 or -errno. Empty on a CRIU without it.
+using MapFdUserfault = std::function<int(int pid)>;
+
 // What CRIU maps of a GPU image the plugin stored itself.
 struct MappedGpuImage {
 	std::set<int> processes; // image pids (in their namespaces) whose chunks CRIU maps; the plugin writes
@@ -48,15 +52,20 @@ struct MappedGpuImage {
 	// Image pid -> that memory as shared with other restores of the same image (os/decoded_share.h):
 	// where joined(), another restore decodes it.
 	std::map<int, std::shared_ptr<DecodedShare>> shares;
+	// The processes whose decoded memory CRIU registers with a userfaultfd: read by the driver while
+	// it is still being decoded.
+	std::shared_ptr<LazyDecoded> lazy = std::make_shared<LazyDecoded>();
 };
 
 // For an image whose GPU state the plugin stored itself: asks CRIU to map each process's stored chunks
 // (merged into runs) where `enabled` and CRIU allow: raw chunks from the plugin's data files, compressed
-// ones from memory they are to be decoded into (with map_fd, for a process without chunks in a parent image).
+// ones from memory they are to be decoded into (with map_fd, for a process without chunks in a parent image),
+// and those on demand (userfault) where this restore decodes them.
 // share_place: where concurrent restores of the same image share decoded memory (the GPU reservation
 // ledger's; null: each decodes its own).
 MappedGpuImage request_mapped_gpu_image(const GpuImageIndex &index, bool enabled, const MapFile &map,
-					const MapFd &map_fd, const GpuLedgerPlace *share_place = nullptr);
+					const MapFd &map_fd, const GpuLedgerPlace *share_place = nullptr,
+					const MapFdUserfault &userfault = {});
 std::string decoded_key(const GpuImageIndex &index, const GpuProcessChunks &p);
 
 // After the driver restored pid: the mappings of the image's pages files (in image_dir) it still holds.

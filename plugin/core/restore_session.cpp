@@ -318,6 +318,8 @@ std::vector<ProcJob> RestoreSession::find_cuda_processes(const std::vector<pid_t
 
 void RestoreSession::restore_batch(const std::vector<pid_t> &candidates)
 {
+	// First: until then a first touch of decoded memory CRIU registered would wait for nobody.
+	std::set<pid_t> lazy = load_gpu_.attach_lazy ? load_gpu_.attach_lazy() : std::set<pid_t>();
 	std::shared_future<Status> checked;
 	std::vector<ProcJob> jobs = find_cuda_processes(candidates);
 	if (!jobs.empty()) {
@@ -355,8 +357,12 @@ void RestoreSession::restore_batch(const std::vector<pid_t> &candidates)
 				jobs.clear();
 			}
 			size_t wait = std::count_if(mapped_by_criu.begin(), mapped_by_criu.end(), [&](const GpuLoadTarget &t) {
-				return load_gpu_.decoded && load_gpu_.decoded(t.ns_pid);
+				return load_gpu_.decoded && load_gpu_.decoded(t.ns_pid) && !lazy.count(t.ns_pid);
 			});
+			if (!mapped_check_ready_before_driver_ && !lazy.empty())
+				LOG_INFO("the GPU image CRIU maps: still being read; the driver restores %zu process(es) while their "
+					 "compressed GPU state is decoded, in the order it reads it",
+					 lazy.size());
 			if (!mapped_check_ready_before_driver_ && wait)
 				LOG_INFO("the GPU image CRIU maps: still being read; the driver restores %zu process(es) once their "
 					 "compressed GPU state is decoded, and unlocks none before the whole image has passed",
@@ -371,20 +377,21 @@ void RestoreSession::restore_batch(const std::vector<pid_t> &candidates)
 		for (ProcJob &j : jobs) {
 			pid_t ns_pid = outcomes_[j.pid].ns_pid;
 			bool decoded = load_gpu_.decoded && load_gpu_.decoded(ns_pid);
+			bool whole_first = decoded && !lazy.count(ns_pid); // else each chunk is waited for on its first touch
 			pid_t key = reservation_keys_.count(ns_pid) ? reservation_keys_[ns_pid] : ns_pid;
-			j.call = [pid = j.pid, p = *pairs, checked, held = reservations_, ns_pid, key, decoded,
+			j.call = [pid = j.pid, p = *pairs, checked, held = reservations_, ns_pid, key, decoded, whole_first,
 				  release = load_gpu_.release_decoded](Driver &d) -> Status {
 				// The driver reads memory CRIU maps from what the check decodes: only once it is whole.
-				if (decoded && checked.valid())
+				if (whole_first && checked.valid())
 					if (Status st = checked.get(); !st)
 						return st;
 				Status st = d.restore(pid, p);
 				if (held) // what it allocated shows in the free memory now
 					held->settle(key);
-				if (st && decoded)
-					release(ns_pid, pid);
 				if (st && checked.valid()) // the process stays locked until its chunks have passed
 					st = checked.get();
+				if (st && decoded) // the decode is over: no longer written
+					release(ns_pid, pid);
 				if (st)
 					st = d.unlock(pid);
 				return st;

@@ -40,14 +40,17 @@ namespace cuda_criu {
 //   restores; no process is unlocked before it has passed. Empty when CRIU maps nothing.
 // - decoded(ns_pid): whether CRIU maps that process's compressed chunks from memory check_mapped decodes
 //   them into: its driver's restore waits for the check.
-// - release_decoded(ns_pid, pid): once the driver restored pid, gives that memory back (where pid no
-//   longer maps it).
+// - release_decoded(ns_pid, pid): once the driver restored pid and its check passed, gives that memory back
+//   (where pid no longer maps it).
+// - attach_lazy(): at the first RESUME_DEVICES_LATE, the processes whose decoded memory comes in on demand
+//   (core/lazy_decoded.h): their driver's restore starts at once instead of waiting for the check.
 struct GpuImageLoad {
 	std::function<Status(const std::vector<GpuLoadTarget> &targets)> run;
 	std::function<bool(pid_t ns_pid)> handled_before_restore;
 	std::function<Status(const std::atomic<bool> &cancel)> check_mapped;
 	std::function<bool(pid_t ns_pid)> decoded;
 	std::function<void(pid_t ns_pid, pid_t pid)> release_decoded;
+	std::function<std::set<pid_t>()> attach_lazy;
 
 	explicit operator bool() const { return static_cast<bool>(run); }
 	Status operator()(const std::vector<GpuLoadTarget> &targets) const { return run(targets); }

@@ -81,7 +81,8 @@ Result<GpuImageLoad> prepare_gpu_image(const Options &options, Host &host, const
 		if (auto st = check_gpu_files(dir, *idx); !st)
 			return std::move(st).error().context("%s", "cannot restore: the GPU image is incomplete");
 		GpuLedgerPlace share_place{options.ledger, options.ledger_timeout_ms};
-		*mapped = request_mapped_gpu_image(*idx, options.map_image, criu.map_file, criu.map_fd, &share_place);
+		*mapped = request_mapped_gpu_image(*idx, options.map_image, criu.map_file, criu.map_fd, &share_place,
+						   criu.map_fd_userfault);
 		maps_image = !mapped->processes.empty();
 		// Decoded state is memory the restore holds until the driver has it (shared memory, not
 		// reclaimable): refused now, before CRIU restores anything, where it cannot fit, rather than
@@ -121,7 +122,7 @@ Result<GpuImageLoad> prepare_gpu_image(const Options &options, Host &host, const
 					  x.write = !mapped->processes.count(x.ns_pid);
 				  return load_gpu_state(*h, dir, *idx, t, threads);
 			  },
-			  handled_before_restore, {}, {}, {}};
+			  handled_before_restore, {}, {}, {}, {}};
 	// Checked from POST_FORKING on, while CRIU restores memory: what CRIU maps (compressed chunks decoded
 	// into the memory it maps from), and the processes with compressed chunks the plugin writes only after
 	// CRIU is done: read (and decoded and checked) now, a cold image's reading overlaps CRIU's own instead
@@ -165,7 +166,9 @@ Result<GpuImageLoad> prepare_gpu_image(const Options &options, Host &host, const
 					x.decoded = d->second->data();
 					x.skip_compressed = joined(*mapped, x.ns_pid);
 				}
-			Status st = load_gpu_state(*h, dir, *idx, t, check_threads, &cancel);
+			Status st = load_gpu_state(*h, dir, *idx, t, check_threads, &cancel, mapped->lazy.get());
+			if (Status served = mapped->lazy->finish(); st && !served)
+				st = std::move(served);
 			for (auto &[ns_pid, share] : mapped->shares)
 				share->tell(static_cast<bool>(st));
 			// What another restore decodes: its verdict, else decoded here after all.
@@ -193,6 +196,8 @@ Result<GpuImageLoad> prepare_gpu_image(const Options &options, Host &host, const
 		};
 	if (!mapped->decoded.empty()) {
 		load.decoded = [mapped](pid_t ns_pid) { return mapped->decoded.count(ns_pid) != 0; };
+		if (criu.userfaultfd)
+			load.attach_lazy = [mapped, uffd = criu.userfaultfd] { return mapped->lazy->attach(uffd); };
 		load.release_decoded = [mapped, h](pid_t ns_pid, pid_t pid) {
 			auto d = mapped->decoded.find(ns_pid);
 			if (d == mapped->decoded.end())

@@ -31,6 +31,8 @@ struct CriuRestoreCalls {
 	MapFromImage map_from_image; // criu-patches/0002
 	MapFile map_file;            // criu-patches/0005
 	MapFd map_fd;                // criu-patches/0008
+	MapFdUserfault map_fd_userfault; // criu-patches/0010, with userfaultfd
+	std::function<int(int pid)> userfaultfd; // pid's userfaultfd, once the tasks' memory is restored
 };
 
 struct RestoreSetup {

@@ -361,7 +361,7 @@ TEST(GpuImageRestore, ADamagedImageIsRefusedBeforeAnyDriverCall)
 					      seen = t;
 					      return make_error(EBADMSG, "%s", "GPU state at 0x1000 fails its checksum");
 				      },
-				      [](pid_t) { return true; }, {}, {}, {}}); // chunks to write: checked before any driver call
+				      [](pid_t) { return true; }, {}, {}, {}, {}}); // chunks to write: checked before any driver call
 	auto res = r.resume(30);
 	ASSERT_FALSE(res.ok());
 	EXPECT_NE(res.error().message().find("fails its checksum"), std::string::npos);

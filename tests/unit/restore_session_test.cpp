@@ -179,7 +179,7 @@ TEST_F(RestoreTest, MappedImageStillBeingCheckedGatesTheUnlock)
 					   return {};
 				   },
 				   {},
-				   {}};
+				   {}, {}};
 		RestoreSession s(options, host, source(), image_with({20}), true, {}, check);
 		auto r = s.resume(20);
 		EXPECT_NE(s.summary().find("into the driver's restore"), std::string::npos) << s.summary();
@@ -218,7 +218,7 @@ TEST_F(RestoreTest, DecodedProcessesAreRestoredOnlyOnceTheirStateIsDecoded)
 					  return {};
 				  },
 				  [](pid_t ns_pid) { return ns_pid == 20; },
-				  [&](pid_t ns_pid, pid_t pid) { released.emplace_back(ns_pid, pid); }};
+				  [&](pid_t ns_pid, pid_t pid) { released.emplace_back(ns_pid, pid); }, {}};
 		RestoreSession s(options, host, source(), image_with({20}), true, {}, load);
 		s.start_check([] {});
 		auto r = s.resume(20);
@@ -257,7 +257,7 @@ TEST_F(RestoreTest, MappedFilePagesAreReadAheadOnceTheGpuImageIsRead)
 				  return {};
 			  },
 			  [](pid_t) { return true; },
-			  [](pid_t, pid_t) {}};
+			  [](pid_t, pid_t) {}, {}};
 	driver.delay_ms["restore"] = 300; // read ahead while it runs
 	RestoreSession s(options, host, source(), image, true, {}, load);
 	s.start_check([] {});
@@ -289,7 +289,7 @@ TEST_F(RestoreTest, MappedImageCheckedWhileCriuRestoresMemoryDecidesBeforeTheDri
 					   return {};
 				   },
 				   {},
-				   {}};
+				   {}, {}};
 		RestoreSession s(options, host, source(), image_with({20}), true, {}, check);
 		s.start_check([&] { own_fs = true; });
 		EXPECT_TRUE(own_fs); // before the hook returns
@@ -326,7 +326,7 @@ TEST_F(RestoreTest, ASessionEndingCancelsTheMappedImagesCheck)
 				   return make_error(ECANCELED, "cancelled");
 			   },
 			   {},
-			   {}};
+			   {}, {}};
 	auto t0 = std::chrono::steady_clock::now();
 	{
 		RestoreSession s(options, host, source(), image_with({20}), true, {}, check);
