@@ -147,17 +147,26 @@ Result<GpuImageLoad> prepare_gpu_image(const Options &options, Host &host, const
 	if (!files)
 		LOG_DEBUG("no read-ahead of the restored tasks' files: %s", files.error().message().c_str());
 	std::vector<CriuRegFile> heads = files ? std::move(*files) : std::vector<CriuRegFile>();
+	// Between the two, the pages of those files that the restorer's writes of the tasks' private file
+	// mappings fault in (read_ranges_ahead), as much a hint.
+	auto cow = cow_file_ranges(dir, static_cast<uint64_t>(sysconf(_SC_PAGESIZE)));
+	if (!cow)
+		LOG_DEBUG("no read-ahead of the pages of the restored tasks' files: %s", cow.error().message().c_str());
+	std::vector<FileRange> ranges = cow ? std::move(*cow) : std::vector<FileRange>();
 	if (!checked_early.empty())
-		load.check_mapped = [idx, dir, h, check_threads, checked_early, mapped, ahead,
-				     heads](const std::atomic<bool> &cancel) -> Status {
+		load.check_mapped = [idx, dir, h, check_threads, checked_early, mapped, ahead, heads,
+				     ranges](const std::atomic<bool> &cancel) -> Status {
 			uint64_t t0 = now_us();
 			ReadAhead h_read = read_heads_ahead(heads, check_threads, &cancel);
 			uint64_t t1 = now_us();
+			ReadAhead r_read = read_ranges_ahead(ranges, check_threads, &cancel);
+			uint64_t t2 = now_us();
 			ReadAhead p_read = read_ahead(dir, ahead, check_threads, &cancel);
-			LOG_INFO("read ahead for CRIU, before the GPU image: the heads of %zu mapped file(s) (%s in %s) and "
-				 "%zu pages file(s) (%s in %s)",
-				 h_read.files, human_bytes(h_read.bytes).c_str(), seconds(t1 - t0).c_str(), p_read.files,
-				 human_bytes(p_read.bytes).c_str(), seconds(now_us() - t1).c_str());
+			LOG_INFO("read ahead for CRIU, before the GPU image: the heads of %zu mapped file(s) (%s in %s), the "
+				 "pages of %zu mapped file(s) its tasks wrote (%s in %s) and %zu pages file(s) (%s in %s)",
+				 h_read.files, human_bytes(h_read.bytes).c_str(), seconds(t1 - t0).c_str(), r_read.files,
+				 human_bytes(r_read.bytes).c_str(), seconds(t2 - t1).c_str(), p_read.files,
+				 human_bytes(p_read.bytes).c_str(), seconds(now_us() - t2).c_str());
 			std::vector<GpuLoadTarget> t = checked_early;
 			for (GpuLoadTarget &x : t)
 				if (auto d = mapped->decoded.find(x.ns_pid); d != mapped->decoded.end()) {

@@ -12,6 +12,8 @@
 #include <optional>
 #include <string_view>
 #include <thread>
+#include <tuple>
+#include <unordered_map>
 
 #include "base/format.h"
 #include "image/image_file.h"
@@ -27,11 +29,21 @@ constexpr uint32_t kCriuCommonMagic = 0x54564319;    // IMG_COMMON_MAGIC, the fi
 constexpr uint32_t kCriuPagemapMagic = 0x56084025;   // PAGEMAP_MAGIC (and SHMEM_PAGEMAP_MAGIC)
 constexpr uint32_t kCriuInventoryMagic = 0x58313116; // INVENTORY_MAGIC: the inventory's only magic word
 constexpr uint32_t kCriuFilesMagic = 0x56303138;     // FILES_MAGIC: files.img
+constexpr uint32_t kCriuMmMagic = 0x57492820;        // MM_MAGIC: mm-N.img
 constexpr uint64_t kFdTypeReg = 1;                   // FileEntry.type REG (images/fdinfo.proto)
 // PagemapEntry.flags (criu/include/pagemap.h)
 constexpr uint32_t kPeParent = 1 << 0;  // the pages are in the parent image (an incremental dump)
 constexpr uint32_t kPeLazy = 1 << 1;    // lazy migration serves them
 constexpr uint32_t kPePresent = 1 << 2; // they are in pages-<pages_id>.img, entry after entry
+// VmaEntry.status (criu/include/image.h)
+constexpr uint32_t kVmaAreaRegular = 1 << 0; // an area CRIU dumps and restores
+constexpr uint32_t kVmaFilePrivate = 1 << 6; // MAP_PRIVATE of a file: the restorer writes its pages over the file's
+// Mapped from something else than a file of files.img, or their pages restored otherwise:
+constexpr uint32_t kVmaAreaSysvipc = 1 << 10;
+constexpr uint32_t kVmaAreaSocket = 1 << 11;
+constexpr uint32_t kVmaAreaAioring = 1 << 13;
+constexpr uint32_t kVmaAreaMemfd = 1 << 14;
+constexpr uint32_t kVmaExtPlugin = 1 << 27;
 
 // CRIU writes its numbers in the host's byte order; the images of an x86-64 or arm64 host are
 // little-endian, as is every machine this plugin runs on.
@@ -250,10 +262,13 @@ Result<std::vector<CriuRegFile>> decode_criu_reg_files(const uint8_t *data, size
 	std::vector<CriuRegFile> files;
 	Status parsed = for_each_criu_message(data, size, 8, [&](size_t, WireReader r) -> Status {
 		uint64_t type = 0;
+		uint32_t id = 0;
 		std::optional<WireField> reg;
 		Status st = for_each_field(r, [&](const WireField &f) -> Status {
 			if (f.number == 1 && f.type == 0)
 				type = f.varint;
+			else if (f.number == 2 && f.type == 0)
+				id = static_cast<uint32_t>(f.varint); // a uint32
 			else if (f.number == 3 && f.type == 2)
 				reg = f;
 			return {};
@@ -261,6 +276,7 @@ Result<std::vector<CriuRegFile>> decode_criu_reg_files(const uint8_t *data, size
 		if (!st || type != kFdTypeReg || !reg)
 			return st;
 		CriuRegFile file;
+		file.id = id;
 		bool named = false;
 		st = for_each_field(WireReader(reg->bytes, reg->len), [&](const WireField &f) -> Status {
 			if (f.number == 6 && f.type == 2) {
@@ -291,6 +307,200 @@ Result<std::vector<CriuRegFile>> criu_reg_files(int dir_fd)
 	if (!files)
 		return std::move(files).error().context("%s", "files.img");
 	return files;
+}
+
+namespace {
+
+// One VmaEntry: the private file mapping it is, or nullopt for any other.
+Result<std::optional<CriuFileVma>> decode_private_file_vma(const uint8_t *data, size_t size)
+{
+	uint64_t start = 0, end = 0, pgoff = 0, shmid = 0;
+	uint32_t status = 0;
+	unsigned seen = 0; // bit n: field n
+	Status st = for_each_field(WireReader(data, size), [&](const WireField &f) -> Status {
+		if (f.number > 7)
+			return {}; // fd, madv, fdflags; or of a newer CRIU
+		if (f.type != 0)
+			return make_error(EINVAL, "field %u of wire type %u", f.number, f.type);
+		seen |= 1u << f.number;
+		if (f.number == 1)
+			start = f.varint;
+		else if (f.number == 2)
+			end = f.varint;
+		else if (f.number == 3)
+			pgoff = f.varint;
+		else if (f.number == 4)
+			shmid = f.varint;
+		else if (f.number == 7)
+			status = static_cast<uint32_t>(f.varint); // a uint32
+		return {};
+	});
+	if (!st)
+		return std::move(st).error();
+	constexpr unsigned kNeeded = 1 << 1 | 1 << 2 | 1 << 3 | 1 << 4 | 1 << 7;
+	if ((seen & kNeeded) != kNeeded)
+		return make_error(EINVAL, "no start, end, pgoff, shmid or status");
+	if (end <= start)
+		return make_error(EINVAL, "%#" PRIx64 "-%#" PRIx64 ": it does not end past its start", start, end);
+	constexpr uint32_t kOther = kVmaAreaSysvipc | kVmaAreaSocket | kVmaAreaAioring | kVmaAreaMemfd | kVmaExtPlugin;
+	if ((status & (kVmaAreaRegular | kVmaFilePrivate)) != (kVmaAreaRegular | kVmaFilePrivate) || (status & kOther))
+		return std::optional<CriuFileVma>();
+	// Only a file mapping's pgoff and shmid are its file's: another mapping's may be anything.
+	if (pgoff > UINT64_MAX - (end - start))
+		return make_error(EINVAL, "%#" PRIx64 "-%#" PRIx64 ": file offset %" PRIu64 " past 2^64 bytes", start, end,
+				  pgoff);
+	if (shmid > UINT32_MAX)
+		return make_error(EINVAL, "%#" PRIx64 "-%#" PRIx64 ": file id %" PRIu64 ", past any files.img id", start,
+				  end, shmid);
+	return std::optional<CriuFileVma>(CriuFileVma{start, end, pgoff, static_cast<uint32_t>(shmid)});
+}
+
+// The pid of "mm-N.img"; empty for any other name.
+std::string_view mm_image_pid(std::string_view name)
+{
+	if (!name.starts_with("mm-") || !name.ends_with(".img"))
+		return {};
+	std::string_view pid = name.substr(3, name.size() - 7);
+	if (pid.empty() || !std::all_of(pid.begin(), pid.end(), [](char c) { return c >= '0' && c <= '9'; }))
+		return {};
+	return pid;
+}
+
+// The VMAs of one task, sorted; overlapping ones, which no kernel makes, are an error (they would multiply
+// the ranges).
+Result<std::vector<CriuFileVma>> task_private_file_vmas(int dir_fd, const std::string &name)
+{
+	auto data = read_image_file(dir_fd, name.c_str(), kCriuImageMaxBytes);
+	if (!data)
+		return std::move(data).error();
+	if (!*data)
+		return std::vector<CriuFileVma>(); // gone since the directory was listed
+	auto vmas = decode_criu_private_file_vmas((*data)->data(), (*data)->size());
+	if (!vmas)
+		return std::move(vmas).error().context("%s", name.c_str());
+	std::sort(vmas->begin(), vmas->end(), [](const CriuFileVma &a, const CriuFileVma &b) { return a.start < b.start; });
+	for (size_t i = 1; i < vmas->size(); i++)
+		if ((*vmas)[i].start < (*vmas)[i - 1].end)
+			return make_error(EINVAL, "%s: the VMAs at %#" PRIx64 " and %#" PRIx64 " overlap", name.c_str(),
+					  (*vmas)[i - 1].start, (*vmas)[i].start);
+	return vmas;
+}
+
+// The present runs of one task's pagemap, sorted by address; none where the task has no pagemap.
+Result<std::vector<PagemapRun>> task_present_runs(int dir_fd, const std::string &name, uint64_t page_size)
+{
+	auto data = read_image_file(dir_fd, name.c_str(), kCriuImageMaxBytes);
+	if (!data)
+		return std::move(data).error();
+	if (!*data)
+		return std::vector<PagemapRun>();
+	auto map = decode_criu_pagemap((*data)->data(), (*data)->size(), page_size);
+	if (!map)
+		return std::move(map).error().context("%s", name.c_str());
+	std::vector<PagemapRun> runs = std::move(map->present);
+	std::sort(runs.begin(), runs.end(), [](const PagemapRun &a, const PagemapRun &b) { return a.vaddr < b.vaddr; });
+	for (size_t i = 0; i < runs.size(); i++) {
+		if (runs[i].bytes > UINT64_MAX - runs[i].vaddr)
+			return make_error(EINVAL, "%s: the entry at %#" PRIx64 " ends past 2^64", name.c_str(), runs[i].vaddr);
+		if (i && runs[i].vaddr < runs[i - 1].vaddr + runs[i - 1].bytes)
+			return make_error(EINVAL, "%s: the entries at %#" PRIx64 " and %#" PRIx64 " overlap", name.c_str(),
+					  runs[i - 1].vaddr, runs[i].vaddr);
+	}
+	return runs;
+}
+
+} // namespace
+
+Result<std::vector<CriuFileVma>> decode_criu_private_file_vmas(const uint8_t *data, size_t size)
+{
+	if (size < 8)
+		return make_error(EINVAL, "cut short: %zu bytes, fewer than CRIU's two magic words", size);
+	if (le32(data) != kCriuCommonMagic || le32(data + 4) != kCriuMmMagic)
+		return make_error(EINVAL, "not a CRIU mm image (magic %08x %08x)", le32(data), le32(data + 4));
+	std::vector<CriuFileVma> vmas;
+	size_t messages = 0;
+	Status parsed = for_each_criu_message(data, size, 8, [&](size_t, WireReader r) -> Status {
+		if (messages++)
+			return make_error(EINVAL, "a second MmEntry");
+		size_t index = 0;
+		return for_each_field(r, [&](const WireField &f) -> Status {
+			if (f.number != 14)
+				return {};
+			if (f.type != 2)
+				return make_error(EINVAL, "MmEntry field 14 (vmas) of wire type %u", f.type);
+			auto vma = decode_private_file_vma(f.bytes, f.len);
+			if (!vma)
+				return std::move(vma).error().context("VmaEntry %zu", index);
+			index++;
+			if (*vma)
+				vmas.push_back(**vma);
+			return {};
+		});
+	});
+	return parsed_value(std::move(parsed), messages > 0, "MmEntry after the magic words", std::move(vmas));
+}
+
+Result<std::vector<FileRange>> cow_file_ranges(int dir_fd, uint64_t page_size)
+{
+	auto files = criu_reg_files(dir_fd);
+	if (!files)
+		return std::move(files).error();
+	if (files->empty())
+		return std::vector<FileRange>();
+	std::unordered_map<uint32_t, const CriuRegFile *> by_id;
+	for (const CriuRegFile &f : *files)
+		by_id.emplace(f.id, &f);
+	// A new open file description: a duplicate of dir_fd would share its offset with CRIU's descriptor.
+	auto d = Dir::open(".", dir_fd);
+	if (!d)
+		return errno_error("read the image directory");
+	std::vector<std::string> pids;
+	while (const char *name = d->next())
+		if (std::string_view pid = mm_image_pid(name); !pid.empty())
+			pids.emplace_back(pid);
+	std::sort(pids.begin(), pids.end());
+	std::vector<FileRange> ranges;
+	for (const std::string &pid : pids) {
+		auto vmas = task_private_file_vmas(dir_fd, format("mm-%s.img", pid.c_str()));
+		if (!vmas)
+			return std::move(vmas).error();
+		if (vmas->empty())
+			continue;
+		auto runs = task_present_runs(dir_fd, format("pagemap-%s.img", pid.c_str()), page_size);
+		if (!runs)
+			return std::move(runs).error();
+		// Both sorted, neither overlapping itself: one pass over each.
+		size_t v = 0;
+		for (const PagemapRun &r : *runs) {
+			const uint64_t r_end = r.vaddr + r.bytes;
+			while (v < vmas->size() && (*vmas)[v].end <= r.vaddr)
+				v++;
+			for (size_t w = v; w < vmas->size() && (*vmas)[w].start < r_end; w++) {
+				const CriuFileVma &m = (*vmas)[w];
+				auto file = by_id.find(m.file_id);
+				uint64_t a = std::max(r.vaddr, m.start), b = std::min(r_end, m.end);
+				if (file != by_id.end() && a < b)
+					ranges.push_back({file->second->name, file->second->size, m.pgoff + (a - m.start), b - a});
+			}
+		}
+	}
+	// Tasks share their libraries (and a file has one id per open): one file's ranges merged, whatever
+	// their ids.
+	std::sort(ranges.begin(), ranges.end(), [](const FileRange &a, const FileRange &b) {
+		return std::tie(a.name, a.size, a.offset) < std::tie(b.name, b.size, b.offset);
+	});
+	std::vector<FileRange> merged;
+	for (FileRange &r : ranges) {
+		if (!merged.empty()) {
+			FileRange &last = merged.back();
+			if (last.name == r.name && last.size == r.size && r.offset <= last.offset + last.len) {
+				last.len = std::max(last.offset + last.len, r.offset + r.len) - last.offset;
+				continue;
+			}
+		}
+		merged.push_back(std::move(r));
+	}
+	return merged;
 }
 
 Result<CriuInventory> decode_criu_inventory(const uint8_t *data, size_t size)
@@ -476,6 +686,47 @@ ReadAhead read_heads_ahead(const std::vector<CriuRegFile> &files, unsigned threa
 				continue;
 			bytes += read_into_cache(fd.get(), 0, std::min(size, kHeadAheadBytes), buf, stop);
 			read++;
+		}
+	});
+	return {read, bytes};
+}
+
+ReadAhead read_ranges_ahead(const std::vector<FileRange> &ranges, unsigned threads, const std::atomic<bool> *stop)
+{
+	// One file's ranges follow one another (cow_file_ranges): a file at a time, opened once.
+	std::vector<size_t> firsts; // where each file's ranges begin, then ranges.size()
+	for (size_t i = 0; i < ranges.size(); i++)
+		if (i == 0 || ranges[i].name != ranges[i - 1].name || ranges[i].size != ranges[i - 1].size)
+			firsts.push_back(i);
+	const size_t n_files = firsts.size();
+	firsts.push_back(ranges.size());
+	const LocalMounts local;
+	std::atomic<size_t> next{0}, read{0};
+	std::atomic<uint64_t> bytes{0}, budget{kRangesAheadBudget};
+	// Taken before it is read, up to what is left: the threads together never ask for more than the budget.
+	auto take = [&budget](uint64_t want) {
+		uint64_t left = budget.load();
+		while (left && !budget.compare_exchange_weak(left, left - std::min(left, want))) {
+		}
+		return std::min(left, want);
+	};
+	on_threads(static_cast<unsigned>(std::min<size_t>(threads, n_files)), [&] {
+		std::vector<uint8_t> buf(kHeadAheadBytes);
+		for (size_t i; (i = next.fetch_add(1)) < n_files && budget > 0 && !(stop && *stop);) {
+			const FileRange &f = ranges[firsts[i]];
+			if (f.name.empty() || f.name[0] != '/')
+				continue;
+			uint64_t size = 0;
+			UniqueFd fd = open_regular_file(f.name.c_str(), local, &size);
+			if (!fd.valid() || (f.size && *f.size != size))
+				continue;
+			read++;
+			for (size_t r = firsts[i]; r < firsts[i + 1] && !(stop && *stop); r++) {
+				uint64_t len = ranges[r].len ? take(ranges[r].len) : 0;
+				if (ranges[r].len && !len)
+					break; // the budget is spent
+				bytes += read_into_cache(fd.get(), ranges[r].offset, len, buf, stop);
+			}
 		}
 	});
 	return {read, bytes};

@@ -56,14 +56,44 @@ Result<CriuInventory> decode_criu_inventory(const uint8_t *data, size_t size);
 struct CriuRegFile {
 	std::string name;                // as CRIU stores it (from the root of their mount namespace)
 	std::optional<uint64_t> size;    // its size at dump, where CRIU recorded it
+	uint32_t id = 0;                 // FileEntry.id: what a file mapping's VmaEntry.shmid names
 	bool operator==(const CriuRegFile &) const = default;
 };
 
-// files.img: FileEntry {type = 1, reg = 3 {name = 6, size = 8}} messages: the regular files (REG).
+// files.img: FileEntry {type = 1, id = 2, reg = 3 {name = 6, size = 8}} messages: the regular files (REG).
 Result<std::vector<CriuRegFile>> decode_criu_reg_files(const uint8_t *data, size_t size);
 
 // decode_criu_reg_files of dir_fd's files.img (at most kCriuImageMaxBytes); none where there is no files.img.
 Result<std::vector<CriuRegFile>> criu_reg_files(int dir_fd);
+
+// A private mapping of a regular file (a library's .data): CRIU's restorer writes its dumped pages into it,
+// and each write first reads the file's page (a copy-on-write fault).
+struct CriuFileVma {
+	uint64_t start = 0, end = 0;
+	uint64_t pgoff = 0;   // the file offset of start, in bytes
+	uint32_t file_id = 0; // VmaEntry.shmid: the file's id in files.img
+	bool operator==(const CriuFileVma &) const = default;
+};
+
+// mm-N.img: its magic words, then one MmEntry {vmas = 14 {start = 1, end = 2, pgoff = 3, shmid = 4,
+// status = 7}} (images/mm.proto, images/vma.proto): the VMAs CRIU maps privately from a regular file,
+// in the image's order. Not those it restores otherwise (memfd, SysV IPC, socket, AIO ring, a plugin's).
+Result<std::vector<CriuFileVma>> decode_criu_private_file_vmas(const uint8_t *data, size_t size);
+
+// Bytes of a file, as files.img names it.
+struct FileRange {
+	std::string name;
+	std::optional<uint64_t> size; // the file's size at dump, where CRIU recorded it
+	uint64_t offset = 0, len = 0;
+	bool operator==(const FileRange &) const = default;
+};
+
+// The bytes of the image's mapped files that lie under the dumped pages of its tasks' private file
+// mappings (each mm-N.img's VMAs against pagemap-N.img's present pages): those the restorer's
+// copy-on-write faults read. Sorted by file, then offset, the ranges of one file merged. A task without
+// a pagemap, a file that files.img does not name and an image without files.img add nothing; a file that
+// cannot be read or decoded is an error naming it. page_size: of the dumping machine.
+Result<std::vector<FileRange>> cow_file_ranges(int dir_fd, uint64_t page_size);
 
 // "pagemap-N.img" and "pagemap-shmem-N.img" (CRIU's CR_FD_PAGEMAP and CR_FD_SHMEM_PAGEMAP).
 bool is_pagemap_name(const std::string &name);
@@ -143,5 +173,19 @@ inline constexpr uint64_t kHeadAheadBytes = 1 << 20;
 inline constexpr uint64_t kHeadsAheadBudget = 512 << 20;
 ReadAhead read_heads_ahead(const std::vector<CriuRegFile> &files, unsigned threads,
 			   const std::atomic<bool> *stop = nullptr);
+
+// At most this much of all ranges together (read_ranges_ahead): the pages a restore will fault in
+// anyway, but the hint runs before the GPU image and holds it back; a task whose private file
+// mappings hold more than this (a huge .data written all over) has the rest read by its own faults.
+inline constexpr uint64_t kRangesAheadBudget = uint64_t(1) << 30;
+
+// These ranges of mapped files (cow_file_ranges; absolute paths, as seen from the plugin's root) read
+// into the page cache with `threads` threads taking one file at a time: CRIU's restorer writes the dumped
+// pages of each private file mapping, and on a cold page cache each write's copy-on-write fault reads its
+// page from disk one at a time, behind the GPU image's readers. Read first, in parallel, the faults find
+// them cached. Only a hint, passing by what read_heads_ahead passes by (a file that cannot be opened, one
+// not on a local file system, one whose size is not the one CRIU recorded); kRangesAheadBudget in all.
+ReadAhead read_ranges_ahead(const std::vector<FileRange> &ranges, unsigned threads,
+			    const std::atomic<bool> *stop = nullptr);
 
 } // namespace cuda_criu

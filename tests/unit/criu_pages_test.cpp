@@ -124,7 +124,18 @@ std::string field_varint(uint8_t number, uint8_t value)
 }
 std::string framed(const std::string &message)
 {
-	return std::string{static_cast<char>(message.size()), 0, 0, 0} + message;
+	const size_t n = message.size();
+	return std::string{static_cast<char>(n), static_cast<char>(n >> 8), static_cast<char>(n >> 16),
+			   static_cast<char>(n >> 24)} +
+	       message;
+}
+// A varint field of any value (addresses, flags past bit 6).
+std::string field_u64(uint8_t number, uint64_t value)
+{
+	std::string s(1, static_cast<char>(number << 3));
+	for (; value >= 0x80; value >>= 7)
+		s += static_cast<char>(value | 0x80);
+	return s + static_cast<char>(value);
 }
 
 // files.img: IMG_COMMON_MAGIC, FILES_MAGIC, then FileEntry messages; a REG entry's name and size are kept,
@@ -151,7 +162,8 @@ TEST(CriuPages, FilesImageNamesTheRegularFiles)
 	Bytes img = files_image({{1, "/usr/lib/libfoo.so.1", 100}, {2, ""}, {1, "/opt/model/weights.bin"}});
 	auto r = decode_criu_reg_files(img.data(), img.size());
 	ASSERT_TRUE(r.ok()) << r.error().message();
-	EXPECT_EQ(*r, (std::vector<CriuRegFile>{{"/usr/lib/libfoo.so.1", 100}, {"/opt/model/weights.bin", std::nullopt}}));
+	EXPECT_EQ(*r, (std::vector<CriuRegFile>{{"/usr/lib/libfoo.so.1", 100, 1},
+						{"/opt/model/weights.bin", std::nullopt, 3}})); // the FileEntry ids
 	std::vector<size_t> ends{8}; // where each message ends: a cut there is a shorter image
 	for (size_t at = 8; at < img.size(); at += 4 + img[at])
 		ends.push_back(at + 4 + img[at]);
@@ -194,6 +206,186 @@ TEST(CriuPages, FilesOfTheImageAreReadAheadWithoutOpeningAnythingButRegularFiles
 	auto none = criu_reg_files(empty.fd());
 	ASSERT_TRUE(none.ok()) << none.error().message();
 	EXPECT_TRUE(none->empty());
+}
+
+// VmaEntry.status bits (criu/include/image.h).
+constexpr uint32_t kRegular = 1 << 0, kAnonPrivate = 1 << 9, kFilePrivate = 1 << 6, kFileShared = 1 << 7;
+constexpr uint32_t kPrivateFile = kRegular | kFilePrivate;
+
+// mm-N.img: IMG_COMMON_MAGIC, MM_MAGIC, then one MmEntry {mm_start_code = 1, vmas = 14 {start, end, pgoff,
+// shmid, prot, flags, status, fd}}.
+struct VmaSpec {
+	uint64_t start, end, pgoff, shmid;
+	uint32_t status;
+};
+std::string vma_entry(const VmaSpec &v)
+{
+	return field_u64(1, v.start) + field_u64(2, v.end) + field_u64(3, v.pgoff) + field_u64(4, v.shmid) +
+	       field_u64(5, 3) + field_u64(6, 2) + field_u64(7, v.status) + field_u64(8, 0);
+}
+Bytes mm_image(const std::vector<VmaSpec> &vmas)
+{
+	std::string mm = field_u64(1, 0x400000);
+	for (const VmaSpec &v : vmas)
+		mm += field_bytes(14, vma_entry(v));
+	return bytes(std::string("\x19\x43\x56\x54\x20\x28\x49\x57", 8) + framed(mm));
+}
+
+// pagemap-N.img: a PagemapHead {pages_id = 1}, then entries of `pages` pages: present (no flags) or in the
+// parent image.
+struct PagemapEntrySpec {
+	uint64_t vaddr, pages;
+	bool in_parent = false;
+};
+Bytes pagemap_image(const std::vector<PagemapEntrySpec> &entries)
+{
+	std::string pm = std::string("\x19\x43\x56\x54\x25\x40\x08\x56", 8) + framed(field_varint(1, 1));
+	for (const auto &[vaddr, pages, in_parent] : entries)
+		pm += framed(field_u64(1, vaddr) + field_u64(2, pages) + (in_parent ? field_varint(3, 1) : ""));
+	return bytes(pm);
+}
+
+// Only what the restorer maps privately from a file of files.img and then writes its dumped pages over:
+// not anonymous memory, a shared file mapping, or a private one CRIU restores from elsewhere.
+TEST(CriuPages, MmImageKeepsOnlyPrivateFileMappings)
+{
+	Bytes mm = mm_image({{0x10000, 0x13000, 0x2000, 1, kPrivateFile},
+			     {0x13000, 0x14000, 0, 0, kRegular | kAnonPrivate},
+			     {0x14000, 0x15000, 0, 2, kRegular | kFileShared},
+			     {0x15000, 0x16000, 0, 3, kFilePrivate}, // not a regular area
+			     {0x16000, 0x17000, 0, 4, kPrivateFile | 1 << 10},
+			     {0x17000, 0x18000, 0, 5, kPrivateFile | 1 << 11},
+			     {0x18000, 0x19000, 0, 6, kPrivateFile | 1 << 13},
+			     {0x19000, 0x1a000, 0, 7, kPrivateFile | 1 << 14},
+			     {0x1a000, 0x1b000, 0, 8, kPrivateFile | 1 << 27},
+			     {0x7f0000000000, 0x7f0000200000, 0x123000, 9, kPrivateFile}});
+	auto r = decode_criu_private_file_vmas(mm.data(), mm.size());
+	ASSERT_TRUE(r.ok()) << r.error().message();
+	EXPECT_EQ(*r, (std::vector<CriuFileVma>{{0x10000, 0x13000, 0x2000, 1},
+						{0x7f0000000000, 0x7f0000200000, 0x123000, 9}}));
+
+	// One message: a cut anywhere is an error, never a read past the buffer (ASan).
+	for (size_t n = 0; n < mm.size(); n++) {
+		Bytes cut(mm.begin(), mm.begin() + static_cast<long>(n));
+		EXPECT_FALSE(decode_criu_private_file_vmas(cut.data(), cut.size()).ok()) << "cut at " << n;
+	}
+	auto error = [](const Bytes &img) {
+		auto e = decode_criu_private_file_vmas(img.data(), img.size());
+		return e.ok() ? std::string("decoded") : e.error().message();
+	};
+	auto has = [](const std::string &message, const char *part) { return message.find(part) != std::string::npos; };
+	std::string e = error(mm_image({{0x10000, 0x11000, 0, 1, kPrivateFile}, {0x13000, 0x13000, 0, 1, kPrivateFile}}));
+	EXPECT_TRUE(has(e, "VmaEntry 1: 0x13000-0x13000: it does not end past its start")) << e;
+	e = error(mm_image({{0x12000, 0x11000, 0, 1, kRegular | kAnonPrivate}}));
+	EXPECT_TRUE(has(e, "VmaEntry 0: 0x12000-0x11000: it does not end past its start")) << e;
+	e = error(mm_image({{0x10000, 0x11000, UINT64_MAX - 0x800, 1, kPrivateFile}}));
+	EXPECT_TRUE(has(e, "past 2^64 bytes")) << e;
+	e = error(mm_image({{0x10000, 0x11000, 0, uint64_t(1) << 32, kPrivateFile}}));
+	EXPECT_TRUE(has(e, "file id 4294967296")) << e;
+	// Another mapping's offset and id are not a file's: taken as they are.
+	EXPECT_EQ(error(mm_image({{0x10000, 0x11000, UINT64_MAX, uint64_t(1) << 40, kRegular | 1 << 10}})), "decoded");
+
+	std::string magic("\x19\x43\x56\x54\x20\x28\x49\x57", 8);
+	e = error(bytes(magic + framed(field_bytes(14, field_u64(1, 0x1000) + field_u64(2, 0x2000)))));
+	EXPECT_TRUE(has(e, "VmaEntry 0: no start, end, pgoff, shmid or status")) << e;
+	e = error(bytes(magic + framed(field_u64(14, 1))));
+	EXPECT_TRUE(has(e, "MmEntry field 14 (vmas) of wire type 0")) << e;
+	e = error(bytes(magic + framed(field_bytes(14, field_bytes(7, "x")))));
+	EXPECT_TRUE(has(e, "VmaEntry 0: field 7 of wire type 2")) << e;
+	e = error(bytes(magic + framed("") + framed("")));
+	EXPECT_TRUE(has(e, "a second MmEntry")) << e;
+	EXPECT_EQ(error(bytes(magic)), "cut short: no MmEntry after the magic words");
+	Bytes foreign = mm;
+	foreign[4] ^= 1;
+	EXPECT_TRUE(has(error(foreign), "not a CRIU mm image")) << error(foreign);
+}
+
+// The file bytes under each task's dumped pages of its private file mappings: a present run across two
+// VMAs splits at their border, pages of anonymous memory or of a file files.img does not name add
+// nothing, and the ranges of one file (of any task, under any of its ids) merge.
+TEST(CriuPages, CopyOnWriteRangesAreTheFileBytesUnderDumpedPages)
+{
+	TempDir d;
+	// ids 1 (libc), 2 (not a regular file), 3 (libm) and 4 (libc again, opened by another task)
+	d.write("files.img",
+		files_image({{1, "/lib/libc.so", 100}, {2, ""}, {1, "/lib/libm.so"}, {1, "/lib/libc.so", 100}}));
+	d.write("mm-7.img", mm_image({{0x40000, 0x42000, 0x3000, 3, kPrivateFile}, // out of order: sorted
+				      {0x10000, 0x13000, 0x2000, 1, kPrivateFile},
+				      {0x13000, 0x15000, 0x8000, 1, kPrivateFile},
+				      {0x15000, 0x17000, 0, 0, kRegular | kAnonPrivate},
+				      {0x20000, 0x22000, 0, 3, kPrivateFile | 1 << 14},
+				      {0x30000, 0x31000, 0x1000, 9, kPrivateFile}, // no such file
+				      {0x31000, 0x32000, 0, 2, kPrivateFile}}));   // not a regular file
+	d.write("pagemap-7.img", pagemap_image({{0x12000, 2},                     // across the libc VMAs
+						{0x15000, 1},                     // anonymous
+						{0x10000, 1},                     // out of order
+						{0x11000, 1},
+						{0x20000, 2},                     // memfd
+						{0x30000, 2},                     // no such file
+						{0x40000, 1, true},               // in the parent image: not written
+						{0x41000, 2}}));                  // past the libm VMA's end
+	d.write("mm-9.img", mm_image({{0x10000, 0x11000, 0x5000, 4, kPrivateFile}}));
+	d.write("pagemap-9.img", pagemap_image({{0x10000, 1}}));
+	d.write("mm-8.img", mm_image({{0x10000, 0x11000, 0, 1, kPrivateFile}})); // no pagemap: nothing
+	d.write("mm-x.img", bytes("not an mm image, not a task's name"));
+
+	off_t before = lseek(d.fd(), 0, SEEK_CUR);
+	auto r = cow_file_ranges(d.fd(), kPage);
+	ASSERT_TRUE(r.ok()) << r.error().message();
+	EXPECT_EQ(*r, (std::vector<FileRange>{{"/lib/libc.so", 100, 0x2000, 0x4000},
+					      {"/lib/libc.so", 100, 0x8000, 0x1000},
+					      {"/lib/libm.so", std::nullopt, 0x4000, 0x1000}}));
+	EXPECT_EQ(lseek(d.fd(), 0, SEEK_CUR), before); // CRIU's descriptor of the directory is left alone
+
+	d.write("pagemap-9.img", bytes("not a pagemap"));
+	auto bad = cow_file_ranges(d.fd(), kPage);
+	ASSERT_FALSE(bad.ok());
+	EXPECT_EQ(bad.error().message().rfind("pagemap-9.img: not a CRIU pagemap image", 0), 0u) << bad.error().message();
+	d.write("pagemap-9.img", pagemap_image({{0x10000, 2}, {0x11000, 1}}));
+	bad = cow_file_ranges(d.fd(), kPage);
+	ASSERT_FALSE(bad.ok());
+	EXPECT_EQ(bad.error().message(), "pagemap-9.img: the entries at 0x10000 and 0x11000 overlap");
+	ASSERT_EQ(unlink(d.file("pagemap-9.img").c_str()), 0);
+	d.write("mm-10.img", mm_image({{0x10000, 0x12000, 0, 1, kPrivateFile}, {0x11000, 0x13000, 0, 1, kPrivateFile}}));
+	bad = cow_file_ranges(d.fd(), kPage);
+	ASSERT_FALSE(bad.ok());
+	EXPECT_EQ(bad.error().message(), "mm-10.img: the VMAs at 0x10000 and 0x11000 overlap");
+	d.write("mm-10.img", bytes("not an mm image"));
+	bad = cow_file_ranges(d.fd(), kPage);
+	ASSERT_FALSE(bad.ok());
+	EXPECT_EQ(bad.error().message().rfind("mm-10.img: not a CRIU mm image", 0), 0u) << bad.error().message();
+
+	ASSERT_EQ(unlink(d.file("files.img").c_str()), 0); // nothing names the files: nothing to read
+	auto none = cow_file_ranges(d.fd(), kPage);
+	ASSERT_TRUE(none.ok()) << none.error().message();
+	EXPECT_TRUE(none->empty());
+}
+
+// The ranges of the files there are, read into the page cache: not past the ranges, not a file whose size
+// is not the recorded one, nothing but regular files opened.
+TEST(CriuPages, CopyOnWriteRangesAreReadAhead)
+{
+	TempDir d;
+	d.write("lib.so", Bytes(5 * kPage, 0x5a));
+	d.write("other.so", Bytes(100, 1));
+	std::string fifo = d.file("fifo");
+	ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+	std::vector<FileRange> ranges{{fifo, std::nullopt, 0, kPage},
+				      {d.file("lib.so"), 5 * kPage, kPage, 2 * kPage},
+				      {d.file("lib.so"), 5 * kPage, 4 * kPage, 100},
+				      {d.file("missing"), std::nullopt, 0, kPage},
+				      {d.file("other.so"), 99, 0, 50}, // another file than the one dumped
+				      {"relative/lib.so", std::nullopt, 0, kPage}};
+	for (unsigned threads : {1u, 4u}) {
+		ReadAhead read = read_ranges_ahead(ranges, threads);
+		EXPECT_EQ(read.files, 1u) << threads << " thread(s)";
+		EXPECT_EQ(read.bytes, 2 * kPage + 100) << threads << " thread(s)";
+	}
+	ranges[4].size = std::nullopt; // no size recorded: read
+	EXPECT_EQ(read_ranges_ahead(ranges, 2).bytes, 2 * kPage + 150);
+	std::atomic<bool> stop{true};
+	EXPECT_EQ(read_ranges_ahead(ranges, 2, &stop).bytes, 0u);
+	EXPECT_EQ(read_ranges_ahead({}, 4).files, 0u);
 }
 
 TEST(CriuPages, PagemapNames)
