@@ -2,7 +2,7 @@
 // (cuda-gpu.img) must turn every input into either a record or a clear error, without crashing, leaking,
 // hanging or allocating out of proportion to the input; so must the GPU image's chunk decoder
 // (image/chunk_codec.h) every input as a stored chunk, never writing past the chunk it decodes into, and
-// the reader of CRIU's files.img (image/criu_pages.h) every input as its messages.
+// the readers of CRIU's files.img and mm-N.img (image/criu_pages.h) every input as their messages.
 // Built with clang by run_fuzzer.sh; replay_main.cpp runs the same target over the corpus under g++.
 #include <algorithm>
 #include <cstddef>
@@ -108,12 +108,27 @@ void check_criu_files(const uint8_t *data, size_t size)
 		std::abort();
 }
 
+// The input as CRIU's mm-N.img after its two magic words (what a restore reads its private file mappings
+// from): decoded or refused, every mapping kept non-empty.
+void check_criu_mm(const uint8_t *data, size_t size)
+{
+	std::vector<uint8_t> framed = {0x19, 0x43, 0x56, 0x54, 0x20, 0x28, 0x49, 0x57};
+	framed.insert(framed.end(), data, data + size);
+	auto r = cuda_criu::decode_criu_private_file_vmas(framed.data(), framed.size());
+	if (!r && r.error().message().empty())
+		std::abort();
+	for (const cuda_criu::CriuFileVma &v : r ? *r : std::vector<cuda_criu::CriuFileVma>())
+		if (v.end <= v.start)
+			std::abort();
+}
+
 } // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	check_chunk(data, size);
 	check_criu_files(data, size);
+	check_criu_mm(data, size);
 	check_one(data, size);
 	check_gpu_index(data, size);
 	if (size > 0 && size <= (1u << 20)) { // as the payload of a well-formed cuda-gpu.img header
