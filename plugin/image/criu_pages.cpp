@@ -171,14 +171,22 @@ Result<T> parsed_value(Status parsed, bool found, const char *expected, T value)
 	return value;
 }
 
+// CRIU's two magic words: the common one, then the image's own (what names its kind in errors).
+Status check_criu_magic(const uint8_t *data, size_t size, uint32_t magic, const char *kind)
+{
+	if (size < 8)
+		return make_error(EINVAL, "cut short: %zu bytes, fewer than CRIU's two magic words", size);
+	if (le32(data) != kCriuCommonMagic || le32(data + 4) != magic)
+		return make_error(EINVAL, "not a CRIU %s image (magic %08x %08x)", kind, le32(data), le32(data + 4));
+	return {};
+}
+
 } // namespace
 
 Result<CriuPagemap> decode_criu_pagemap(const uint8_t *data, size_t size, uint64_t page_size)
 {
-	if (size < 8)
-		return make_error(EINVAL, "cut short: %zu bytes, fewer than CRIU's two magic words", size);
-	if (le32(data) != kCriuCommonMagic || le32(data + 4) != kCriuPagemapMagic)
-		return make_error(EINVAL, "not a CRIU pagemap image (magic %08x %08x)", le32(data), le32(data + 4));
+	if (Status st = check_criu_magic(data, size, kCriuPagemapMagic, "pagemap"); !st)
+		return std::move(st).error();
 	CriuPagemap pm;
 	bool head = false;
 	Status parsed = for_each_criu_message(data, size, 8, [&](size_t offset, WireReader r) -> Status {
@@ -255,10 +263,8 @@ Result<CriuPagemap> decode_criu_pagemap(const uint8_t *data, size_t size, uint64
 
 Result<std::vector<CriuRegFile>> decode_criu_reg_files(const uint8_t *data, size_t size)
 {
-	if (size < 8)
-		return make_error(EINVAL, "cut short: %zu bytes, fewer than CRIU's two magic words", size);
-	if (le32(data) != kCriuCommonMagic || le32(data + 4) != kCriuFilesMagic)
-		return make_error(EINVAL, "not a CRIU files image (magic %08x %08x)", le32(data), le32(data + 4));
+	if (Status st = check_criu_magic(data, size, kCriuFilesMagic, "files"); !st)
+		return std::move(st).error();
 	std::vector<CriuRegFile> files;
 	Status parsed = for_each_criu_message(data, size, 8, [&](size_t, WireReader r) -> Status {
 		uint64_t type = 0;
@@ -413,10 +419,8 @@ Result<std::vector<PagemapRun>> task_present_runs(int dir_fd, const std::string 
 
 Result<std::vector<CriuFileVma>> decode_criu_private_file_vmas(const uint8_t *data, size_t size)
 {
-	if (size < 8)
-		return make_error(EINVAL, "cut short: %zu bytes, fewer than CRIU's two magic words", size);
-	if (le32(data) != kCriuCommonMagic || le32(data + 4) != kCriuMmMagic)
-		return make_error(EINVAL, "not a CRIU mm image (magic %08x %08x)", le32(data), le32(data + 4));
+	if (Status st = check_criu_magic(data, size, kCriuMmMagic, "mm"); !st)
+		return std::move(st).error();
 	std::vector<CriuFileVma> vmas;
 	size_t messages = 0;
 	Status parsed = for_each_criu_message(data, size, 8, [&](size_t, WireReader r) -> Status {
