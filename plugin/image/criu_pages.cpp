@@ -672,6 +672,23 @@ void on_threads(unsigned threads, const std::function<void()> &work)
 
 } // namespace
 
+namespace {
+
+// A file a task of the image maps, by its absolute path on a local file system, if it is the one CRIU
+// recorded (its size, where recorded); invalid otherwise: left to CRIU.
+UniqueFd open_recorded_file(const std::string &name, std::optional<uint64_t> recorded, const LocalMounts &local,
+			    uint64_t &size)
+{
+	if (name.empty() || name[0] != '/')
+		return {};
+	UniqueFd fd = open_regular_file(name.c_str(), local, &size);
+	if (recorded && *recorded != size)
+		return {};
+	return fd;
+}
+
+} // namespace
+
 ReadAhead read_heads_ahead(const std::vector<CriuRegFile> &files, unsigned threads, const std::atomic<bool> *stop)
 {
 	const LocalMounts local;
@@ -681,12 +698,9 @@ ReadAhead read_heads_ahead(const std::vector<CriuRegFile> &files, unsigned threa
 		std::vector<uint8_t> buf(kHeadAheadBytes);
 		for (size_t i; (i = next.fetch_add(1)) < std::min(files.size(), kMaxHeadsAhead) && bytes < kHeadsAheadBudget &&
 			       !(stop && *stop);) {
-			const CriuRegFile &f = files[i];
-			if (f.name.empty() || f.name[0] != '/')
-				continue;
 			uint64_t size = 0;
-			UniqueFd fd = open_regular_file(f.name.c_str(), local, &size);
-			if (!fd.valid() || (f.size && *f.size != size))
+			UniqueFd fd = open_recorded_file(files[i].name, files[i].size, local, size);
+			if (!fd.valid())
 				continue;
 			bytes += read_into_cache(fd.get(), 0, std::min(size, kHeadAheadBytes), buf, stop);
 			read++;
@@ -717,12 +731,9 @@ ReadAhead read_ranges_ahead(const std::vector<FileRange> &ranges, unsigned threa
 	on_threads(static_cast<unsigned>(std::min<size_t>(threads, n_files)), [&] {
 		std::vector<uint8_t> buf(kHeadAheadBytes);
 		for (size_t i; (i = next.fetch_add(1)) < n_files && budget > 0 && !(stop && *stop);) {
-			const FileRange &f = ranges[firsts[i]];
-			if (f.name.empty() || f.name[0] != '/')
-				continue;
 			uint64_t size = 0;
-			UniqueFd fd = open_regular_file(f.name.c_str(), local, &size);
-			if (!fd.valid() || (f.size && *f.size != size))
+			UniqueFd fd = open_recorded_file(ranges[firsts[i]].name, ranges[firsts[i]].size, local, size);
+			if (!fd.valid())
 				continue;
 			read++;
 			for (size_t r = firsts[i]; r < firsts[i + 1] && !(stop && *stop); r++) {
