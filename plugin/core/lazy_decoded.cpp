@@ -82,8 +82,6 @@ void LazyDecoded::map_chunk(Process &p, size_t i)
 {
 	const MemoryRange &c = p.chunks[i];
 	Status st = p.uffd->map_from_file(c.start, c.end - c.start);
-	if (!st && st.error().errno_value() == EEXIST) // a page of it is mapped already: it need only wake
-		st = p.uffd->wake(c.start, c.end - c.start);
 	if (st)
 		return;
 	{

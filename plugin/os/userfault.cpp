@@ -33,20 +33,24 @@ Result<std::vector<uint64_t>> Userfault::read_faults()
 
 Status Userfault::map_from_file(uint64_t addr, uint64_t len)
 {
-	uffdio_continue c{};
-	c.range = {addr, len};
-	while (ioctl(fd_.get(), UFFDIO_CONTINUE, &c) != 0) {
-		if (errno != EAGAIN)
-			return errno_error("UFFDIO_CONTINUE %#" PRIx64 "-%#" PRIx64, addr, addr + len);
-		// The process's mappings changed meanwhile: on from what was mapped.
-		if (c.mapped > 0) {
-			addr += static_cast<uint64_t>(c.mapped);
-			len -= static_cast<uint64_t>(c.mapped);
-		}
-		c = {};
-		c.range = {addr, len};
+	const uint64_t page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+	const uint64_t start = addr, end = addr + len;
+	bool skipped = false;
+	while (addr < end) {
+		uffdio_continue c{};
+		c.range = {addr, end - addr};
+		if (ioctl(fd_.get(), UFFDIO_CONTINUE, &c) == 0)
+			break;
+		if (errno == EAGAIN) { // the process's mappings changed meanwhile: on from what was mapped
+			addr += c.mapped > 0 ? static_cast<uint64_t>(c.mapped) : 0;
+		} else if (errno == EEXIST) { // the range's first page is mapped already: on past it
+			addr += page;
+			skipped = true;
+		} else
+			return errno_error("UFFDIO_CONTINUE %#" PRIx64 "-%#" PRIx64, addr, end);
 	}
-	return {};
+	// A skipped page's waiter (if any) is woken too; those of the pages mapped here were woken by the kernel.
+	return skipped ? wake(start, len) : Status();
 }
 
 Status Userfault::wake(uint64_t addr, uint64_t len)

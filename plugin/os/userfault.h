@@ -20,7 +20,7 @@ public:
 	// descriptor cannot be read.
 	Result<std::vector<uint64_t>> read_faults();
 	// Maps [addr, addr + len) of the registered range from the file's pages and wakes whoever waits for
-	// them. EEXIST where a page was mapped already (the rest is not).
+	// them; pages mapped already are left as they are.
 	Status map_from_file(uint64_t addr, uint64_t len);
 	// Wakes whoever waits for a page of [addr, addr + len) (mapped since its fault was raised).
 	Status wake(uint64_t addr, uint64_t len);

@@ -34,6 +34,10 @@
  *                             N MB of a checkpoint or restore: a driver that
  *                             hangs mid-copy, for FAKEGPU_STALL_MS (default:
  *                             until the process dies), then goes on
+ *   FAKEGPU_RESTORE_BACKWARDS=1  the restore thread reads each host copy a page
+ *                             at a time from its end to its start before it
+ *                             pushes it (memory touched out of the order it was
+ *                             restored in)
  * Managed memory (cuMemAllocManaged) is host memory here, usable through its
  * pointer; like the r580 driver, a checkpoint of a process that holds some is
  * refused with CUDA_ERROR_NOT_SUPPORTED (the process stays locked).

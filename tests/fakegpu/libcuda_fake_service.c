@@ -222,6 +222,16 @@ static void record_maps(void)
 		close(out);
 }
 
+/* FAKEGPU_RESTORE_BACKWARDS: the host copy read a page at a time from its end to its start. */
+static void read_backwards(const struct host_copy *c)
+{
+	if (!env_u64("FAKEGPU_RESTORE_BACKWARDS", 0))
+		return;
+	const volatile char *data = c->data;
+	for (uint64_t off = c->size & ~(uint64_t)4095; off > 0; off -= 4096)
+		(void)data[off - 4096];
+}
+
 static CUresult svc_restore(int sfd, const uint32_t *map)
 {
 	struct fg_msg m;
@@ -243,6 +253,7 @@ static CUresult svc_restore(int sfd, const uint32_t *map)
 		struct host_copy *c = &g_copies[i];
 		uint32_t gpu = c->gpu < FG_MAX_GPUS ? map[c->gpu] : c->gpu;
 		pace(c->size);
+		read_backwards(c);
 		if (svc_call(sfd, FG_SVC_PUSH, 0, c->dptr, gpu, 0, c->data, c->size, &m))
 			r = CUDA_ERROR_OPERATING_SYSTEM;
 		else

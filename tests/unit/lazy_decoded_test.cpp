@@ -2,6 +2,7 @@
 // from a memory file and registered with a userfaultfd, as CRIU's restorer leaves it (criu-patches/0010),
 // while the "decode" fills the file in another order.
 #include <gtest/gtest.h>
+#include <fcntl.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -136,6 +137,36 @@ TEST(LazyDecoded, AFailedDecodeWakesTheReader)
 	EXPECT_TRUE(lazy.finish()); // the decode stops here (it failed): every registration ends
 	reader.join();
 	EXPECT_EQ(wrong.load(), (kChunks - 1) * kChunk / 4096); // the rest reads as zeros
+}
+
+// Pages of this process present (mapped) in [addr, addr + len), by /proc/self/pagemap: read without
+// touching them, which would wait for ever on a page nobody maps.
+size_t present_pages(uint64_t addr, uint64_t len)
+{
+	UniqueFd pagemap(open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC));
+	size_t present = 0;
+	for (uint64_t a = addr; a < addr + len; a += 4096) {
+		uint64_t entry = 0;
+		if (pread(pagemap.get(), &entry, sizeof(entry), static_cast<off_t>(a / 4096 * sizeof(entry))) == 8)
+			present += entry >> 63;
+	}
+	return present;
+}
+
+TEST(Userfault, MapsPastPagesMappedAlready)
+{
+	REGISTER_OR_SKIP(r);
+	for (size_t i = 0; i < kChunks; i++)
+		memset(r.fill + i * kChunk, static_cast<int>(i + 1), kChunk);
+	Userfault uffd(std::move(r.uffd));
+	// Scattered pages mapped first, one of them the range's first page: the kernel refuses a range
+	// starting at a mapped page (EEXIST) and stops before one inside it.
+	for (uint64_t page : {0ul, 3ul, 4ul, 40ul, kChunk * kChunks / 4096 - 1})
+		ASSERT_TRUE(uffd.map_from_file(r.addr(0) + page * 4096, 4096));
+	ASSERT_EQ(present_pages(r.addr(0), kChunk * kChunks), 5u);
+	ASSERT_TRUE(uffd.map_from_file(r.addr(0), kChunk * kChunks));
+	ASSERT_EQ(present_pages(r.addr(0), kChunk * kChunks), kChunk * kChunks / 4096) << "pages left unmapped";
+	EXPECT_EQ(r.wrong_pages(), 0u);
 }
 
 TEST(LazyDecoded, WithoutAUserfaultfdNothingIsLazy)
