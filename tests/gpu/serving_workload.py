@@ -39,10 +39,10 @@ On a mismatch or an error the state file says "status=FAIL <details>" and the pr
 --processes 2 splits the server as vLLM V1 and SGLang do: this process is the HTTP front and never imports
 torch or touches CUDA; it starts the engine (serving_workload.py engine, the same arguments), which loads,
 compiles and answers as above. They talk over a Unix socket pair (SOCK_SEQPACKET: a request's batch size one
-way, its answer the other, the engine's readiness first), and the token ids of every request go through a
-ring in a file of /dev/shm that both map (RING_SLOTS slots of the largest batch's prompt; its name unlinked
-once both hold it, as shared-memory segments are). The engine writes the state file; the front ends, with
-status=FAIL, when the engine does.
+way, its answer the other; first the engine's readiness, then the front's word that its port is up), and the
+token ids of every request go through a ring in a file of /dev/shm that both map (RING_SLOTS slots of the
+largest batch's prompt; its name unlinked once both hold it, as shared-memory segments are). The engine
+writes the state file, once the front's port is up; the front ends, with status=FAIL, when the engine does.
 """
 import argparse
 import glob
@@ -354,7 +354,9 @@ def front(args, engine_cmd=None):
             os._exit(2)  # the engine is gone, and so is the server
         return tuple(json.loads(msg))
 
-    http_front(args.port, relay)
+    with lock:  # no request is relayed before the engine has heard that the port is up
+        http_front(args.port, relay)
+        mine.send(b"up")  # the engine writes its state file (ready) only now: the port answers from then on
     print(f"front pid={os.getpid()} serving on 127.0.0.1:{args.port}, engine pid={eng.pid}", flush=True)
     sys.exit(eng.wait())
 
@@ -377,12 +379,17 @@ def engine(args, model=None):
         i, batch = json.loads(msg)
         return batch, i
 
-    run_engine(args, lambda: (model or Server)(args, prompt=ring.get(0, rows)), lambda: sock.send(b"ready"), get,
+    def ready():  # the front told, then its word that its port is up
+        sock.send(b"ready")
+        if sock.recv(16) != b"up":
+            raise RuntimeError("the front closed its socket before its HTTP port was up")
+
+    run_engine(args, lambda: (model or Server)(args, prompt=ring.get(0, rows)), ready, get,
                lambda i, answer: sock.send(json.dumps(answer).encode()), ring)
 
 
 def run_engine(args, make_server, ready, get, put, ring=None):
-    """The engine loop: the server made, ready() once it is (the HTTP front up, or the front told), then the
+    """The engine loop: the server made, ready() once it is (the HTTP front up, here or in the front), then the
     requests from get(timeout) (queue.Empty when none came: the batch-1 self-check instead), each answered
     with put(request, (code, answer)); with a ring, a request's token ids are read from it."""
     iterations, extra = 0, {}
