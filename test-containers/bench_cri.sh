@@ -29,6 +29,7 @@ cp "$CT_SRC/cri/containerd-node.toml" "$K/"
 
 etc_digest() { for f in /etc/criu/runc.conf /etc/criu/cuda_plugin.conf; do echo "$f $(sha256sum 2>/dev/null <"$f" || echo absent)"; done; }
 etc_before=$(etc_digest)
+keep_etc /etc/criu/runc.conf /etc/criu/cuda_plugin.conf
 # The fake GPU for the workloads (their library folder is bound into the containers) and for the plugin.
 BENCH_WORK=$T/work BENCH_CRI_KIT=$K STANDIN_FRONT=$B/serving_front.py LD_LIBRARY_PATH=$(dirname "$FAKE_LIB") \
 	CUDA_CRIU_LIBCUDA=$FAKE_LIB timeout 200 /usr/bin/python3 "$B/bench.py" --scenarios 1g,serve --scale 0.05 \

@@ -18,6 +18,7 @@ bench_bundle "$B"
 # What the benchmark writes into /etc for its runs, as it is before (present or not).
 etc_digest() { for f in /etc/criu/runc.conf /etc/criu/cuda_plugin.conf /etc/containers/policy.json; do echo "$f $(sha256sum 2>/dev/null <"$f" || echo absent)"; done; }
 etc_before=$(etc_digest)
+keep_etc /etc/criu/runc.conf /etc/criu/cuda_plugin.conf /etc/containers/policy.json
 # The fake GPU for the workloads (their library folder is bound into the containers) and for the plugin.
 BENCH_WORK=$T/work STANDIN_FRONT=$B/serving_front.py LD_LIBRARY_PATH=$(dirname "$FAKE_LIB") CUDA_CRIU_LIBCUDA=$FAKE_LIB \
 	timeout 200 python3 "$B/bench.py" --scenarios 1g,serve --scale 0.05 --variants ours,ours-zstd --rounds 0 \

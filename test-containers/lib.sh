@@ -34,6 +34,18 @@ DAEMON_PID=""
 # system if missing; creates $T and starts the fake GPU daemon (on the host, in $CT_RUN/<test>: the
 # containers reach it through the bind mount). What it creates is removed on exit (on_exit,
 # tests/lib/common.sh), after what the test registers there.
+# keep_etc FILE...: each FILE as it is now (or its absence), put back when the test exits, whatever became
+# of the call that changes it (bench.py puts back what it writes into /etc, unless it is killed).
+keep_etc() {
+	local f kept
+	mkdir -p "$T/etc-kept"
+	for f in "$@"; do
+		kept=$T/etc-kept/${f//\//_}
+		[ ! -e "$f" ] || cp -p "$f" "$kept"
+		on_exit "if [ -e '$kept' ]; then cp -p '$kept' '$f'; else rm -f '$f'; fi"
+	done
+}
+
 ct_setup() {
 	TEST_NAME=${TEST_NAME:-$(basename "$0" .sh)}
 	[ "$(id -u)" -eq 0 ] || skip "container tests need root (CRIU, runc)"
